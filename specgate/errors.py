@@ -1,0 +1,43 @@
+"""Exceptions raised by specgate.
+
+    SpecgateError                  anything the user can fix: the message says what and how
+    ├── ProfileError               a profile TOML is malformed or names something that does not exist
+    ├── PromptSetError             a prompt JSONL file is malformed or looks like random tokens
+    ├── ZooError                   an embedded model is missing or corrupt
+    ├── BaselineError              a stored baseline file is malformed, truncated or of another schema
+    └── EngineBootError            vLLM refused to start an engine; carries the tail of its log
+
+Every message is one paragraph naming the file or option at fault and what to do about it, so the
+plugin can print it without a stack trace.
+"""
+
+from __future__ import annotations
+
+
+class SpecgateError(Exception):
+    """Base class: a problem the user can fix, described in the message."""
+
+
+class ProfileError(SpecgateError):
+    """Raised when a profile file cannot be parsed or validated."""
+
+
+class PromptSetError(SpecgateError):
+    """Raised when a prompt set cannot be loaded or fails validation."""
+
+
+class ZooError(SpecgateError):
+    """Raised when an embedded (zoo) model is missing or cannot be loaded."""
+
+
+class BaselineError(SpecgateError):
+    """Raised when a stored baseline file cannot be read or does not match the schema."""
+
+
+class EngineBootError(SpecgateError):
+    """Raised when an engine fails to boot; `log_tail` holds the last lines the engine printed."""
+
+    def __init__(self, message: str, log_tail: str = "", method: str = ""):
+        super().__init__(message)
+        self.log_tail = log_tail
+        self.method = method

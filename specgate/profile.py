@@ -1,0 +1,371 @@
+"""Profile TOML -> typed `Profile` / `Method` objects.
+
+A profile is data: the target model, the prompt sets, the method matrix and the tolerances. Parsing
+imports nothing heavy, so `--collect-only` and unit tests stay fast. Every key is checked: an
+unknown key, an unknown method, a model path that does not exist or a value out of range raises a
+`ProfileError` naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from specgate.errors import ProfileError
+
+# Speculative methods vLLM 0.32 accepts in `speculative_config.method` (vllm/config/speculative.py);
+# the `*_mtp` names are the model-specific multi-token-prediction variants.
+KNOWN_METHODS = frozenset(
+    {
+        "ngram",
+        "suffix",
+        "draft_model",
+        "eagle",
+        "eagle3",
+        "medusa",
+        "mlp_speculator",
+        "mtp",
+        "deepseek_mtp",
+        "mimo_mtp",
+        "qwen3_next_mtp",
+        "glm4_moe_mtp",
+        "ernie_mtp",
+        "longcat_flash_mtp",
+    }
+)
+# Methods that draft from the prompt/history and load no drafter weights.
+MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+BASELINE = "baseline"
+DTYPES = frozenset({"auto", "float32", "float16", "bfloat16"})
+HARDWARE = frozenset({"cpu", "cuda"})
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a measurement may fall from its stored baseline before the gate fails."""
+
+    acceptance_rtol: float = 0.05
+    position_rtol: float = 0.10
+    speedup_rtol: float = 0.15
+    memory_rtol: float = 0.10
+    memory_slack_mib: float = 64.0
+
+
+@dataclass(frozen=True)
+class Equivalence:
+    """Greedy-equivalence rule: `exact`, or `tie-aware` within `logprob_margin` nats."""
+
+    mode: str = "exact"
+    top_logprobs: int = 5
+    logprob_margin: float = 0.0
+
+
+@dataclass(frozen=True)
+class Method:
+    """One row of the method matrix: a name and the `speculative_config` handed to vLLM."""
+
+    name: str
+    speculative_config: dict[str, Any] | None  # None for the baseline engine
+    engine_kwargs: dict[str, Any] = field(default_factory=dict)
+    # If the engine fails to boot with an error matching this regex, the method's tests are
+    # skipped with the engine's own message instead of erroring (e.g. a method the CPU engine
+    # does not implement). Any other boot failure is still an error.
+    expected_boot_error: str | None = None
+    note: str = ""
+
+    @property
+    def kind(self) -> str:
+        return BASELINE if self.speculative_config is None else self.speculative_config["method"]
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return 0 if self.speculative_config is None else int(self.speculative_config.get("num_speculative_tokens", 0))
+
+    @property
+    def draft_model(self) -> str | None:
+        return None if self.speculative_config is None else self.speculative_config.get("model")
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A validated profile. Paths are absolute; model references are resolved later by `models`."""
+
+    name: str
+    path: Path
+    target: str
+    dtype: str
+    max_model_len: int
+    prompts: tuple[Path, ...]
+    max_tokens: int
+    concurrency: tuple[int, ...]
+    methods: dict[str, Method]  # in file order; the baseline is not included
+    tolerance: Tolerance
+    equivalence: Equivalence
+    engine_kwargs: dict[str, Any]
+    engine_env: dict[str, str]
+    hardware: str = "cpu"
+    seed: int = 0
+    description: str = ""
+
+    @property
+    def baseline(self) -> Method:
+        return Method(BASELINE, None)
+
+    def select(self, names: list[str] | None) -> list[Method]:
+        """The methods to run, in profile order; unknown names raise with the available ones."""
+        if not names:
+            return list(self.methods.values())
+        for n in names:
+            if n not in self.methods:
+                raise ProfileError(
+                    f"--specgate-methods: profile {self.name!r} ({self.path}) has no method {n!r}"
+                    f"{_did_you_mean(n, self.methods)}; available: {', '.join(self.methods)}."
+                )
+        return [m for m in self.methods.values() if m.name in names]
+
+
+_TOP_KEYS = {
+    "name": str,
+    "description": str,
+    "target": str,
+    "dtype": str,
+    "max_model_len": int,
+    "prompts": list,
+    "max_tokens": int,
+    "concurrency": list,
+    "seed": int,
+    "hardware": str,
+    "engine": dict,
+    "methods": dict,
+    "tolerance": dict,
+    "equivalence": dict,
+}
+_REQUIRED = ("name", "target", "prompts", "methods")
+_METHOD_KEYS = {"speculative_config": dict, "engine": dict, "expected_boot_error": str, "note": str}
+_ENGINE_KEYS = {"kwargs": dict, "env": dict}
+_MODEL_KEYS = ("model", "tokenizer")  # speculative_config keys that name a model
+
+
+def _did_you_mean(name: str, choices) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+class _Checker:
+    """Raises ProfileError messages that name the file and the dotted key."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def fail(self, key: str, problem: str) -> ProfileError:
+        where = f"key '{key}'" if key else "the file"
+        return ProfileError(f"profile {self.path}: {where} {problem}")
+
+    def table(self, data: dict, allowed: dict[str, type], prefix: str) -> None:
+        for key, value in data.items():
+            dotted = f"{prefix}{key}"
+            if key not in allowed:
+                raise self.fail(
+                    dotted,
+                    f"is not a known key{_did_you_mean(key, allowed)}; allowed here: {', '.join(sorted(allowed))}.",
+                )
+            want = allowed[key]
+            ok = isinstance(value, want) and not (want is int and isinstance(value, bool))
+            if want is float:
+                ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if not ok:
+                raise self.fail(dotted, f"must be a {want.__name__}, got {type(value).__name__} {value!r}.")
+
+    def positive(self, key: str, value: int | float, allow_zero: bool = False) -> None:
+        if value < 0 or (value == 0 and not allow_zero):
+            raise self.fail(key, f"must be {'>= 0' if allow_zero else '> 0'}, got {value!r}.")
+
+
+def load_profile(path: Path | str, root: Path | str) -> Profile:
+    """Parse and validate one profile file. Relative paths are resolved against `root`."""
+    path = Path(path)
+    root = Path(root)
+    check = _Checker(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ProfileError(f"profile {path}: file not found.") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ProfileError(f"profile {path}: not valid TOML ({exc}); fix the syntax and rerun.") from None
+
+    check.table(data, _TOP_KEYS, "")
+    for key in _REQUIRED:
+        if key not in data:
+            raise check.fail(key, "is required but missing.")
+
+    dtype = data.get("dtype", "auto")
+    if dtype not in DTYPES:
+        raise check.fail("dtype", f"must be one of {sorted(DTYPES)}, got {dtype!r}.")
+    hardware = data.get("hardware", "cuda")
+    if hardware not in HARDWARE:
+        raise check.fail("hardware", f"must be one of {sorted(HARDWARE)}, got {hardware!r}.")
+    max_model_len = data.get("max_model_len", 2048)
+    max_tokens = data.get("max_tokens", 128)
+    check.positive("max_model_len", max_model_len)
+    check.positive("max_tokens", max_tokens)
+    if max_tokens >= max_model_len:
+        raise check.fail("max_tokens", f"({max_tokens}) must be smaller than max_model_len ({max_model_len}).")
+
+    concurrency = data.get("concurrency", [1])
+    if not concurrency or not all(isinstance(c, int) and not isinstance(c, bool) and c > 0 for c in concurrency):
+        raise check.fail("concurrency", f"must be a non-empty list of positive integers, got {concurrency!r}.")
+    if len(set(concurrency)) != len(concurrency):
+        raise check.fail("concurrency", f"lists a level twice: {concurrency!r}.")
+
+    prompts = []
+    for i, p in enumerate(data["prompts"]):
+        if not isinstance(p, str):
+            raise check.fail(f"prompts[{i}]", f"must be a path string, got {p!r}.")
+        resolved = (root / p).resolve()
+        if not resolved.is_file():
+            raise check.fail(f"prompts[{i}]", f"names {p!r}, but {resolved} does not exist.")
+        prompts.append(resolved)
+    if not prompts:
+        raise check.fail("prompts", "must list at least one prompt file.")
+
+    target = _check_model_ref(check, "target", data["target"], root)
+    engine = data.get("engine", {})
+    check.table(engine, _ENGINE_KEYS, "engine.")
+    env = {str(k): str(v) for k, v in engine.get("env", {}).items()}
+
+    methods: dict[str, Method] = {}
+    if not data["methods"]:
+        raise check.fail("methods", "must define at least one method.")
+    for name, spec in data["methods"].items():
+        prefix = f"methods.{name}."
+        if name == BASELINE:
+            raise check.fail(f"methods.{name}", "is reserved: the baseline (no speculation) engine is always run.")
+        if not isinstance(spec, dict):
+            raise check.fail(f"methods.{name}", "must be a table.")
+        check.table(spec, _METHOD_KEYS, prefix)
+        sc = dict(spec.get("speculative_config") or {})
+        if not sc:
+            raise check.fail(prefix + "speculative_config", "is required.")
+        kind = sc.get("method")
+        if kind not in KNOWN_METHODS:
+            raise check.fail(
+                prefix + "speculative_config.method",
+                f"is {kind!r}, not a speculative method vLLM knows{_did_you_mean(str(kind), KNOWN_METHODS)}; "
+                f"known: {', '.join(sorted(KNOWN_METHODS))}.",
+            )
+        k = sc.get("num_speculative_tokens")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise check.fail(prefix + "speculative_config.num_speculative_tokens", f"must be an integer >= 1, got {k!r}.")
+        if kind not in MODEL_FREE_METHODS and "model" not in sc and not kind.endswith("mtp"):
+            raise check.fail(prefix + "speculative_config.model", f"is required for method {kind!r}.")
+        for key in _MODEL_KEYS:
+            if key in sc:
+                sc[key] = _check_model_ref(check, prefix + "speculative_config." + key, sc[key], root)
+        pattern = spec.get("expected_boot_error")
+        if pattern is not None:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise check.fail(prefix + "expected_boot_error", f"is not a valid regular expression ({exc}).") from None
+        method_engine = spec.get("engine", {})
+        check.table(method_engine, {"kwargs": dict}, prefix + "engine.")
+        methods[name] = Method(
+            name=name,
+            speculative_config=sc,
+            engine_kwargs=dict(method_engine.get("kwargs", {})),
+            expected_boot_error=pattern,
+            note=spec.get("note", ""),
+        )
+
+    tol_data = data.get("tolerance", {})
+    check.table(tol_data, {f: float for f in Tolerance.__dataclass_fields__}, "tolerance.")
+    for key, value in tol_data.items():
+        check.positive(f"tolerance.{key}", value, allow_zero=True)
+        if key.endswith("rtol") and value >= 1:
+            raise check.fail(f"tolerance.{key}", f"is a relative tolerance and must be < 1, got {value!r}.")
+    tolerance = Tolerance(**{k: float(v) for k, v in tol_data.items()})
+
+    eq_data = data.get("equivalence", {})
+    check.table(eq_data, {"mode": str, "top_logprobs": int, "logprob_margin": float}, "equivalence.")
+    equivalence = Equivalence(**eq_data)
+    if equivalence.mode not in ("exact", "tie-aware"):
+        raise check.fail("equivalence.mode", f"must be 'exact' or 'tie-aware', got {equivalence.mode!r}.")
+    check.positive("equivalence.top_logprobs", equivalence.top_logprobs)
+    check.positive("equivalence.logprob_margin", equivalence.logprob_margin, allow_zero=True)
+
+    return Profile(
+        name=data["name"],
+        path=path.resolve(),
+        target=target,
+        dtype=dtype,
+        max_model_len=max_model_len,
+        prompts=tuple(prompts),
+        max_tokens=max_tokens,
+        concurrency=tuple(concurrency),
+        methods=methods,
+        tolerance=tolerance,
+        equivalence=equivalence,
+        engine_kwargs=dict(engine.get("kwargs", {})),
+        engine_env=env,
+        hardware=hardware,
+        seed=data.get("seed", 0),
+        description=data.get("description", ""),
+    )
+
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def _check_model_ref(check: _Checker, key: str, ref: Any, root: Path) -> str:
+    """Accept `zoo:NAME`, an existing local path, or a hub id `org/name`; return the normalised ref."""
+    if not isinstance(ref, str) or not ref:
+        raise check.fail(key, f"must be a model reference string, got {ref!r}.")
+    if ref.startswith("zoo:"):
+        from specgate.zoo import ZOO_MODELS  # light: no torch import
+
+        name = ref[4:]
+        if name not in ZOO_MODELS:
+            raise check.fail(
+                key, f"names embedded model {name!r}{_did_you_mean(name, ZOO_MODELS)}; the zoo has: {', '.join(ZOO_MODELS)}."
+            )
+        return ref
+    local = Path(ref).expanduser()
+    if not local.is_absolute():
+        local = root / local
+    looks_local = ref.startswith(("/", ".", "~")) or local.exists() or not _HUB_ID.match(ref)
+    if looks_local:
+        if not local.exists():
+            raise check.fail(
+                key,
+                f"names model path {ref!r}, but {local} does not exist; give an existing directory, "
+                "a hub id like 'org/name', or 'zoo:NAME' for an embedded model.",
+            )
+        return str(local.resolve())
+    return ref  # hub id: resolved by vLLM on the user's runner
+
+
+def profile_dir(root: Path) -> Path:
+    return Path(root) / "fixtures" / "profiles"
+
+
+def find_profile(name_or_path: str, root: Path) -> Path:
+    """`cpu-tiny` -> fixtures/profiles/cpu-tiny.toml; a path is taken as is."""
+    candidate = Path(name_or_path)
+    if candidate.suffix == ".toml" or "/" in name_or_path:
+        if not candidate.is_absolute():
+            candidate = Path(root) / candidate
+        if not candidate.is_file():
+            raise ProfileError(f"--specgate-profile: profile file {candidate} does not exist.")
+        return candidate
+    available = sorted(p.stem for p in profile_dir(root).glob("*.toml"))
+    path = profile_dir(root) / f"{name_or_path}.toml"
+    if not path.is_file():
+        raise ProfileError(
+            f"--specgate-profile: no profile named {name_or_path!r} in {profile_dir(root)}"
+            f"{_did_you_mean(name_or_path, available)}; available: {', '.join(available) or 'none'}."
+        )
+    return path

@@ -1,0 +1,16 @@
+"""Engine lifecycle: each engine boots once and gives its processes and memory back on shutdown."""
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+SPECGATE_STAGE = 100  # last in each method's group: the next method's engine boots after it
+
+
+def test_engine_booted_once_and_released_its_memory(gate, gate_call, engine_method):
+    record = gate.records[engine_method]
+    if record.boot_error or not record.boots:
+        gate_call(gate.engine, engine_method)  # re-raises a boot failure as its skip / error
+    report = gate.release(engine_method)
+    assert record.boots == 1, f"engine '{engine_method}' booted {record.boots} times in one run"
+    assert report is not None, f"engine '{engine_method}' was never shut down"
+    assert report.released, report.describe()

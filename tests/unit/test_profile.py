@@ -1,0 +1,112 @@
+"""Profiles: the shipped ones load; every kind of bad input names the file and the key."""
+
+from pathlib import Path
+
+import pytest
+
+from specgate.errors import ProfileError
+from specgate.profile import find_profile, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = """
+name = "t"
+hardware = "cpu"
+target = "zoo:target"
+dtype = "float32"
+max_model_len = 512
+max_tokens = 32
+prompts = ["fixtures/prompts/embedded.jsonl"]
+concurrency = [1, 4]
+[methods.ngram]
+speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 2, prompt_lookup_max = 4 }
+[methods.eagle]
+speculative_config = { method = "eagle", model = "zoo:eagle", num_speculative_tokens = 3 }
+"""
+
+
+def write(tmp_path, text):
+    path = tmp_path / "p.toml"
+    path.write_text(text)
+    return path
+
+
+def load_text(tmp_path, text):
+    return load_profile(write(tmp_path, text), ROOT)
+
+
+def test_every_shipped_profile_loads():
+    paths = sorted((ROOT / "fixtures" / "profiles").glob("*.toml"))
+    assert paths, "no profiles shipped"
+    for path in paths:
+        profile = load_profile(path, ROOT)
+        assert profile.methods, path
+
+
+def test_cpu_tiny_covers_the_cpu_method_matrix():
+    profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    kinds = {m.kind for m in profile.methods.values()}
+    assert {"ngram", "suffix", "draft_model", "eagle", "eagle3"} <= kinds
+    assert profile.equivalence.mode == "exact"
+    assert "VLLM_CPU_KVCACHE_SPACE" in profile.engine_env
+
+
+def test_profile_fields_are_typed(tmp_path):
+    p = load_text(tmp_path, GOOD)
+    assert p.concurrency == (1, 4)
+    assert p.methods["eagle"].num_speculative_tokens == 3
+    assert p.methods["eagle"].draft_model == "zoo:eagle"
+    assert p.prompts[0].is_absolute()
+    assert [m.name for m in p.select(["eagle"])] == ["eagle"]
+
+
+@pytest.mark.parametrize(
+    "change, key, words",
+    [
+        (("dtype = \"float32\"", "dtype = \"float32\"\nbogus = 1"), "bogus", "not a known key"),
+        (("max_tokens = 32", "max_tokens = 600"), "max_tokens", "smaller than max_model_len"),
+        (("concurrency = [1, 4]", "concurrency = [1, -4]"), "concurrency", "positive integers"),
+        (("concurrency = [1, 4]", "concurrency = [4, 4]"), "concurrency", "twice"),
+        (("dtype = \"float32\"", "dtype = \"float64\""), "dtype", "must be one of"),
+        (("method = \"ngram\"", "method = \"ngramm\""), "methods.ngram.speculative_config.method", "did you mean 'ngram'"),
+        (("num_speculative_tokens = 3, prompt", "num_speculative_tokens = 0, prompt"), "methods.ngram.speculative_config.num_speculative_tokens", ">= 1"),
+        (("zoo:eagle", "zoo:eagel"), "methods.eagle.speculative_config.model", "did you mean 'eagle'"),
+        (("zoo:eagle", "./no/such/model"), "methods.eagle.speculative_config.model", "does not exist"),
+        (("zoo:target", "/nonexistent/target"), "target", "does not exist"),
+        (("embedded.jsonl", "missing.jsonl"), "prompts[0]", "does not exist"),
+        (("max_model_len = 512", "max_model_len = \"512\""), "max_model_len", "must be a int"),
+    ],
+)
+def test_bad_profile_names_file_and_key(tmp_path, change, key, words):
+    with pytest.raises(ProfileError) as err:
+        load_text(tmp_path, GOOD.replace(*change))
+    msg = str(err.value)
+    assert str(tmp_path / "p.toml") in msg and f"'{key}" in msg and words in msg, msg
+
+
+def test_bad_tolerance_and_unknown_table_key(tmp_path):
+    with pytest.raises(ProfileError, match=r"tolerance.speedup_rtol.*< 1"):
+        load_text(tmp_path, GOOD + "[tolerance]\nspeedup_rtol = 1.5\n")
+    with pytest.raises(ProfileError, match=r"methods.eagle2.spec_config.*did you mean 'speculative_config'"):
+        load_text(tmp_path, GOOD + "[methods.eagle2]\nspec_config = {}\n")
+
+
+def test_baseline_is_a_reserved_method_name(tmp_path):
+    with pytest.raises(ProfileError, match="reserved"):
+        load_text(tmp_path, GOOD + "[methods.baseline]\nspeculative_config = { method = \"ngram\", num_speculative_tokens = 2 }\n")
+
+
+def test_invalid_toml_is_reported_with_the_file(tmp_path):
+    with pytest.raises(ProfileError, match="not valid TOML"):
+        load_text(tmp_path, GOOD + "[[[")
+
+
+def test_unknown_profile_and_method_selection_say_what_exists(tmp_path):
+    with pytest.raises(ProfileError, match="did you mean 'cpu-tiny'"):
+        find_profile("cpu-tin", ROOT)
+    with pytest.raises(ProfileError, match="has no method 'eagle9'.*available: ngram, eagle"):
+        load_text(tmp_path, GOOD).select(["eagle9"])
+
+
+def test_hub_ids_are_accepted_without_a_local_check(tmp_path):
+    p = load_text(tmp_path, GOOD.replace("zoo:target", "meta-llama/Llama-3.1-8B-Instruct"))
+    assert p.target == "meta-llama/Llama-3.1-8B-Instruct"
