@@ -12,6 +12,7 @@ import contextlib
 import gc
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -26,10 +27,11 @@ from specgate.prompts import TokenizedPrompt
 from specgate.zoo import resolve as resolve_model
 
 GIB = 1024**3
-# After shutdown the machine's available memory must be back within this much of its pre-boot level.
-# The engine lives in child processes; what the parent keeps (imported modules, allocator caches)
-# measured ~0.1-0.3 GiB on cpu-tiny, a leaked engine costs >= its KV cache (1+ GiB).
-RELEASE_SLACK_BYTES = int(0.5 * GIB)
+# After shutdown the engine's processes must be gone and this process's resident memory back within
+# this much of its pre-boot level. (The machine-wide "available" figure is reported too, but other
+# processes move it.) On cpu-tiny an engine's processes hold ~2-3 GiB; what the parent keeps after
+# shutdown (allocator caches, tokenizer) measured < 0.1 GiB; a leaked engine object keeps far more.
+RELEASE_SLACK_BYTES = int(0.25 * GIB)
 SHUTDOWN_WAIT_S = 30.0
 LOG_TAIL_LINES = 25
 
@@ -39,12 +41,14 @@ class ShutdownReport:
     method: str
     shutdown_s: float
     leftover_pids: list[int]
-    available_before_boot: int
-    available_after_shutdown: int
+    rss_before_boot: int  # this (pytest) process
+    rss_after_shutdown: int
+    footprint: int = 0  # this process + the engine's processes, just before shutdown
+    available_change: int = 0  # machine-wide available memory, after shutdown minus before boot
 
     @property
     def memory_not_returned(self) -> int:
-        return max(0, self.available_before_boot - self.available_after_shutdown)
+        return max(0, self.rss_after_shutdown - self.rss_before_boot)
 
     @property
     def released(self) -> bool:
@@ -52,9 +56,10 @@ class ShutdownReport:
 
     def describe(self) -> str:
         return (
-            f"engine '{self.method}' shut down in {self.shutdown_s:.1f} s; processes left: "
-            f"{self.leftover_pids or 'none'}; memory not returned: {self.memory_not_returned / GIB:.2f} GiB "
-            f"(allowed {RELEASE_SLACK_BYTES / GIB:.2f} GiB)"
+            f"engine '{self.method}' (footprint {self.footprint / GIB:.2f} GiB) shut down in {self.shutdown_s:.1f} s; "
+            f"processes left: {self.leftover_pids or 'none'}; memory this process did not give back: "
+            f"{self.memory_not_returned / GIB:.2f} GiB (allowed {RELEASE_SLACK_BYTES / GIB:.2f} GiB); "
+            f"machine-wide available memory changed by {self.available_change / GIB:+.2f} GiB"
         )
 
 
@@ -82,6 +87,17 @@ def _available_memory() -> int:
     import psutil
 
     return psutil.virtual_memory().available
+
+
+def _rss(pids=()) -> int:
+    """Resident bytes of this process plus the given processes (those that still exist)."""
+    import psutil
+
+    total = psutil.Process().memory_info().rss
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            total += psutil.Process(pid).memory_info().rss
+    return total
 
 
 def _children() -> set[int]:
@@ -113,26 +129,28 @@ def _output_to(log_path: Path) -> Iterator[None]:
                 os.close(fd)
 
 
-def log_tail(log_path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    """The last lines of an engine log that explain a failure (errors first, else the plain tail)."""
+_EXCEPTION_LINE = re.compile(r"(?:^|\] |\s)([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def explain_failure(log_path: Path, exc: BaseException) -> tuple[str, str]:
+    """(the line that says why, the log lines leading up to it) for an engine that died.
+
+    The root cause is the first traceback in the log that is not an "Exception ignored" notice: the
+    worker's own error comes first, the wrappers re-raised by the engine core and this process later.
+    """
     try:
-        text = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
     except FileNotFoundError:
-        return ""
-    # Keep the last traceback / error block: that is what the engine core died of.
-    starts = [i for i, line in enumerate(text) if "Traceback (most recent call last)" in line or " ERROR " in line]
-    block = text[starts[-1] - 2 if len(starts) and starts[-1] >= 2 else 0 :] if starts else text
-    return "\n".join(block[-lines:])
-
-
-def engine_error_line(exc: BaseException, tail: str) -> str:
-    """The one line that says why: the last `SomethingError: ...` of the log, else the exception."""
-    for line in reversed(tail.splitlines()):
-        stripped = line.strip()
-        head = stripped.split(":", 1)[0]
-        if ":" in stripped and (head.endswith("Error") or head.endswith("Exception")) and " " not in head:
-            return stripped
-    return f"{type(exc).__name__}: {exc}"
+        lines = []
+    for i, line in enumerate(lines):
+        if "Traceback (most recent call last)" not in line or (i and "Exception ignored" in lines[i - 1]):
+            continue
+        for j in range(i + 1, len(lines)):
+            match = _EXCEPTION_LINE.search(lines[j])
+            if match:
+                tail = "\n".join(lines[max(i, j - LOG_TAIL_LINES + 1) : j + 1])
+                return f"{match.group(1)}: {match.group(2)}", tail
+    return f"{type(exc).__name__}: {exc}", "\n".join(lines[-LOG_TAIL_LINES:])
 
 
 @dataclass
@@ -141,6 +159,7 @@ class Engine:
     llm: Any
     log_path: Path
     boot_s: float
+    rss_before_boot: int
     available_before_boot: int
     children_before_boot: set[int]
     env_before: dict[str, str | None] = field(default_factory=dict)
@@ -182,6 +201,7 @@ class Engine:
     def shutdown(self) -> ShutdownReport:
         """Stop the engine, wait for its processes to exit, and measure what memory came back."""
         start = time.monotonic()
+        footprint = _rss(_children() - self.children_before_boot)
         if self.alive:
             self.alive = False
             with _output_to(self.log_path):
@@ -191,13 +211,16 @@ class Engine:
                 gc.collect()
             _restore_env(self.env_before)
         leftover = _wait_for_exit(self.children_before_boot)
-        # Memory is returned to the OS a moment after the processes exit; poll briefly.
-        deadline = time.monotonic() + 10
-        available = _available_memory()
-        while available < self.available_before_boot - RELEASE_SLACK_BYTES and time.monotonic() < deadline:
-            time.sleep(0.5)
-            available = _available_memory()
-        return ShutdownReport(self.method.name, time.monotonic() - start, leftover, self.available_before_boot, available)
+        gc.collect()
+        return ShutdownReport(
+            self.method.name,
+            time.monotonic() - start,
+            leftover,
+            self.rss_before_boot,
+            _rss(),
+            footprint,
+            _available_memory() - self.available_before_boot,
+        )
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
@@ -239,6 +262,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
 
     gc.collect()
     children_before = _children()
+    rss_before = _rss()
     available_before = _available_memory()
     env_before = {k: os.environ.get(k) for k in profile.engine_env}
     os.environ.update(profile.engine_env)
@@ -250,15 +274,16 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     except Exception as exc:
         _restore_env(env_before)
         _kill(_wait_for_exit(children_before, wait_s=5.0))  # vLLM usually reaps them itself
-        tail = log_tail(log_path)
+        reason, tail = explain_failure(log_path, exc)
         raise EngineBootError(
             f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot: "
-            f"{engine_error_line(exc, tail)}. Full engine log: {log_path}. Check the method's "
+            f"{reason} Full engine log: {log_path}. Check the method's "
             "speculative_config and model paths in the profile, or run with --specgate-methods to skip it.",
             log_tail=tail,
             method=method.name,
+            reason=reason,
         ) from None
-    return Engine(method, llm, log_path, time.monotonic() - start, available_before, children_before, env_before)
+    return Engine(method, llm, log_path, time.monotonic() - start, rss_before, available_before, children_before, env_before)
 
 
 def _kill(pids: list[int]) -> None:

@@ -37,7 +37,8 @@ class BaselineError(SpecgateError):
 class EngineBootError(SpecgateError):
     """Raised when an engine fails to boot; `log_tail` holds the last lines the engine printed."""
 
-    def __init__(self, message: str, log_tail: str = "", method: str = ""):
+    def __init__(self, message: str, log_tail: str = "", method: str = "", reason: str = ""):
         super().__init__(message)
         self.log_tail = log_tail
         self.method = method
+        self.reason = reason  # the engine's own one-line error

@@ -53,8 +53,30 @@ def _comma_list(value: str) -> list[str]:
     return names
 
 
+def project_root(config: pytest.Config) -> Path:
+    """The checkout that holds fixtures/profiles. pytest's rootdir is not always it: a path given as an
+    option value outside the checkout (a profile in /tmp) moves rootdir to a common ancestor."""
+    candidates = [Path(config.inipath).parent] if config.inipath else []
+    candidates += [Path(config.rootpath), Path.cwd(), Path(__file__).resolve().parents[1]]
+    for path in candidates:
+        if (path / "fixtures" / "profiles").is_dir():
+            return path
+    return candidates[0]
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    # Registered here too (not only in pyproject.toml) for runs where pytest found no ini file.
+    config.addinivalue_line("markers", "gpu: boots an inference engine (real vLLM); the gate itself")
     config.stash[_SESSION_KEY] = None
+    # Options given explicitly are checked now, where a UsageError prints as one clean paragraph;
+    # otherwise the profile is parsed only once a gate test is collected.
+    explicit = (
+        config.getoption("--specgate-profile") != "auto"
+        or config.getoption("--specgate-methods")
+        or os.environ.get(GPU_PROFILE_ENV)
+    )
+    if explicit:
+        gate_session(config)
 
 
 def _cuda_available() -> bool:
@@ -87,7 +109,7 @@ def gate_session(config: pytest.Config):
         from specgate.profile import find_profile, load_profile
         from specgate.session import GateSession
 
-        root = Path(config.rootpath)
+        root = project_root(config)
         try:
             profile = load_profile(find_profile(_profile_name(config), root), root)
             methods = profile.select(config.getoption("--specgate-methods"))
@@ -142,22 +164,32 @@ def gate(request: pytest.FixtureRequest):
     session.release_current()
 
 
+def _call(gate, fn, *args):
+    """Run a session call; a boot failure becomes a skip (expected) or a one-paragraph failure."""
+    try:
+        return fn(*args)
+    except EngineBootError as exc:
+        reason = gate.expected_boot_failure(exc.method, exc)
+        if reason:
+            pytest.skip(reason)
+        pytest.fail(f"{exc}\n--- engine log tail ---\n{exc.log_tail}", pytrace=False)
+    except SpecgateError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
 @pytest.fixture
 def gate_call(gate):
-    """Call a session measurement; a boot failure becomes a skip (expected) or a one-paragraph error."""
+    """`gate_call(fn, *args)`: a session measurement with boot failures reported as above."""
+    return lambda fn, *args: _call(gate, fn, *args)
 
-    def call(fn, *args):
-        try:
-            return fn(*args)
-        except EngineBootError as exc:
-            reason = gate.expected_boot_failure(exc.method, exc)
-            if reason:
-                pytest.skip(reason)
-            pytest.fail(f"{exc}\n--- engine log tail ---\n{exc.log_tail}", pytrace=False)
-        except SpecgateError as exc:
-            pytest.fail(str(exc), pytrace=False)
 
-    return call
+@pytest.fixture
+def engine(gate, request):
+    """The live engine of this test's method (baseline when it has none), booted during setup, so a
+    boot failure shows as an error of this method's tests and nowhere else."""
+    params = getattr(getattr(request.node, "callspec", None), "params", {})
+    name = params.get("method", params.get("engine_method", BASELINE))
+    return _call(gate, gate.engine, name)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

@@ -118,10 +118,7 @@ class GateSession:
 
         pattern = self._by_name[name].expected_boot_error
         if pattern and re.search(pattern, f"{error}\n{error.log_tail}"):
-            from specgate.engine import engine_error_line
-
-            line = engine_error_line(error, error.log_tail)
-            reason = f"method '{name}' cannot run on this engine; vLLM said: {line}"
+            reason = f"method '{name}' cannot run on this engine; vLLM said: {error.reason or error}"
             self.records[name].skipped_reason = reason
             return reason
         return None
@@ -165,14 +162,15 @@ class GateSession:
     # -- summary --------------------------------------------------------------------------------
     @property
     def engines_booted(self) -> int:
-        return sum(r.boots for r in self.records.values())
+        return sum(len(r.boot_s) for r in self.records.values())
 
     def summary_lines(self) -> list[str]:
-        ran = [r for r in self.records.values() if r.boots]
+        ran = [r for r in self.records.values() if r.boot_s and r.method != BASELINE]
+        failed = [r for r in self.records.values() if r.boot_error]
         lines = [
             f"profile {self.profile.name} ({self.profile.path}); results in {self.out_dir}",
-            f"engines booted: {self.engines_booted} (methods run: {len(ran) - (1 if self.records[BASELINE].boots else 0)}"
-            f" + 1 baseline); wall time {time.monotonic() - self.started:.0f} s",
+            f"engines booted: {self.engines_booted} (methods run: {len(ran)} + {len(self.records[BASELINE].boot_s)} baseline"
+            f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - self.started:.0f} s",
         ]
         for r in self.records.values():
             if not r.boots:
@@ -180,12 +178,16 @@ class GateSession:
             elif r.skipped_reason:
                 state = f"skipped: {r.skipped_reason}"
             elif r.boot_error:
-                state = f"boot failed: {str(r.boot_error).split('. Full engine log')[0]}"
+                state = f"boot failed: {r.boot_error.reason or r.boot_error}"
             else:
                 boot = ", ".join(f"{s:.1f}" for s in r.boot_s)
                 state = f"boot {boot} s"
                 if r.shutdown:
-                    state += f"; shutdown {r.shutdown.shutdown_s:.1f} s, memory not returned {r.shutdown.memory_not_returned / 2**30:.2f} GiB"
+                    sd = r.shutdown
+                    state += (
+                        f"; footprint {sd.footprint / 2**30:.2f} GiB; shutdown {sd.shutdown_s:.1f} s, "
+                        f"not returned {sd.memory_not_returned / 2**30:.2f} GiB"
+                    )
                 if r.compared:
                     state += f"; greedy: {r.identical}/{r.compared} identical, {r.numerical} near-ties, {r.diverged} diverged"
             lines.append(f"  {r.method:<14} {state}")

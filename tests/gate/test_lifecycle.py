@@ -6,11 +6,8 @@ pytestmark = pytest.mark.gpu
 SPECGATE_STAGE = 100  # last in each method's group: the next method's engine boots after it
 
 
-def test_engine_booted_once_and_released_its_memory(gate, gate_call, engine_method):
+def test_engine_booted_once_and_released_its_memory(gate, engine_method, engine):
     record = gate.records[engine_method]
-    if record.boot_error or not record.boots:
-        gate_call(gate.engine, engine_method)  # re-raises a boot failure as its skip / error
     report = gate.release(engine_method)
     assert record.boots == 1, f"engine '{engine_method}' booted {record.boots} times in one run"
-    assert report is not None, f"engine '{engine_method}' was never shut down"
-    assert report.released, report.describe()
+    assert report is not None and report.released, report.describe() if report else "never shut down"

@@ -1,0 +1,224 @@
+"""Inputs for the rejection-sampler properties.
+
+Hypothesis strategies build whole verification batches: several requests sharing one vocabulary,
+each with its own draft length (0 included), greedy and sampled requests mixed, with or without
+draft distributions (vLLM takes them for the whole batch or not at all). Target rows come in
+shapes that stress a sampler: spread, flat (every token tied), very peaked, partly -inf (masked
+tokens) and with +inf entries (greedy requests; sampled ones only where a test asks, since a
+sampled row with +inf has no softmax). Bulk numbers come from a numpy generator seeded by
+Hypothesis, so examples stay small while Hypothesis still chooses every structural decision.
+
+The statistical properties use fixed cases instead (`DISTRIBUTION_CASES`): a few hand-picked
+shapes with p and q drawn once from fixed seeds, so their outcome is deterministic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from specgate.rejection import SpecRequest, target_distribution
+
+# deadline=None: the first vLLM call pays for kernel set-up. derandomize: the same examples every
+# run, so a green suite stays green. database=None: nothing written into the checkout.
+PROPERTY_SETTINGS = settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    print_blob=False,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+MAX_DRAFTS = 6
+MAX_BATCH = 6
+ROW_SHAPES = ("spread", "flat", "peaked", "masked", "plus_inf")
+
+# Small vocabularies make matches and ties common; the larger ones cross power-of-two and
+# kernel block boundaries (the Triton recovery kernel works in blocks of 8192).
+vocab_sizes = st.one_of(st.integers(1, 12), st.sampled_from([255, 256, 257, 1000, 8193]))
+
+
+def target_row(rng: np.random.Generator, shape: str, vocab_size: int, top: int) -> np.ndarray:
+    """One target logits row of the given shape; its largest entry is at `top` unless it is flat."""
+    row = rng.normal(0.0, 3.0, vocab_size)
+    if shape == "flat":
+        return np.full(vocab_size, rng.choice([0.0, -7.5, 12.0]), dtype=np.float32)
+    row[top] = row.max() + (40.0 if shape == "peaked" else 0.5)
+    if shape == "masked":
+        masked = rng.random(vocab_size) < rng.uniform(0.2, 0.9)
+        masked[top] = False
+        row[masked] = -np.inf
+    if shape == "plus_inf":
+        row[rng.random(vocab_size) < 0.2] = np.inf
+        row[rng.random(vocab_size) < 0.2] = -np.inf
+        row[top] = np.inf
+    return row.astype(np.float32)
+
+
+@st.composite
+def spec_requests(
+    draw,
+    vocab_size: int,
+    *,
+    with_draft_probs: bool,
+    greedy: bool | None = None,
+    plus_inf_in_sampled: bool = False,
+) -> SpecRequest:
+    is_greedy = draw(st.booleans()) if greedy is None else greedy
+    # A sampled row with +inf has no softmax (vLLM computes NaN probabilities), so sampled
+    # requests get +inf only where a test asks for it (robustness, not distribution).
+    shapes = ROW_SHAPES if is_greedy or plus_inf_in_sampled else ROW_SHAPES[:-1]
+    k = draw(st.integers(0, MAX_DRAFTS))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    # The last id gets its own chance: off-by-one errors at the vocabulary's end are the
+    # classic way to emit an id the embedding table does not have.
+    tops = [draw(st.one_of(st.just(vocab_size - 1), st.integers(0, vocab_size - 1)))
+            for _ in range(k + 1)]
+    logits = np.stack([target_row(rng, draw(st.sampled_from(shapes)), vocab_size, top)
+                       for top in tops])
+    argmax = logits.argmax(axis=1)
+    # Half the drafts copy the target's argmax, so long accepted prefixes are common.
+    drafts = tuple(
+        int(argmax[i]) if draw(st.booleans()) else draw(st.integers(0, vocab_size - 1))
+        for i in range(k)
+    )
+    draft_probs = None
+    if with_draft_probs:
+        # Finite draft logits keep q > 0 everywhere: a real drafter's q covers its own draft.
+        spread = rng.choice([0.0, 1.0, 4.0])
+        raw = np.clip(rng.normal(0.0, spread, (k, vocab_size)), -20, 20)
+        draft_probs = (np.exp(raw) / np.exp(raw).sum(axis=1, keepdims=True)).astype(np.float32)
+    temperature = 0.0 if is_greedy else draw(st.sampled_from([0.1, 0.5, 1.0, 1.7]))
+    seed = draw(st.none() | st.integers(0, 2**31 - 1))
+    return SpecRequest(drafts, logits, draft_probs, temperature, seed)
+
+
+@st.composite
+def batches(
+    draw,
+    *,
+    greedy: bool | None = None,
+    seeded: bool = False,
+    plus_inf_in_sampled: bool = False,
+) -> list[SpecRequest]:
+    """One verification step: 1..MAX_BATCH requests over one vocabulary.
+
+    `greedy` forces every request greedy (True) or sampled (False); None mixes them.
+    `seeded` gives every request its own seed. `plus_inf_in_sampled` lets sampled requests
+    have +inf logits too (greedy ones always may).
+    """
+    vocab_size = draw(vocab_sizes)
+    with_draft_probs = draw(st.booleans())
+    requests = draw(st.lists(
+        spec_requests(vocab_size, with_draft_probs=with_draft_probs, greedy=greedy,
+                      plus_inf_in_sampled=plus_inf_in_sampled),
+        min_size=1, max_size=MAX_BATCH,
+    ))
+    if seeded:
+        requests = [
+            SpecRequest(r.draft_token_ids, r.target_logits, r.draft_probs, r.temperature,
+                        draw(st.integers(0, 2**31 - 1)) if r.seed is None else r.seed)
+            for r in requests
+        ]
+    return requests
+
+
+def with_certain_drafts(requests: list[SpecRequest]) -> list[SpecRequest]:
+    """The same batch with every draft made certain for the target.
+
+    Greedy requests draft the target's argmax. For sampled requests the target keeps only the
+    draft (every other logit -inf), which is the argmax with probability 1. The bonus row is left
+    alone.
+    """
+    certain = []
+    for r in requests:
+        logits = r.target_logits.copy()
+        if r.is_greedy:
+            drafts = tuple(int(t) for t in logits[:-1].argmax(axis=1))
+        else:
+            drafts = r.draft_token_ids
+            for i, x in enumerate(drafts):
+                logits[i, :] = -np.inf
+                logits[i, x] = 0.0
+        certain.append(SpecRequest(drafts, logits, r.draft_probs, r.temperature, r.seed))
+    return certain
+
+
+@dataclass(frozen=True, eq=False)
+class DistributionCase:
+    """One target / drafter pair for the statistical properties.
+
+    With `draft_probs`, each request draws its own drafts from q (the guarantee holds on average
+    over the drafts, not for one fixed draft). Without them (n-gram style) the drafts are fixed,
+    and the guarantee holds for each.
+    """
+
+    name: str
+    target_logits: np.ndarray  # [k + 1, V]
+    draft_probs: np.ndarray | None  # [k, V]
+    fixed_drafts: tuple[int, ...]
+    temperature: float
+
+    @property
+    def num_drafts(self) -> int:
+        return self.target_logits.shape[0] - 1
+
+    @property
+    def vocab_size(self) -> int:
+        return self.target_logits.shape[1]
+
+    def target_probs(self) -> np.ndarray:
+        return np.stack([target_distribution(r, self.temperature) for r in self.target_logits])
+
+    def first_draft_acceptance(self) -> float:
+        """P(first draft accepted) = sum_v min(p_1(v), q_1(v)); q_1 is a point mass for n-gram."""
+        p = self.target_probs()[0]
+        if self.draft_probs is None:
+            return float(p[self.fixed_drafts[0]])
+        return float(np.minimum(p, self.draft_probs[0].astype(np.float64)).sum())
+
+    def requests(self, n: int, seed: int) -> list[SpecRequest]:
+        if self.draft_probs is None or self.num_drafts == 0:
+            return [SpecRequest(self.fixed_drafts, self.target_logits, None, self.temperature)] * n
+        rng = np.random.default_rng(seed)
+        q = self.draft_probs.astype(np.float64)
+        drafts = np.stack(
+            [rng.choice(self.vocab_size, size=n, p=row / row.sum()) for row in q], axis=1
+        ).reshape(n, self.num_drafts)
+        return [SpecRequest(tuple(d), self.target_logits, self.draft_probs, self.temperature)
+                for d in drafts]
+
+
+def _distribution_cases() -> tuple[DistributionCase, ...]:
+    rng = np.random.default_rng(20230518)  # fixed: the cases are data, not a random draw per run
+
+    def probs(alpha: float, shape: tuple[int, int]) -> np.ndarray:
+        return rng.dirichlet(np.full(shape[1], alpha), size=shape[0]).astype(np.float32)
+
+    masked = np.log(probs(1.0, (3, 7)))
+    masked[:, [1, 4]] = -np.inf  # tokens the target may never emit
+    return (
+        DistributionCase(
+            "draft distribution, vocab 6, k 1",
+            np.log(probs(1.0, (2, 6))), probs(1.0, (1, 6)), (), 1.0,
+        ),
+        DistributionCase(
+            "draft distribution, masked tokens, temperature 0.7, k 2",
+            masked, probs(0.5, (2, 7)), (), 0.7,
+        ),
+        DistributionCase(
+            "n-gram draft, vocab 5, k 2",
+            np.log(probs(1.0, (3, 5))), None, (0, 1), 1.0,
+        ),
+        DistributionCase(
+            "no drafts: the bonus token alone, vocab 8",
+            np.log(probs(1.0, (1, 8))), probs(1.0, (0, 8)), (), 1.3,
+        ),
+    )
+
+
+DISTRIBUTION_CASES = _distribution_cases()

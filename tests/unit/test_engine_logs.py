@@ -1,0 +1,42 @@
+"""Engine failure explanation and shutdown verdicts, without an engine."""
+
+from specgate.engine import RELEASE_SLACK_BYTES, ShutdownReport, explain_failure
+
+# Shape of a real cpu-tiny boot failure: a harmless "Exception ignored" notice first, then the
+# worker's root cause, then the wrappers the engine core and this process raise.
+LOG = """\
+INFO starting
+Exception ignored in: <function Handler.__del__ at 0x1>
+Traceback (most recent call last):
+  File "x.py", line 1, in __del__
+AssertionError: harmless notice
+(Worker pid=1) ERROR 11-22 00:58:39 [multiproc_executor.py:953] Traceback (most recent call last):
+(Worker pid=1) ERROR 11-22 00:58:39 [multiproc_executor.py:953]   File "loader.py", line 9, in load
+(Worker pid=1) ERROR 11-22 00:58:39 [multiproc_executor.py:953]     raise ValueError(msg)
+(Worker pid=1) ERROR 11-22 00:58:39 [multiproc_executor.py:953] ValueError: There is no module or parameter named 'lm_head'
+(EngineCore pid=2) ERROR 11-22 00:58:42 [core.py:1510] Traceback (most recent call last):
+(EngineCore pid=2) ERROR 11-22 00:58:42 [core.py:1510] Exception: WorkerProc initialization failed
+"""
+
+
+def test_root_cause_is_the_first_real_traceback(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text(LOG)
+    reason, tail = explain_failure(log, RuntimeError("Engine core initialization failed"))
+    assert reason == "ValueError: There is no module or parameter named 'lm_head'"
+    assert tail.endswith("named 'lm_head'") and "harmless" not in tail
+
+
+def test_without_a_traceback_the_exception_and_plain_tail_are_used(tmp_path):
+    log = tmp_path / "engine.log"
+    log.write_text("line 1\nline 2\n")
+    reason, tail = explain_failure(log, RuntimeError("boom"))
+    assert reason == "RuntimeError: boom" and tail == "line 1\nline 2"
+
+
+def test_shutdown_fails_on_leftover_processes_or_kept_memory():
+    ok = ShutdownReport("m", 5.0, [], rss_before_boot=100, rss_after_shutdown=100)
+    leaked_process = ShutdownReport("m", 5.0, [4242], 100, 100)
+    kept_memory = ShutdownReport("m", 5.0, [], 100, 100 + RELEASE_SLACK_BYTES + 1)
+    assert ok.released and not leaked_process.released and not kept_memory.released
+    assert "4242" in leaked_process.describe() and "did not give back" in kept_memory.describe()
