@@ -14,7 +14,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,7 @@ GIB = 1024**3
 RELEASE_SLACK_BYTES = int(0.25 * GIB)
 SHUTDOWN_WAIT_S = 30.0
 LOG_TAIL_LINES = 25
+MAX_REASON = 400  # characters of the engine's one-line reason kept in messages
 
 
 @dataclass
@@ -74,6 +75,9 @@ def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any
     )
     kwargs.update(profile.engine_kwargs)
     kwargs.update(method.engine_kwargs)
+    for key in ("model", "tokenizer"):  # a method may bring its own target (MTP lives in the target)
+        if key in kwargs:
+            kwargs[key] = resolve_model(kwargs[key], root)
     if method.speculative_config is not None:
         sc = dict(method.speculative_config)
         for key in ("model", "tokenizer"):
@@ -149,8 +153,16 @@ def explain_failure(log_path: Path, exc: BaseException) -> tuple[str, str]:
             match = _EXCEPTION_LINE.search(lines[j])
             if match:
                 tail = "\n".join(lines[max(i, j - LOG_TAIL_LINES + 1) : j + 1])
-                return f"{match.group(1)}: {match.group(2)}", tail
-    return f"{type(exc).__name__}: {exc}", "\n".join(lines[-LOG_TAIL_LINES:])
+                return f"{match.group(1)}: {match.group(2)}"[:MAX_REASON], tail
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:MAX_REASON], "\n".join(lines[-LOG_TAIL_LINES:])
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    outputs: dict[str, GreedyOutput]
+    tokens_per_step: dict[str, list[int]]  # per prompt: tokens each engine step emitted, in order
+    counters: SpecCounters  # spec-decode counters of this batch alone
 
 
 @dataclass
@@ -164,6 +176,7 @@ class Engine:
     children_before_boot: set[int]
     env_before: dict[str, str | None] = field(default_factory=dict)
     alive: bool = True
+    _batches: int = 0
 
     def tokenizer(self):
         return self.llm.get_tokenizer()
@@ -171,26 +184,65 @@ class Engine:
     def counters(self) -> SpecCounters:
         return counters_from_metrics(self.llm.get_metrics())
 
-    def greedy(
-        self, prompts: list[TokenizedPrompt], max_tokens: int, top_logprobs: int = 0
-    ) -> dict[str, GreedyOutput]:
-        """Greedy continuations of every prompt in one batch (and top-k logprobs when asked)."""
+    def run_batch(self, prompts: list[TokenizedPrompt], max_tokens: int, top_logprobs: int = 0) -> BatchResult:
+        """Greedy continuations of `prompts` as one batch, streamed step by step.
+
+        Streaming (DELTA outputs) shows how many tokens each verification step emitted (accepted + 1);
+        the spec-decode counters are read before and after, so the batch's own numbers are the delta.
+        """
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
-        params = SamplingParams(temperature=0.0, max_tokens=max_tokens, logprobs=top_logprobs or None)
+        params = SamplingParams(
+            temperature=0.0,
+            max_tokens=max_tokens,
+            logprobs=top_logprobs or None,
+            output_kind=RequestOutputKind.DELTA,
+        )
+        engine = self.llm.llm_engine
+        self._batches += 1
+        before = self.counters()
+        ids: dict[str, str] = {}
+        tokens: dict[str, list[int]] = {p.id: [] for p in prompts}
+        tops: dict[str, list[dict[int, float]]] = {p.id: [] for p in prompts}
+        steps: dict[str, list[int]] = {p.id: [] for p in prompts}
         with _output_to(self.log_path):
-            outputs = self.llm.generate(
-                [TokensPrompt(prompt_token_ids=list(p.token_ids)) for p in prompts], params, use_tqdm=False
-            )
-        result = {}
-        for prompt, out in zip(prompts, outputs):
-            completion = out.outputs[0]
-            tops: tuple[Mapping[int, float], ...] = ()
-            if top_logprobs and completion.logprobs:
-                tops = tuple({int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs)
-            result[prompt.id] = GreedyOutput(tuple(int(t) for t in completion.token_ids), tops)
-        return result
+            for p in prompts:
+                rid = f"{p.id}#{self._batches}"
+                ids[rid] = p.id
+                # vLLM may return an internal id; outputs carry the one we gave. Map both.
+                ids[engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p.token_ids)), params)] = p.id
+            while engine.has_unfinished_requests():
+                for out in engine.step():
+                    pid = ids[out.request_id]
+                    completion = out.outputs[0]
+                    new = [int(t) for t in completion.token_ids]
+                    if not new:
+                        continue
+                    steps[pid].append(len(new))
+                    tokens[pid].extend(new)
+                    if top_logprobs and completion.logprobs:
+                        tops[pid].extend({int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs)
+        outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
+        return BatchResult(outputs, steps, self.counters() - before)
+
+    def memory_reading(self):
+        """KV capacity, the engine processes' peak memory, and the drafter's own weights (measured in
+        the worker: tensors the drafter does not share with the target)."""
+        from specgate.memory import MemoryReading
+
+        pids = sorted(_children() - self.children_before_boot)
+        try:
+            drafter = self.llm.collective_rpc(_drafter_weight_bytes)[0]
+        except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
+            drafter = None
+        return MemoryReading(
+            kv_capacity_tokens=self.kv_capacity_tokens(),
+            peak_process_bytes=sum(_peak_rss(pid) for pid in pids),
+            device_bytes=_device_bytes(pids),
+            drafter_weight_bytes=drafter,
+        )
 
     def kv_capacity_tokens(self) -> int | None:
         cache = self.llm.llm_engine.vllm_config.cache_config
@@ -221,6 +273,80 @@ class Engine:
             footprint,
             _available_memory() - self.available_before_boot,
         )
+
+
+def _drafter_weight_bytes(worker) -> int | None:
+    """Runs inside the vLLM worker: bytes of the drafter's weights that are not the target's.
+
+    Modules the drafter shares with the target (EAGLE's embedding and LM head) are skipped by
+    identity. On CPU, vLLM moves linear weights into oneDNN / packed kernels and leaves an empty
+    parameter behind, so those count by the layer's declared shape.
+    """
+    import torch
+
+    runner = worker.model_runner
+    drafter = getattr(runner, "drafter", None)
+    model = getattr(drafter, "model", None)
+    if model is None:
+        return 0 if drafter is not None else None  # ngram / suffix draft without weights
+    target_modules = {id(m) for m in runner.model.modules()}
+    target_tensors = {p.data_ptr() for p in runner.model.parameters() if p.numel()}
+    seen: set[int] = set()
+    total = 0
+    for module in model.modules():
+        if id(module) in target_modules:
+            continue
+        for name, p in module.named_parameters(recurse=False):
+            shape = _declared_weight_shape(module) if p.numel() == 0 and name == "weight" else None
+            if shape:
+                elem = torch.empty(0, dtype=getattr(module, "params_dtype", p.dtype)).element_size()
+                total += shape[0] * shape[1] * elem
+            elif p.numel() and p.data_ptr() not in target_tensors and p.data_ptr() not in seen:
+                seen.add(p.data_ptr())
+                total += p.numel() * p.element_size()
+    return total
+
+
+def _declared_weight_shape(module) -> tuple[int, int] | None:
+    """(out, in) of a vLLM linear layer whose weight was moved into a packed CPU kernel."""
+    for out_attr, in_attr in (("output_size_per_partition", "input_size_per_partition"), ("output_size", "input_size")):
+        out, inp = getattr(module, out_attr, None), getattr(module, in_attr, None)
+        if isinstance(out, int) and isinstance(inp, int):
+            return out, inp
+    return None
+
+
+def _peak_rss(pid: int) -> int:
+    """Peak resident memory of a process (Linux VmHWM), 0 when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _device_bytes(pids: list[int]) -> int | None:
+    """GPU memory used by these processes (NVML); None without NVIDIA devices."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None
+    try:
+        total = 0
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
+                if proc.pid in pids and proc.usedGpuMemory:
+                    total += proc.usedGpuMemory
+        return total
+    finally:
+        pynvml.nvmlShutdown()
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
@@ -264,8 +390,11 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     children_before = _children()
     rss_before = _rss()
     available_before = _available_memory()
-    env_before = {k: os.environ.get(k) for k in profile.engine_env}
-    os.environ.update(profile.engine_env)
+    # The memory reading sends one small function to the worker (collective_rpc), which vLLM only
+    # serializes with this set. The engine is ours and local; no input crosses a trust boundary.
+    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **profile.engine_env}
+    env_before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     start = time.monotonic()
     try:
         with _output_to(log_path):
@@ -282,6 +411,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
             log_tail=tail,
             method=method.name,
             reason=reason,
+            detail=f"{type(exc).__name__}: {exc}",
         ) from None
     return Engine(method, llm, log_path, time.monotonic() - start, rss_before, available_before, children_before, env_before)
 

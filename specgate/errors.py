@@ -37,8 +37,9 @@ class BaselineError(SpecgateError):
 class EngineBootError(SpecgateError):
     """Raised when an engine fails to boot; `log_tail` holds the last lines the engine printed."""
 
-    def __init__(self, message: str, log_tail: str = "", method: str = "", reason: str = ""):
+    def __init__(self, message: str, log_tail: str = "", method: str = "", reason: str = "", detail: str = ""):
         super().__init__(message)
         self.log_tail = log_tail
         self.method = method
         self.reason = reason  # the engine's own one-line error
+        self.detail = detail  # the full text of the exception vLLM raised in this process

@@ -18,6 +18,7 @@ from specgate.errors import EngineBootError, SpecgateError
 from specgate.profile import BASELINE
 
 _SESSION_KEY = pytest.StashKey["object"]()
+_WATCH_KEY = pytest.StashKey["CorrectnessWatch"]()
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
 
 
@@ -36,6 +37,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         default="",
         type=_comma_list,
         help="run only these methods of the profile (default: all); the baseline always runs.",
+    )
+    group.addoption(
+        "--update-baselines",
+        action="store_true",
+        default=False,
+        help="write this run's measurements into baselines/<profile>/<hardware>.json (merged with what it did not "
+        "measure) and print what moved; refused when a correctness test failed. Default: off.",
+    )
+    group.addoption(
+        "--specgate-strict",
+        action="store_true",
+        default=False,
+        help="a missing baseline fails instead of skipping (for CI). Default: off.",
     )
     group.addoption(
         "--specgate-out",
@@ -67,7 +81,10 @@ def project_root(config: pytest.Config) -> Path:
 def pytest_configure(config: pytest.Config) -> None:
     # Registered here too (not only in pyproject.toml) for runs where pytest found no ini file.
     config.addinivalue_line("markers", "gpu: boots an inference engine (real vLLM); the gate itself")
+    config.addinivalue_line("markers", "correctness: a failure here blocks --update-baselines")
     config.stash[_SESSION_KEY] = None
+    config.stash[_WATCH_KEY] = watch = CorrectnessWatch()
+    config.pluginmanager.register(watch, "specgate-correctness-watch")
     # Options given explicitly are checked now, where a UsageError prints as one clean paragraph;
     # otherwise the profile is parsed only once a gate test is collected.
     explicit = (
@@ -116,7 +133,14 @@ def gate_session(config: pytest.Config):
         except SpecgateError as exc:
             raise pytest.UsageError(str(exc)) from None
         out = config.getoption("--specgate-out") or root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-        session = GateSession(profile, methods, root, Path(out))
+        session = GateSession(
+            profile,
+            methods,
+            root,
+            Path(out),
+            update_baselines=config.getoption("--update-baselines"),
+            strict=config.getoption("--specgate-strict"),
+        )
         config.stash[_SESSION_KEY] = session
     return session
 
@@ -129,6 +153,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             if with_baseline:
                 names = [BASELINE, *names]
             metafunc.parametrize(argname, names, ids=names)
+    if "category" in metafunc.fixturenames:
+        session = gate_session(metafunc.config)
+        try:
+            categories = session.categories()
+        except SpecgateError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        metafunc.parametrize("category", categories, ids=categories)
 
 
 def _stage(item: pytest.Item) -> int:
@@ -192,6 +223,19 @@ def engine(gate, request):
     return _call(gate, gate.engine, name)
 
 
+class CorrectnessWatch:
+    """Collects failed `correctness` tests: --update-baselines refuses to write after any."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Failures of the test itself; an engine that did not boot (setup error) measured nothing.
+        if report.failed and report.when == "call" and "correctness" in report.keywords:
+            self.failures.append(report.nodeid)
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     session = config.stash.get(_SESSION_KEY, None)
     if session is None or not session.engines_booted:
@@ -200,3 +244,20 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.section("specgate")
     for line in session.summary_lines():
         terminalreporter.write_line(line)
+    if session.update_baselines:
+        terminalreporter.write_line(_update_baselines(session, config.stash[_WATCH_KEY].failures))
+
+
+def _update_baselines(session, correctness_failures: list[str]) -> str:
+    if correctness_failures:
+        return (
+            f"--update-baselines: refusing to write baselines: {len(correctness_failures)} correctness test(s) failed "
+            f"in this run ({', '.join(correctness_failures[:3])}); a build that changes outputs must not become the "
+            "new reference. Fix them and rerun."
+        )
+    if not session.measured:
+        return "--update-baselines: nothing was measured in this run; no baseline written."
+    try:
+        return session.write_baselines()
+    except SpecgateError as exc:
+        return f"--update-baselines: not written: {exc}"

@@ -52,7 +52,8 @@ class Tolerance:
     position_rtol: float = 0.10
     speedup_rtol: float = 0.15
     memory_rtol: float = 0.10
-    memory_slack_mib: float = 64.0
+    memory_slack_mib: float = 64.0  # weights and device memory
+    process_slack_mib: float = 256.0  # peak process memory (allocator noise run to run)
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,12 @@ class Method:
     # does not implement). Any other boot failure is still an error.
     expected_boot_error: str | None = None
     note: str = ""
+    # Absolute sanity floors, e.g. {"acceptance_rate": 0.98} for a drafter identical to the target.
+    floors: dict[str, float] = field(default_factory=dict)
+    # A deliberately worse configuration, per gate: {"acceptance": "draft_self"} means this method's
+    # acceptance must FAIL draft_self's baseline checks, which shows in every run that the gate can
+    # fail. Gates not named here check the method against its own baselines as usual.
+    canary_of: dict[str, str] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -145,7 +152,16 @@ _TOP_KEYS = {
     "equivalence": dict,
 }
 _REQUIRED = ("name", "target", "prompts", "methods")
-_METHOD_KEYS = {"speculative_config": dict, "engine": dict, "expected_boot_error": str, "note": str}
+_METHOD_KEYS = {
+    "speculative_config": dict,
+    "engine": dict,
+    "expected_boot_error": str,
+    "note": str,
+    "floors": dict,
+    "canary_of": dict,
+}
+CANARY_GATES = ("acceptance", "memory")
+FLOOR_KEYS = {"acceptance_rate": float, "mean_acceptance_length": float}
 _ENGINE_KEYS = {"kwargs": dict, "env": dict}
 _MODEL_KEYS = ("model", "tokenizer")  # speculative_config keys that name a model
 
@@ -273,13 +289,33 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
                 raise check.fail(prefix + "expected_boot_error", f"is not a valid regular expression ({exc}).") from None
         method_engine = spec.get("engine", {})
         check.table(method_engine, {"kwargs": dict}, prefix + "engine.")
+        method_engine = {"kwargs": dict(method_engine.get("kwargs", {}))}
+        for key in _MODEL_KEYS:
+            if key in method_engine["kwargs"]:
+                ref = method_engine["kwargs"][key]
+                method_engine["kwargs"][key] = _check_model_ref(check, prefix + "engine.kwargs." + key, ref, root)
+        floors = spec.get("floors", {})
+        check.table(floors, FLOOR_KEYS, prefix + "floors.")
+        for key, value in floors.items():
+            check.positive(prefix + "floors." + key, value, allow_zero=True)
         methods[name] = Method(
             name=name,
             speculative_config=sc,
             engine_kwargs=dict(method_engine.get("kwargs", {})),
             expected_boot_error=pattern,
             note=spec.get("note", ""),
+            floors={k: float(v) for k, v in floors.items()},
+            canary_of=dict(spec.get("canary_of", {})),
         )
+    for name, m in methods.items():
+        check.table(m.canary_of, {g: str for g in CANARY_GATES}, f"methods.{name}.canary_of.")
+        for gate, ref in m.canary_of.items():
+            if ref not in methods or ref == name or gate in methods[ref].canary_of:
+                raise check.fail(
+                    f"methods.{name}.canary_of.{gate}",
+                    f"must name another method of this profile that is not itself a {gate} canary"
+                    f"{_did_you_mean(ref, methods)}; got {ref!r}.",
+                )
 
     tol_data = data.get("tolerance", {})
     check.table(tol_data, {f: float for f in Tolerance.__dataclass_fields__}, "tolerance.")

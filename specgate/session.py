@@ -7,16 +7,20 @@ tests of one method share one engine and one generation pass. No pytest in here;
 
 from __future__ import annotations
 
+import functools
+import re
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgate.engine import Engine, ShutdownReport, boot_engine
+from specgate import baselines
+from specgate.acceptance import AcceptanceResult, acceptance_checks
+from specgate.engine import BatchResult, Engine, ShutdownReport, boot_engine
 from specgate.equivalence import Divergence, GreedyOutput, compare
-from specgate.errors import EngineBootError
+from specgate.errors import EngineBootError, SpecgateError
 from specgate.profile import BASELINE, Method, Profile
-from specgate.prompts import TokenizedPrompt, load_prompts, tokenize
+from specgate.prompts import Prompt, TokenizedPrompt, load_prompts, tokenize
 from specgate.zoo import resolve as resolve_model
 
 
@@ -37,23 +41,47 @@ class MethodRecord:
 
 
 @dataclass(frozen=True)
+class GateOutcome:
+    """A gate test's verdict: failure messages, or the reason it has nothing to compare against."""
+
+    failures: list[str] = field(default_factory=list)
+    skip: str | None = None
+
+
+@dataclass(frozen=True)
 class EquivalenceFinding:
     prompt: TokenizedPrompt
     divergence: Divergence
 
 
 class GateSession:
-    def __init__(self, profile: Profile, methods: list[Method], root: Path, out_dir: Path):
+    def __init__(
+        self,
+        profile: Profile,
+        methods: list[Method],
+        root: Path,
+        out_dir: Path,
+        update_baselines: bool = False,
+        strict: bool = False,
+    ):
         self.profile = profile
+        self.update_baselines = update_baselines
+        self.strict = strict
+        self._baseline_file: baselines.BaselineFile | None = None
+        self.measured: dict[str, dict[str, dict[str, dict]]] = {}  # method -> kind -> key -> values
+        self.correctness_failures: list[str] = []
         self.methods = methods
         self.root = Path(root)
         self.out_dir = Path(out_dir)
         self.records: dict[str, MethodRecord] = {m: MethodRecord(m) for m in [BASELINE, *(m.name for m in methods)]}
         self._by_name = {BASELINE: profile.baseline, **{m.name: m for m in methods}}
         self._engine: Engine | None = None
+        self._loaded: list[Prompt] | None = None
         self._prompts: list[TokenizedPrompt] | None = None
         self._tokenizer = None
-        self._greedy: dict[str, dict[str, GreedyOutput]] = {}
+        self._runs: dict[str, dict[str, BatchResult]] = {}  # method -> category -> batch
+        self._run_errors: dict[str, Exception] = {}
+        self._memory: dict = {}  # method -> MemoryReading
         self.started = time.monotonic()
 
     # -- inputs ---------------------------------------------------------------------------------
@@ -68,11 +96,20 @@ class GateSession:
             self._tokenizer = AutoTokenizer.from_pretrained(resolve_model(self.profile.target, self.root))
         return self._tokenizer
 
+    def loaded_prompts(self) -> list[Prompt]:
+        if self._loaded is None:
+            self._loaded = load_prompts(self.profile.prompts)
+        return self._loaded
+
+    def categories(self) -> list[str]:
+        """Prompt categories in file order (cheap: no tokenizer)."""
+        return list(dict.fromkeys(p.category for p in self.loaded_prompts()))
+
     def prompts(self) -> list[TokenizedPrompt]:
         """Every prompt, validated and tokenized once with the target's tokenizer."""
         if self._prompts is None:
-            loaded = load_prompts(self.profile.prompts)
-            self._prompts = tokenize(loaded, self.tokenizer(), self.profile.max_model_len - self.profile.max_tokens)
+            budget = self.profile.max_model_len - self.profile.max_tokens
+            self._prompts = tokenize(self.loaded_prompts(), self.tokenizer(), budget)
         return self._prompts
 
     def decode(self, token_id: int) -> str:
@@ -113,24 +150,170 @@ class GateSession:
         return self.records[name].shutdown
 
     def expected_boot_failure(self, name: str, error: EngineBootError) -> str | None:
-        """The skip reason when the profile says this method may not boot here and it did not."""
-        import re
-
+        """The skip reason when the profile says this method may not boot here and it did not: the
+        engine's own line that matches the profile's `expected_boot_error`."""
         pattern = self._by_name[name].expected_boot_error
-        if pattern and re.search(pattern, f"{error}\n{error.log_tail}"):
-            reason = f"method '{name}' cannot run on this engine; vLLM said: {error.reason or error}"
-            self.records[name].skipped_reason = reason
-            return reason
+        if not pattern:
+            return None
+        for line in f"{error.detail}\n{error.log_tail}\n{error}".splitlines():
+            match = re.search(pattern, line)
+            if match:
+                # Quote up to the end of the sentence that matched (vLLM may append long listings).
+                end = line.find(". ", match.end())
+                quote = line[: end + 1 if end >= 0 else len(line)].strip()[:400]
+                reason = f"method '{name}' cannot run on this engine; vLLM said: {quote}"
+                self.records[name].skipped_reason = reason
+                return reason
         return None
 
     # -- measurements ---------------------------------------------------------------------------
-    def greedy_outputs(self, name: str) -> dict[str, GreedyOutput]:
-        """Greedy outputs of every prompt for `name` (the baseline also keeps top-k logprobs)."""
-        if name not in self._greedy:
+    def _category_runs(self, name: str) -> dict[str, BatchResult]:
+        """One greedy batch per prompt category (the baseline also keeps top-k logprobs). The same
+        pass gives the equivalence outputs and, from counter deltas, each category's acceptance."""
+        if name in self._run_errors:
+            raise self._run_errors[name]  # do not reboot an engine whose generation already failed
+        if name not in self._runs:
             engine = self.engine(name)
             top = self.profile.equivalence.top_logprobs if name == BASELINE else 0
-            self._greedy[name] = engine.greedy(self.prompts(), self.profile.max_tokens, top)
-        return self._greedy[name]
+            runs = {}
+            try:
+                for category in self.categories():
+                    batch = [p for p in self.prompts() if p.category == category]
+                    runs[category] = engine.run_batch(batch, self.profile.max_tokens, top)
+            except Exception as exc:
+                self._run_errors[name] = exc
+                raise
+            self._runs[name] = runs
+        return self._runs[name]
+
+    def greedy_outputs(self, name: str) -> dict[str, GreedyOutput]:
+        return {pid: out for run in self._category_runs(name).values() for pid, out in run.outputs.items()}
+
+    def acceptance(self, name: str, category: str) -> AcceptanceResult:
+        run = self._category_runs(name)[category]
+        return AcceptanceResult.from_batch(run.counters, run.tokens_per_step, self._by_name[name].num_speculative_tokens)
+
+    # -- baselines ------------------------------------------------------------------------------
+    @functools.cached_property
+    def hardware(self) -> str:
+        return baselines.hardware_key(*baselines.detect_device(self.profile.hardware))
+
+    def baseline_file(self) -> baselines.BaselineFile:
+        """The stored baselines for this profile and hardware (BaselineError when the file is bad)."""
+        if self._baseline_file is None:
+            path = baselines.baseline_path(self.root, self.profile.name, self.hardware)
+            self._baseline_file = baselines.load(path, self.profile.name, self.hardware)
+        return self._baseline_file
+
+    def record(self, method: str, kind: str, key: str, values: dict) -> None:
+        self.measured.setdefault(method, {}).setdefault(kind, {})[key] = values
+
+    def _missing(self, method: str, kind: str, key: str) -> GateOutcome:
+        path = baselines.baseline_path(self.root, self.profile.name, self.hardware)
+        msg = (
+            f"no stored {kind} baseline for method '{method}', {key} in {path}; create it with "
+            f"`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` and commit the file"
+        )
+        return GateOutcome(failures=[msg + " (--specgate-strict)"]) if self.strict else GateOutcome(skip=msg)
+
+    def check_acceptance(self, name: str, category: str) -> GateOutcome:
+        """Acceptance of (method, category) against its stored baseline and the profile's floors."""
+        method = self._by_name[name]
+        result = self.acceptance(name, category)
+        self.record(name, "acceptance", category, result.record())
+        stored_file = self.baseline_file()
+        ref = method.canary_of.get("acceptance", name)
+        stored = stored_file.entry(ref, "acceptance", category)
+        tol = self.profile.tolerance
+        source = stored_file.source(ref)
+
+        def failed(checks) -> list[str]:
+            return [f"method '{name}', category '{category}': {msg}" for c in checks if (msg := c.fails())]
+
+        against_baseline = failed(acceptance_checks(result, stored, tol.acceptance_rtol, tol.position_rtol, {}, source))
+        against_floors = failed(acceptance_checks(result, None, 0.0, 0.0, method.floors))
+        if ref != name:
+            return self._canary(name, ref, "acceptance", category, stored, against_baseline)
+        if self.update_baselines:
+            # Baseline-relative checks are what an update replaces (the old -> new table shows them);
+            # absolute floors still hold.
+            return GateOutcome(failures=against_floors)
+        if against_floors or against_baseline:
+            return GateOutcome(failures=against_floors + against_baseline)
+        if stored is None:
+            return self._missing(name, "acceptance", category)
+        return GateOutcome()
+
+    def _canary(self, name: str, ref: str, kind: str, key: str, stored, failures: list[str]) -> GateOutcome:
+        """A deliberately worse configuration passes only when the gate FAILS it against `ref`."""
+        if stored is None:
+            return self._missing(ref, kind, key)
+        if not failures:
+            return GateOutcome(
+                failures=[
+                    f"method '{name}' is a deliberately worse configuration of '{ref}', yet its {kind} ({key}) "
+                    f"passed the checks against '{ref}''s baseline: the {kind} gate cannot fail here"
+                ]
+            )
+        return GateOutcome()  # the gate caught it, as it must
+
+    def memory_reading(self, name: str):
+        """This engine's memory, read once while it is alive (the baseline engine's is the reference)."""
+        if name not in self._memory:
+            self._memory[name] = self.engine(name).memory_reading()
+        return self._memory[name]
+
+    def memory_overhead(self, name: str):
+        from specgate import memory
+
+        method = self._by_name[name]
+        base = self._memory.get(BASELINE)
+        if base is None:
+            raise SpecgateError(
+                f"no memory reading of the baseline engine in this run, so method '{name}' has nothing to be "
+                "compared with (did the baseline engine fail to boot?)"
+            )
+        analytic, kv_per_token = memory.drafter_footprint(self.profile, method, self.root)
+        return memory.overhead(self.memory_reading(name), base, analytic, kv_per_token)
+
+    def check_memory(self, name: str) -> GateOutcome:
+        """Memory overhead against the stored ceiling; the baseline engine is read and stored as is."""
+        from specgate import memory
+
+        if name == BASELINE:
+            reading = self.memory_reading(name)
+            self.record(name, "memory", "engine", memory.engine_record(reading))
+            return GateOutcome()
+        method = self._by_name[name]
+        rec = self.memory_overhead(name).record()
+        self.record(name, "memory", "overhead", rec)
+        tol = self.profile.tolerance
+        problems = []
+        if (msg := memory.consistency_problem(rec, tol.memory_rtol)) is not None:
+            problems.append(f"method '{name}': {msg}")
+        stored_file = self.baseline_file()
+        ref = method.canary_of.get("memory", name)
+        stored = stored_file.entry(ref, "memory", "overhead")
+        checks = memory.memory_checks(rec, stored, tol.memory_rtol, tol.memory_slack_mib, tol.process_slack_mib, stored_file.source(ref))
+        failures = [f"method '{name}', memory: {msg}" for c in checks if (msg := c.fails())]
+        if ref != name:
+            return self._canary(name, ref, "memory", "overhead", stored, failures)
+        if self.update_baselines:
+            return GateOutcome(failures=problems)
+        if problems or failures:
+            return GateOutcome(failures=problems + failures)
+        if stored is None:
+            return self._missing(name, "memory", "overhead")
+        return GateOutcome()
+
+    def write_baselines(self) -> str:
+        """Merge this run's measurements into the stored file, atomically; the old -> new table."""
+        stored = self.baseline_file()
+        device, count = baselines.detect_device(self.profile.hardware)
+        updated = baselines.merge(stored, self.measured, baselines.provenance(self.root, device, count))
+        baselines.write_atomic(updated)
+        self._baseline_file = updated
+        return baselines.format_diff(baselines.diff(stored, updated), f"baselines written to {stored.path}")
 
     def equivalence(self, name: str) -> list[EquivalenceFinding]:
         """Every prompt whose output differs from the baseline's, classified; records the counts."""
@@ -193,5 +376,5 @@ class GateSession:
             lines.append(f"  {r.method:<14} {state}")
         boots = Counter({r.method: r.boots for r in self.records.values() if r.boots > 1})
         if boots:
-            lines.append(f"  warning: booted more than once: {dict(boots)} (tests were reordered?)")
+            lines.append(f"  warning: booted more than once: {dict(boots)} (tests reordered, or an engine was lost)")
         return lines

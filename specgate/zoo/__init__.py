@@ -1,7 +1,8 @@
 """The embedded model zoo: tiny local models for the `cpu-tiny` profile (no model hub).
 
-`zoo:NAME` in a profile resolves to `fixtures/zoo/NAME/`. Listing and checking the zoo imports no
-torch; building it (`python -m specgate.zoo.build`) does.
+`zoo:NAME` in a profile resolves to `fixtures/zoo/NAME/`. The committed models are trained from
+local text by `python -m specgate.zoo.train` (fixtures/zoo/MODEL_CARD.md). Listing and checking the
+zoo imports no torch.
 """
 
 from __future__ import annotations
@@ -12,14 +13,20 @@ from pathlib import Path
 
 from specgate.errors import ZooError
 
-# name -> what it is (the builder in build.py makes exactly these directories)
+# name -> what it is (train.py and build.py make exactly these directories)
 ZOO_MODELS = {
-    "target": "tiny Llama target model with its own BPE tokenizer",
-    "draft": "smaller Llama with the target's tokenizer (method draft_model)",
-    "eagle": "EAGLE-1 head for the target (method eagle)",
-    "eagle3": "EAGLE-3 head for the target (method eagle3)",
+    "target": "tiny Llama target trained on the stdlib's code and docs, with its own BPE tokenizer",
+    "draft": "smaller Llama distilled from the target, same tokenizer (method draft_model)",
+    "eagle": "EAGLE-1 head trained on the target's hidden states (method eagle)",
+    "eagle3": "EAGLE-3 head trained on the target's hidden states (method eagle3)",
+    "medusa": "Medusa heads trained on the target's hidden states (method medusa)",
+    "mlp_speculator": "MLP speculator for the target, random weights: vLLM 0.32 cannot run it (method mlp_speculator)",
+    "mtp_target": "the target's weights verbatim as a MiMo model plus a trained MTP layer (method mtp)",
+    "target_perturbed": "the target with relative weight noise, ~80% greedy agreement: a worse drafter (the gate's canary)",
 }
-REBUILD = "python -m specgate.zoo.build"
+REBUILD = "python -m specgate.zoo.train"
+# mtp_target/ holds this symlink to ../target/model.safetensors (its main weights, stored once).
+TARGET_LINK = "target.safetensors"
 
 
 def zoo_dir(root: Path | str) -> Path:
@@ -38,17 +45,22 @@ def resolve(ref: str, root: Path | str) -> str:
 
 def check_model_dir(path: Path) -> None:
     """Raise ZooError naming the file and the rebuild command if a zoo model is missing or corrupt."""
-    fix = f"rebuild the zoo with `{REBUILD}` (deterministic, no download)"
+    fix = f"rebuild the zoo with `{REBUILD}` (seeded, local data only, ~25 min on 2 cores)"
     config = path / "config.json"
     weights = path / "model.safetensors"
     for f in (config, weights):
         if not f.is_file():
             raise ZooError(f"embedded model file {f} is missing; {fix}.")
     try:
-        json.loads(config.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
+        architectures = json.loads(config.read_text(encoding="utf-8")).get("architectures", [])
+    except (ValueError, UnicodeDecodeError, AttributeError) as exc:
         raise ZooError(f"embedded model file {config} is not valid JSON ({exc}); {fix}.") from None
-    _check_safetensors(weights, fix)
+    if "MiMoForCausalLM" in architectures and not (path / TARGET_LINK).is_file():
+        raise ZooError(f"embedded model file {path / TARGET_LINK} (the target's weights) is missing; {fix}.")
+    for f in sorted(path.glob("*.safetensors")):  # also shards and links (mtp_target/target.safetensors)
+        if not f.is_file():
+            raise ZooError(f"embedded model file {f} is missing (a link to a missing file); {fix}.")
+        _check_safetensors(f, fix)
 
 
 def _check_safetensors(path: Path, fix: str) -> None:

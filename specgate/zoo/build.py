@@ -1,13 +1,17 @@
-"""Deterministic builder of the embedded zoo (no hub, no download).
+"""The zoo's tokenizer and checkpoint writers (one per format), and a random-weight builder.
 
-    python -m specgate.zoo.build [--out fixtures/zoo] [--force]
+    python -m specgate.zoo.build [--out fixtures/zoo] [--random]
 
-Makes, from local data only:
-  target/  a BPE tokenizer trained on the Python standard library's sources, and a tiny Llama
-  draft/   a smaller Llama sharing that tokenizer (method draft_model)
-  eagle/   an EAGLE-1 head in the checkpoint layout vLLM's EagleLlamaForCausalLM loads
-  eagle3/  an EAGLE-3 head in the layout Eagle3LlamaForCausalLM loads
-The same Python, torch and seed give the same files. Weights are seeded random initialisations.
+The committed zoo is trained by `python -m specgate.zoo.train` (minutes on 2 cores, local data
+only; see fixtures/zoo/MODEL_CARD.md). This command does nothing when the zoo is complete (what
+ci/setup-cpu.sh relies on), names the missing or corrupt file otherwise, and with `--random`
+replaces the zoo by seeded random weights in seconds (formats and plumbing only).
+
+Formats, as vLLM 0.32 loads them:
+  target/, draft/, target_perturbed/  LlamaForCausalLM (+ the BPE tokenizer trained on the stdlib)
+  eagle/   EAGLE-1 for EagleLlamaForCausalLM      eagle3/  EAGLE-3 for Eagle3LlamaForCausalLM
+  medusa/  vLLM's Medusa                           mlp_speculator/  vLLM's MLPSpeculator
+  mtp_target/  the target's own weights as a MiMo (Qwen2-style) model plus one MTP layer (method mtp)
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import sysconfig
 import time
 from pathlib import Path
 
-from specgate.zoo import ZOO_MODELS, check_model_dir, zoo_dir
+from specgate.errors import ZooError
+from specgate.zoo import TARGET_LINK, ZOO_MODELS, check_model_dir, zoo_dir
 
 SEED = 1234
 VOCAB_SIZE = 2048
@@ -30,13 +35,20 @@ CHAT_TEMPLATE = (
     "{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-# Shapes: small enough to build in seconds and boot fast on 2 CPU cores.
-TARGET = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2)
-DRAFT = dict(hidden_size=96, intermediate_size=256, num_hidden_layers=1, num_attention_heads=3, num_key_value_heads=1)
-# EAGLE-3 reads the target's hidden states entering these layers (outputs of layers 0, 1, 2). vLLM's
-# default for Llama assumes a deep target, so a 4-layer target must name them.
-EAGLE3_AUX_LAYERS = [1, 2, 3]
-INIT_STD = 0.08  # wider than HF's 0.02 so random-weight logits are decisive (few near-ties)
+STORE_DTYPE_NAME = "float16"  # checkpoints store float16; profiles compute in float32 (exact upcast)
+# Shapes. The CPU engine's per-step overhead grows with the target's layer count while a drafter
+# costs one layer (EAGLE) or none (Medusa), so the target is deeper than it is wide.
+TARGET = dict(hidden_size=192, intermediate_size=512, num_hidden_layers=6, num_attention_heads=3, num_key_value_heads=1)
+DRAFT = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
+# EAGLE-3 reads the target's residual stream entering these layers (outputs of layers 0, 2, 4:
+# low, middle, high). vLLM's default for Llama assumes a deep target, so a shallow one must name them.
+EAGLE3_AUX_LAYERS = [1, 3, 5]
+MEDUSA_HEADS = 3  # one per speculative token the profile asks for
+MLP_SPECULATOR = dict(n_predict=3, inner_dim=64)  # tied stages keep the file small
+MTP_LAYERS = 1  # vLLM's MiMo MTP predicts one token per step
+# Random builds only: relative noise of target_perturbed (train.py tunes it on the trained target).
+PERTURB = 0.02
+INIT_STD = 0.08  # random builds: wider than HF's 0.02 so random-weight logits are decisive
 
 
 def training_text_files() -> list[Path]:
@@ -82,7 +94,7 @@ def build_tokenizer(out: Path):
     return fast
 
 
-def _llama_config(shape: dict, tokenizer, **extra):
+def _llama_config(shape: dict, tokenizer, **extra) -> dict:
     from transformers import LlamaConfig
 
     return LlamaConfig(
@@ -94,123 +106,204 @@ def _llama_config(shape: dict, tokenizer, **extra):
         bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id,
         pad_token_id=tokenizer.pad_token_id,
-        initializer_range=INIT_STD,
-        torch_dtype="float32",
+        torch_dtype="float32",  # the dtype to compute in; the file stores float16 (exact in float32)
         **shape,
         **extra,
-    )
+    ).to_dict()
 
 
-def build_llama(out: Path, shape: dict, tokenizer, seed: int) -> None:
-    import torch
-    from transformers import LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    model = LlamaForCausalLM(_llama_config(shape, tokenizer))
-    model.save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+# --------------------------------------------------------------------------------------------------
+# Writers: one per checkpoint format, for random and trained weights alike.
 
 
-def _randn(gen, *shape):
+def _store_dtype():
     import torch
 
-    return torch.randn(*shape, generator=gen) * INIT_STD
+    return getattr(torch, STORE_DTYPE_NAME)
 
 
-def _decoder_layer(gen, prefix: str, hidden: int, heads: int, kv_heads: int, inter: int, q_in: int) -> dict:
+def _save(out: Path, config: dict, tensors: dict, tokenizer=None, name: str = "model.safetensors") -> None:
     import torch
-
-    head_dim = hidden // heads
-    return {
-        f"{prefix}self_attn.q_proj.weight": _randn(gen, heads * head_dim, q_in),
-        f"{prefix}self_attn.k_proj.weight": _randn(gen, kv_heads * head_dim, q_in),
-        f"{prefix}self_attn.v_proj.weight": _randn(gen, kv_heads * head_dim, q_in),
-        f"{prefix}self_attn.o_proj.weight": _randn(gen, hidden, heads * head_dim),
-        f"{prefix}post_attention_layernorm.weight": torch.ones(hidden),
-        f"{prefix}mlp.gate_proj.weight": _randn(gen, inter, hidden),
-        f"{prefix}mlp.up_proj.weight": _randn(gen, inter, hidden),
-        f"{prefix}mlp.down_proj.weight": _randn(gen, hidden, inter),
-    }
-
-
-def _save_head(out: Path, config: dict, tensors: dict) -> None:
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(out / "model.safetensors"))
+    save_file({k: v.detach().to(_store_dtype()).contiguous() for k, v in sorted(tensors.items())}, str(out / name))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(out)
 
 
-def build_eagle(out: Path, tokenizer, seed: int) -> None:
-    """EAGLE-1: fc([embed; hidden]) -> one decoder layer without input norm; shares embed/lm_head."""
-    import torch
+def write_llama(out: Path, shape: dict, tokenizer, tensors: dict) -> None:
+    """A LlamaForCausalLM checkpoint (target, draft, target_perturbed) with the zoo tokenizer."""
+    config = _llama_config(shape, tokenizer)
+    config["architectures"] = ["LlamaForCausalLM"]
+    _save(out, config, tensors, tokenizer)
 
-    gen = torch.Generator().manual_seed(seed)
-    h = TARGET["hidden_size"]
-    shape = dict(TARGET, num_hidden_layers=1)
-    tensors = {"fc.weight": _randn(gen, h, 2 * h)}
-    tensors.update(_decoder_layer(gen, "layers.0.", h, shape["num_attention_heads"], shape["num_key_value_heads"], shape["intermediate_size"], h))
-    config = _llama_config(shape, tokenizer).to_dict()
+
+def write_eagle(out: Path, tokenizer, tensors: dict) -> None:
+    """EAGLE-1 (fc.weight, layers.0.* without input_layernorm); embed/lm_head are the target's."""
+    config = _llama_config(dict(TARGET, num_hidden_layers=1), tokenizer)
     config["architectures"] = ["LlamaForCausalLM"]  # vLLM maps it to EagleLlamaForCausalLM
-    _save_head(out, config, tensors)
+    _save(out, config, tensors)
 
 
-def build_eagle3(out: Path, tokenizer, seed: int) -> None:
-    """EAGLE-3: fc over 3 target hidden states, one layer on [embed; hidden], its own norm and lm_head."""
-    import torch
-
-    gen = torch.Generator().manual_seed(seed)
-    h = TARGET["hidden_size"]
-    shape = dict(TARGET, num_hidden_layers=1)
-    tensors = {
-        "fc.weight": _randn(gen, h, len(EAGLE3_AUX_LAYERS) * h),
-        "midlayer.input_layernorm.weight": torch.ones(h),
-        "midlayer.hidden_norm.weight": torch.ones(h),
-        "norm.weight": torch.ones(h),
-        "lm_head.weight": _randn(gen, VOCAB_SIZE, h),
-    }
-    tensors.update(_decoder_layer(gen, "midlayer.", h, shape["num_attention_heads"], shape["num_key_value_heads"], shape["intermediate_size"], 2 * h))
-    config = _llama_config(shape, tokenizer).to_dict()
+def write_eagle3(out: Path, tokenizer, tensors: dict) -> None:
+    """EAGLE-3 (fc over the aux states, midlayer.*, norm, own lm_head); the embedding is the target's."""
+    config = _llama_config(dict(TARGET, num_hidden_layers=1), tokenizer)
     config.update(
         architectures=["LlamaForCausalLMEagle3"],
         draft_vocab_size=VOCAB_SIZE,
-        target_hidden_size=h,
+        target_hidden_size=TARGET["hidden_size"],
         eagle_config={"eagle_aux_hidden_state_layer_ids": EAGLE3_AUX_LAYERS, "use_aux_hidden_state": True},
     )
-    _save_head(out, config, tensors)
+    _save(out, config, tensors)
 
 
-def build(out: Path, force: bool = False) -> list[str]:
-    """Build every zoo model that is missing (or all with force); return the names built."""
-    from transformers import AutoTokenizer
+def write_medusa(out: Path, tensors: dict) -> None:
+    """Medusa: blocks.N.layers.0 (x + SiLU(W x) on the target's last state) and one shared LM head
+    (`original_lm_head`), stored as `lm_heads.0` as vLLM's loader expects."""
+    config = dict(
+        model_type="medusa",
+        architectures=["MedusaModel"],
+        hidden_size=TARGET["hidden_size"],
+        vocab_size=VOCAB_SIZE,
+        num_heads=MEDUSA_HEADS,
+        num_hidden_layers=1,  # residual blocks per head
+        original_lm_head=True,
+        torch_dtype="float32",
+    )
+    _save(out, config, tensors)
 
-    todo = [n for n in ZOO_MODELS if force or not _complete(out / n)]
-    if not todo:
+
+def write_mlp_speculator(out: Path, tensors: dict) -> None:
+    """IBM's MLP speculator with tie_weights (emb.0, proj.0/1, ln.0, head.N)."""
+    n, inner = MLP_SPECULATOR["n_predict"], MLP_SPECULATOR["inner_dim"]
+    config = dict(
+        model_type="mlp_speculator",
+        architectures=["MLPSpeculatorPreTrainedModel"],
+        vocab_size=VOCAB_SIZE,
+        emb_dim=TARGET["hidden_size"],
+        inner_dim=inner,
+        n_predict=n,
+        top_k_tokens_per_head=[1] * n,
+        n_candidates=1,
+        tie_weights=True,
+        scale_input=True,  # ln0: parameter-free normalisation of the target's hidden state
+        torch_dtype="float32",
+    )
+    _save(out, config, tensors)
+
+
+def write_mtp_target(out: Path, tokenizer, mtp_tensors: dict) -> None:
+    """The target with its own MTP layer, as vLLM's MiMo loads it (MiMoForCausalLM + MiMoMTP).
+
+    MiMo is Qwen2 (q/k/v with bias) plus `num_nextn_predict_layers` MTP layers under
+    `model.mtp_layers.N.` (token/hidden norms, input_proj over [hidden; embed], one decoder layer,
+    final norm). The main model is the zoo target's file itself (`target.safetensors`, a symlink to
+    ../target/model.safetensors: verbatim, and stored once); `model.safetensors` holds the MTP layer
+    and zero q/k/v biases, so this model computes the target's function and its greedy output.
+    vLLM picks the model by `architectures`; the config keeps model_type "llama" (MiMo's own "mimo"
+    type needs remote code) because with "qwen2" transformers swaps in Qwen2Tokenizer, whose
+    pre-tokenizer splits text differently from the zoo tokenizer."""
+    import torch
+
+    h, heads, kv = TARGET["hidden_size"], TARGET["num_attention_heads"], TARGET["num_key_value_heads"]
+    head_dim = h // heads
+    tensors = {f"model.mtp_layers.0.{k}": v for k, v in mtp_tensors.items()}
+    for p in [f"model.layers.{i}." for i in range(TARGET["num_hidden_layers"])] + ["model.mtp_layers.0."]:
+        for proj, rows in (("q_proj", heads * head_dim), ("k_proj", kv * head_dim), ("v_proj", kv * head_dim)):
+            tensors[f"{p}self_attn.{proj}.bias"] = torch.zeros(rows)
+    config = _llama_config(TARGET, tokenizer, num_nextn_predict_layers=MTP_LAYERS)
+    config["architectures"] = ["MiMoForCausalLM"]  # vLLM maps method mtp on it to MiMoMTPModel
+    _save(out, config, tensors, tokenizer)
+    link = out / TARGET_LINK
+    link.unlink(missing_ok=True)
+    link.symlink_to(Path("..") / "target" / "model.safetensors")
+
+
+# --------------------------------------------------------------------------------------------------
+# Random weights (structure only): `python -m specgate.zoo.build --random`
+
+
+def init_weights(module, std: float = 0.02) -> None:
+    """Normal(0, std) for every matrix, ones for norm weights, zeros for biases (seed torch first)."""
+    import torch
+
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if p.ndim >= 2:
+                p.normal_(0.0, std)
+            elif name.endswith("bias"):
+                p.zero_()
+            else:
+                p.fill_(1.0)
+
+
+def _random(module, seed: int) -> dict:
+    import torch
+
+    torch.manual_seed(seed)
+    init_weights(module, INIT_STD)
+    return module.state_dict()
+
+
+def random_mlp_speculator(seed: int) -> dict:
+    from specgate.zoo.modules import MlpSpeculatorLayout
+
+    module = MlpSpeculatorLayout(TARGET["hidden_size"], VOCAB_SIZE, MLP_SPECULATOR["inner_dim"], MLP_SPECULATOR["n_predict"])
+    return _random(module, seed)
+
+
+def build_random(tmp: Path, tokenizer) -> None:
+    """Every zoo model with seeded random weights: checks formats and plumbing in seconds, but every
+    method sees the same degenerate loops; the committed zoo is trained (train.py)."""
+    import torch
+
+    from specgate.zoo import modules as m
+
+    target = _random(m.Llama(TARGET, VOCAB_SIZE), SEED)
+    write_llama(tmp / "target", TARGET, tokenizer, target)
+    gen = torch.Generator().manual_seed(SEED + 7)
+    noisy = {k: v + torch.randn(v.shape, generator=gen) * v.std() * PERTURB if v.ndim == 2 else v for k, v in target.items()}
+    write_llama(tmp / "target_perturbed", TARGET, tokenizer, noisy)
+    write_llama(tmp / "draft", DRAFT, tokenizer, _random(m.Llama(DRAFT, VOCAB_SIZE), SEED + 1))
+    head_shape = dict(TARGET, num_hidden_layers=1)
+    write_eagle(tmp / "eagle", tokenizer, _random(m.EagleHead(head_shape), SEED + 2))
+    write_eagle3(tmp / "eagle3", tokenizer, _random(m.Eagle3Head(head_shape, VOCAB_SIZE, len(EAGLE3_AUX_LAYERS)), SEED + 3))
+    write_medusa(tmp / "medusa", _random(m.MedusaHeads(TARGET["hidden_size"], VOCAB_SIZE, MEDUSA_HEADS), SEED + 4))
+    write_mlp_speculator(tmp / "mlp_speculator", random_mlp_speculator(SEED + 5))
+    write_mtp_target(tmp / "mtp_target", tokenizer, _random(m.MtpLayer(TARGET), SEED + 6))
+
+
+def install(tmp: Path, out: Path, names: list[str], extra: tuple[str, ...] = ()) -> None:
+    """Check the models built in `tmp`, then move them (and `extra` files) into `out`: an interrupted
+    build leaves no half-written model behind."""
+    for name in names:
+        check_model_dir(tmp / name)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in [*names, *extra]:
+        dst = out / name
+        if dst.is_dir() and not dst.is_symlink():
+            shutil.rmtree(dst)
+        elif dst.exists() or dst.is_symlink():
+            dst.unlink()
+        (tmp / name).rename(dst)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build(out: Path, random_weights: bool = False) -> list[str]:
+    """Nothing when the zoo is complete; random weights with `random_weights`; else ZooError."""
+    missing = [n for n in ZOO_MODELS if not _complete(out / n)]
+    if not missing and not random_weights:
         return []
+    if not random_weights:
+        check_model_dir(out / missing[0])  # raises, naming the file and the command that rebuilds it
     tmp = out.with_name(out.name + ".building")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    if "target" in todo or not (out / "target" / "tokenizer.json").is_file():
-        tokenizer = build_tokenizer(tmp / "target")
-        todo = list(ZOO_MODELS)  # a new tokenizer invalidates every model built on it
-    else:
-        tokenizer = AutoTokenizer.from_pretrained(out / "target")
-    builders = {
-        "target": lambda d: build_llama(d, TARGET, tokenizer, SEED),
-        "draft": lambda d: build_llama(d, DRAFT, tokenizer, SEED + 1),
-        "eagle": lambda d: build_eagle(d, tokenizer, SEED + 2),
-        "eagle3": lambda d: build_eagle3(d, tokenizer, SEED + 3),
-    }
-    for name in todo:
-        builders[name](tmp / name)
-        check_model_dir(tmp / name)
-    # Move finished models into place only now, so an interrupted build leaves no half-written model.
-    out.mkdir(parents=True, exist_ok=True)
-    for name in todo:
-        shutil.rmtree(out / name, ignore_errors=True)
-        (tmp / name).rename(out / name)
-    shutil.rmtree(tmp, ignore_errors=True)
-    return todo
+    build_random(tmp, build_tokenizer(tmp / "target"))
+    install(tmp, out, list(ZOO_MODELS))
+    return list(ZOO_MODELS)
 
 
 def _complete(path: Path) -> bool:
@@ -224,12 +317,17 @@ def _complete(path: Path) -> bool:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specgate.zoo.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=zoo_dir(Path.cwd()), help="zoo directory (default: fixtures/zoo)")
-    parser.add_argument("--force", action="store_true", help="rebuild every model, even complete ones")
+    parser.add_argument(
+        "--random", action="store_true", help="replace the zoo with seeded random weights (formats only, seconds)"
+    )
     args = parser.parse_args(argv)
     start = time.monotonic()
-    built = build(args.out, force=args.force)
+    try:
+        built = build(args.out, random_weights=args.random)
+    except ZooError as exc:
+        sys.exit(f"zoo: {exc}")
     took = time.monotonic() - start
-    print(f"zoo: built {', '.join(built)} in {took:.1f} s" if built else f"zoo: {args.out} is complete")
+    print(f"zoo: built {', '.join(built)} (random weights) in {took:.1f} s" if built else f"zoo: {args.out} is complete")
     return 0
 
 

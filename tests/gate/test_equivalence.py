@@ -2,7 +2,7 @@
 
 import pytest
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.correctness]
 SPECGATE_STAGE = 10  # first in each method's group: it boots the engine the later stages reuse
 SHOW = 10  # divergences listed in a failure message
 

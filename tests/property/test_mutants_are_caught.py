@@ -24,6 +24,8 @@ from .mutants import (
 )
 from .strategies import DISTRIBUTION_CASES, PROPERTY_SETTINGS, batches
 
+pytestmark = pytest.mark.correctness  # a failure here blocks --update-baselines
+
 GREEDY = "greedy output is the longest matching prefix, then the argmax"
 LAYOUT = "1..k+1 tokens, accepted drafts first, then placeholders"
 DISTRIBUTION = "emitted tokens follow the target"

@@ -16,6 +16,8 @@ from specgate.rejection import emitted_tokens, reference_rejection_sample
 from . import properties
 from .strategies import DISTRIBUTION_CASES, PROPERTY_SETTINGS, batches, with_certain_drafts
 
+pytestmark = pytest.mark.correctness  # a failure here blocks --update-baselines
+
 CASES_WITH_DRAFTS = [c for c in DISTRIBUTION_CASES if c.num_drafts > 0]
 
 

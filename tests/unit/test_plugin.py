@@ -32,8 +32,9 @@ expected_boot_error = "not supported on CPU"
 # `broken` and `unsupported` fail to boot with different errors.
 CONFTEST = """
 import pytest
+from specgate.acceptance import SpecCounters
 from specgate.equivalence import GreedyOutput
-from specgate.engine import ShutdownReport
+from specgate.engine import BatchResult, ShutdownReport
 from specgate.errors import EngineBootError
 
 BOOTS = []
@@ -41,15 +42,23 @@ BOOTS = []
 class FakeEngine:
     def __init__(self, method):
         self.method, self.alive, self.boot_s = method, True, 0.01
-    def greedy(self, prompts, max_tokens, top_logprobs=0):
-        out = {}
+    def run_batch(self, prompts, max_tokens, top_logprobs=0):
+        out, steps = {}, {}
         for p in prompts:
             ids = [10, 11, 12, 13, 14]
             if self.method.name == "wrong":
                 ids[3] = 99
             tops = tuple({t: -0.1, 98: -3.0} for t in ids) if top_logprobs else ()
             out[p.id] = GreedyOutput(tuple(ids), tops)
-        return out
+            steps[p.id] = [1, 2, 2]
+        k = self.method.num_speculative_tokens
+        drafts = 2 * len(prompts) if k else 0
+        counters = SpecCounters(drafts, drafts * k, drafts, tuple([drafts] + [0] * (k - 1)) if k else ())
+        return BatchResult(out, steps, counters)
+    def memory_reading(self):
+        from specgate.memory import MemoryReading
+        k = self.method.num_speculative_tokens
+        return MemoryReading(1000 - 10 * k, (100 + k) * 2**20, None, 0 if k else None)  # ngram: no weights
     def shutdown(self):
         self.alive = False
         return ShutdownReport(self.method.name, 0.01, [], 10, 10, 20, 0)
@@ -79,8 +88,9 @@ def pytest_sessionfinish(session):
 def gate_dir(pytester):
     pytester.makefile(".toml", fake=PROFILE.format(zoo=ROOT / "fixtures" / "zoo", prompts=ROOT / "fixtures/prompts/embedded.jsonl"))
     pytester.makeconftest(CONFTEST)
+    (pytester.path / "fixtures" / "profiles").mkdir(parents=True)  # marks pytester.path as the project root
     gate = pytester.mkpydir("gate")
-    for name in ("test_equivalence.py", "test_lifecycle.py"):
+    for name in ("test_equivalence.py", "test_acceptance.py", "test_memory.py", "test_lifecycle.py"):
         (gate / name).write_text((ROOT / "tests" / "gate" / name).read_text())
     (pytester.path / "pytest.ini").write_text(
         textwrap.dedent("""
@@ -99,8 +109,10 @@ def run(pytester, *args):
 def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_method(gate_dir):
     result = run(gate_dir)
     # baseline: reference + lifecycle; good: equivalence + lifecycle; wrong: only lifecycle passes.
-    # wrong's equivalence fails; broken's two tests error at setup (boot); unsupported's two skip.
-    result.assert_outcomes(passed=5, failed=1, errors=2, skipped=2)
+    # wrong's equivalence fails; broken's tests error at setup (boot); unsupported's skip; the
+    # acceptance tests of good and wrong (5 categories each) and their memory tests skip: no
+    # baseline is stored yet; the baseline engine's memory reading passes.
+    result.assert_outcomes(passed=6, failed=1, errors=2 + 5 + 1, skipped=2 + 5 + 10 + 1 + 2)
     assert "BOOT ORDER ['baseline', 'good', 'wrong', 'broken', 'unsupported']" in result.stdout.str()
     result.stdout.fnmatch_lines(["*prompt code_continuation-01 (code_continuation) at token 3: baseline*vs method*id 99*"])
     result.stdout.fnmatch_lines(["*failed to boot: ValueError: bad draft*", "*engine log tail*"])
@@ -111,7 +123,8 @@ def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_met
 
 def test_method_subset_runs_only_those_engines(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good")
-    assert result.parseoutcomes().get("passed") == 4, result.stdout.str()
+    assert result.parseoutcomes().get("passed") == 5, result.stdout.str()
+    result.stdout.fnmatch_lines(["*no stored acceptance baseline for method 'good', code_continuation in*--update-baselines*"])
     assert "BOOT ORDER ['baseline', 'good']" in result.stdout.str()
 
 
@@ -121,3 +134,43 @@ def test_bad_options_are_usage_errors_naming_the_option(gate_dir):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result = gate_dir.runpytest_subprocess("-m", "gpu", "--specgate-profile", "no-such-profile")
     result.stderr.fnmatch_lines(["*--specgate-profile: no profile named 'no-such-profile'*"])
+
+
+def baseline_file(pytester):
+    files = list((pytester.path / "baselines" / "fake").glob("*.json"))
+    return files[0] if files else None
+
+
+def test_update_baselines_writes_then_an_unchanged_rerun_passes(gate_dir):
+    result = run(gate_dir, "--specgate-methods", "good", "--update-baselines")
+    result.assert_outcomes(passed=4 + 5 + 2)
+    result.stdout.fnmatch_lines(["*baselines written to*fake*", "*good*acceptance*code_continuation*values)*new entry*"])
+    path = baseline_file(gate_dir)
+    stored = path.read_text()
+    assert '"vllm"' in stored and '"git_revision"' in stored
+    rerun = run(gate_dir, "--specgate-methods", "good", "--specgate-strict")
+    rerun.assert_outcomes(passed=4 + 5 + 2)
+    assert path.read_text() == stored  # a plain run never writes
+
+
+def test_update_is_refused_when_a_correctness_test_failed(gate_dir):
+    result = run(gate_dir, "--specgate-methods", "good,wrong", "--update-baselines")
+    result.stdout.fnmatch_lines(["*refusing to write baselines: 1 correctness test(s) failed*test_method_reproduces_baseline_greedy_output*wrong*"])
+    assert baseline_file(gate_dir) is None
+
+
+def test_missing_baseline_fails_under_strict(gate_dir):
+    result = run(gate_dir, "--specgate-methods", "good", "--specgate-strict")
+    result.assert_outcomes(passed=5, failed=6)
+    result.stdout.fnmatch_lines(["*no stored acceptance baseline*(--specgate-strict)*"])
+
+
+def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir):
+    run(gate_dir, "--specgate-methods", "good", "--update-baselines")
+    path = baseline_file(gate_dir)
+    truncated = path.read_text()[:50]
+    path.write_text(truncated)
+    result = run(gate_dir, "--specgate-methods", "good", "--update-baselines")
+    result.stdout.fnmatch_lines([f"*baseline file {path} is not valid JSON*truncated*"])
+    result.stdout.fnmatch_lines(["*--update-baselines: not written*"])
+    assert path.read_text() == truncated

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import ZooError
-from specgate.zoo import REBUILD, ZOO_MODELS, check_model_dir, resolve, zoo_dir
+from specgate.zoo import REBUILD, TARGET_LINK, ZOO_MODELS, check_model_dir, resolve, zoo_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -56,3 +56,38 @@ def test_eagle3_head_names_its_aux_layers_for_the_shallow_target():
     target = json.loads((zoo_dir(ROOT) / "target" / "config.json").read_text())
     layers = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
     assert all(0 <= i < target["num_hidden_layers"] for i in layers)
+
+
+def test_mtp_target_without_the_link_to_the_target_weights_names_it(tmp_path):
+    dst = tmp_path / "mtp_target"
+    shutil.copytree(zoo_dir(ROOT) / "mtp_target", dst, symlinks=True)
+    (dst / TARGET_LINK).unlink()
+    with pytest.raises(ZooError) as err:
+        check_model_dir(dst)
+    assert str(dst / TARGET_LINK) in str(err.value) and REBUILD in str(err.value)
+
+
+def test_a_dangling_link_is_reported_as_missing(tmp_path):
+    dst = tmp_path / "mtp_target"
+    shutil.copytree(zoo_dir(ROOT) / "mtp_target", dst, symlinks=True)  # ../target is not copied
+    with pytest.raises(ZooError, match="missing"):
+        check_model_dir(dst)
+
+
+def test_mtp_target_stores_the_target_weights_verbatim():
+    link = zoo_dir(ROOT) / "mtp_target" / TARGET_LINK
+    assert link.resolve() == (zoo_dir(ROOT) / "target" / "model.safetensors").resolve()
+
+
+def test_setup_build_is_a_no_op_on_the_committed_zoo():
+    from specgate.zoo.build import build
+
+    assert build(zoo_dir(ROOT)) == []
+
+
+def test_setup_build_never_trains_and_names_the_missing_file(tmp_path):
+    from specgate.zoo.build import build
+
+    with pytest.raises(ZooError) as err:
+        build(tmp_path / "zoo")
+    assert str(tmp_path / "zoo" / "target" / "config.json") in str(err.value) and REBUILD in str(err.value)

@@ -1,0 +1,262 @@
+"""Stored baselines: read, validate, merge, write atomically, diff.
+
+One JSON file per profile and hardware: `baselines/<profile>/<hardware-key>.json`
+
+    {"schema": 1, "profile": "cpu-tiny", "hardware": "cpu-intel-xeon-processor-2c",
+     "methods": {"eagle": {"provenance": {...},
+                           "acceptance": {"<category>": {"mean_acceptance_length": 1.9, ...}}}}}
+
+Values are grouped by method, then by kind of measurement ("acceptance", "speedup", "memory"),
+then by key (a prompt category, a concurrency level, a quantity). Each method carries the
+provenance of the run that measured it (vLLM / torch / Python versions, device, date, git revision),
+so a run filtered to one method updates that method alone and the others keep theirs.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import re
+import subprocess
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from specgate.errors import BaselineError
+
+SCHEMA = 1
+KINDS = ("acceptance", "speedup", "memory")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower().replace("(r)", "").replace("(tm)", "")).strip("-")
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware_key(device: str, count: int) -> str:
+    """`nvidia-h100-80gb-hbm3-x1`, `cpu-intel-xeon-processor-2c`: A100 and H100 keep separate files."""
+    if device == "cpu":
+        return f"cpu-{_slug(cpu_name())}-{count}c"
+    return f"{_slug(device)}-x{count}"
+
+
+def detect_device(hardware: str) -> tuple[str, int]:
+    """(device name, count) of what the engines run on: the GPUs for cuda profiles, else the CPU."""
+    if hardware == "cuda":
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_name(0), torch.cuda.device_count()
+    return "cpu", os.cpu_count() or 1
+
+
+def provenance(root: Path, device: str, count: int) -> dict[str, Any]:
+    """Where a measurement came from, stored next to it."""
+    versions = {}
+    for module in ("vllm", "torch"):
+        try:
+            versions[module] = __import__(module).__version__
+        except ImportError:
+            versions[module] = None
+    try:
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        rev = ""
+    return {
+        "vllm": versions["vllm"],
+        "torch": versions["torch"],
+        "python": platform.python_version(),
+        "device": cpu_name() if device == "cpu" else device,
+        "device_count": count,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "git_revision": rev or None,
+    }
+
+
+@dataclass
+class BaselineFile:
+    path: Path
+    profile: str
+    hardware: str
+    methods: dict[str, dict[str, Any]]
+
+    def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
+        return self.methods.get(method, {}).get(kind, {}).get(key)
+
+    def source(self, method: str) -> str:
+        """'vLLM 0.32.0, 2026-11-22, rev abc123' for failure messages."""
+        prov = self.methods.get(method, {}).get("provenance", {})
+        return f"vLLM {prov.get('vllm')}, {str(prov.get('date', '?'))[:10]}, rev {prov.get('git_revision')}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, "profile": self.profile, "hardware": self.hardware, "methods": self.methods}
+
+
+def baseline_path(root: Path, profile: str, hardware: str) -> Path:
+    return Path(root) / "baselines" / profile / f"{hardware}.json"
+
+
+def load(path: Path, profile: str, hardware: str) -> BaselineFile:
+    """The stored baselines (empty when the file does not exist yet); BaselineError when it is bad."""
+    if not path.exists():
+        return BaselineFile(path, profile, hardware, {})
+    fix = "restore it from git (git checkout -- FILE) or delete it and rerun with --update-baselines"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BaselineError(f"baseline file {path} is not valid JSON ({exc}); it may be truncated; {fix}.") from None
+    problem = _schema_problem(data)
+    if problem:
+        raise BaselineError(f"baseline file {path} does not match schema {SCHEMA}: {problem}; {fix}.")
+    if data["profile"] != profile or data["hardware"] != hardware:
+        raise BaselineError(
+            f"baseline file {path} is for profile {data['profile']!r} on {data['hardware']!r}, "
+            f"not {profile!r} on {hardware!r}; {fix}."
+        )
+    return BaselineFile(path, profile, hardware, data["methods"])
+
+
+def _schema_problem(data: Any) -> str | None:
+    if not isinstance(data, dict):
+        return "the top level is not an object"
+    if data.get("schema") != SCHEMA:
+        return f"'schema' is {data.get('schema')!r}, this specgate reads {SCHEMA}"
+    for key in ("profile", "hardware"):
+        if not isinstance(data.get(key), str):
+            return f"'{key}' is missing or not a string"
+    methods = data.get("methods")
+    if not isinstance(methods, dict):
+        return "'methods' is missing or not an object"
+    for name, entry in methods.items():
+        if not isinstance(entry, dict):
+            return f"methods.{name} is not an object"
+        for kind, values in entry.items():
+            if kind == "provenance":
+                continue
+            if kind not in KINDS:
+                return f"methods.{name}.{kind} is not one of {', '.join(KINDS)}"
+            if not isinstance(values, dict) or not all(isinstance(v, dict) for v in values.values()):
+                return f"methods.{name}.{kind} must map keys to objects of values"
+            for key, record in values.items():
+                for field, value in record.items():
+                    ok = isinstance(value, (int, float)) or (
+                        isinstance(value, list) and all(isinstance(x, (int, float)) for x in value)
+                    )
+                    if not ok or isinstance(value, bool):
+                        return f"methods.{name}.{kind}.{key}.{field} is {value!r}, not a number or list of numbers"
+    return None
+
+
+def merge(stored: BaselineFile, measured: dict[str, dict[str, dict[str, dict]]], prov: dict[str, Any]) -> BaselineFile:
+    """A new BaselineFile: `measured` (method -> kind -> key -> values) replaces what it covers,
+    everything it did not measure is kept as stored."""
+    methods = json.loads(json.dumps(stored.methods))  # deep copy
+    for method, kinds in measured.items():
+        entry = methods.setdefault(method, {})
+        for kind, values in kinds.items():
+            entry.setdefault(kind, {}).update(values)
+        entry["provenance"] = prov
+    return BaselineFile(stored.path, stored.profile, stored.hardware, methods)
+
+
+def write_atomic(baseline: BaselineFile) -> None:
+    """Write via a temporary file in the same directory and rename: never a half-written file."""
+    baseline.path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=baseline.path.name + ".", suffix=".tmp", dir=baseline.path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, baseline.path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@dataclass(frozen=True)
+class Change:
+    method: str
+    kind: str
+    key: str
+    field: str
+    old: float | None
+    new: float | None
+
+    @property
+    def relative(self) -> float | None:
+        if self.old is None or self.new is None or self.old == 0:
+            return None
+        return (self.new - self.old) / abs(self.old)
+
+
+def _flatten(values: dict) -> Iterator[tuple[str, float]]:
+    for field, value in sorted(values.items()):
+        if isinstance(value, list):
+            for i, x in enumerate(value):
+                yield f"{field}[{i}]", float(x)
+        else:
+            yield field, float(value)
+
+
+def diff(old: BaselineFile, new: BaselineFile) -> list[Change]:
+    """Every value that differs between two baseline files (added, removed or changed)."""
+    changes = []
+    for method in sorted(set(old.methods) | set(new.methods)):
+        o_entry, n_entry = old.methods.get(method, {}), new.methods.get(method, {})
+        for kind in KINDS:
+            o_kind, n_kind = o_entry.get(kind, {}), n_entry.get(kind, {})
+            for key in sorted(set(o_kind) | set(n_kind)):
+                o_vals = dict(_flatten(o_kind.get(key, {})))
+                n_vals = dict(_flatten(n_kind.get(key, {})))
+                for field in sorted(set(o_vals) | set(n_vals)):
+                    a, b = o_vals.get(field), n_vals.get(field)
+                    if a != b:
+                        changes.append(Change(method, kind, key, field, a, b))
+    return changes
+
+
+def format_diff(changes: list[Change], title: str) -> str:
+    """An old -> new table with the relative change of every value that moved; an entry that is new
+    (or removed) as a whole is one row."""
+    if not changes:
+        return f"{title}: no value changed"
+    rows = [("method", "kind", "key", "value", "old", "new", "change")]
+    groups: dict[tuple[str, str, str], list[Change]] = {}
+    for c in changes:
+        groups.setdefault((c.method, c.kind, c.key), []).append(c)
+    for (method, kind, key), group in groups.items():
+        if all(c.old is None for c in group) or all(c.new is None for c in group):
+            state = "new" if group[0].old is None else "removed"
+            rows.append((method, kind, key, f"({len(group)} values)", "-", "-", f"{state} entry"))
+            continue
+        for c in group:
+            rows.append(_diff_row(c))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [title] + ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def _diff_row(c: Change) -> tuple[str, ...]:
+    rel = "new" if c.old is None else "removed" if c.new is None else "-" if c.relative is None else f"{c.relative:+.1%}"
+    return (c.method, c.kind, c.key, c.field, _num(c.old), _num(c.new), rel)
+
+
+def _num(x: float | None) -> str:
+    return "-" if x is None else f"{x:.4g}"

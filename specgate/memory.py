@@ -1,0 +1,208 @@
+"""What speculation costs in memory: analytic figures from checkpoints and configs, and the checks.
+
+Static overhead = the drafter's own parameters x bytes per element (zero for ngram / suffix; an
+EAGLE head that shares the target's embedding and LM head does not count them). KV overhead = the
+tokens of KV-cache capacity the speculative engine lost against the baseline engine under the same
+memory budget: that is what users feel as lower concurrency. Process overhead = the engine
+processes' peak resident memory (CPU) or device memory (GPU, NVML) above the baseline engine's.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from specgate.acceptance import ROUNDING
+
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2}
+_SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
+MIB = 1024**2
+
+
+def checkpoint_params(model_dir: Path, only: str = "") -> int:
+    """Number of parameters stored in a local checkpoint's safetensors files (headers only);
+    with `only`, just the tensors whose name contains it."""
+    total = 0
+    files = sorted(Path(model_dir).glob("*.safetensors"))
+    for f in files:
+        with f.open("rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(n))
+        for name, info in header.items():
+            if name == "__metadata__" or name in ("d2t", "t2d") or only not in name:  # d2t/t2d: vocab maps
+                continue
+            count = 1
+            for dim in info["shape"]:
+                count *= dim
+            total += count
+    return total
+
+
+def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
+    """layers x 2 (K and V) x KV heads x head dim x bytes, from a HF-style config dict."""
+    heads = config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    layers = config.get("num_hidden_layers", 1)
+    return layers * 2 * kv_heads * head_dim * dtype_bytes
+
+
+@dataclass(frozen=True)
+class MemoryReading:
+    """One engine's memory as measured in this run (bytes; tokens for KV capacity)."""
+
+    kv_capacity_tokens: int | None
+    peak_process_bytes: int  # sum over the engine's processes of their peak resident memory
+    device_bytes: int | None = None  # per-process GPU memory summed (NVML), None on CPU
+    drafter_weight_bytes: int | None = None  # measured inside the worker: the drafter's own tensors
+
+
+@dataclass(frozen=True)
+class MemoryOverhead:
+    """A method's overhead against the baseline engine of the same run."""
+
+    static_bytes_analytic: int
+    static_bytes_measured: int | None
+    kv_tokens_lost: int | None
+    kv_bytes_per_token_drafter: int
+    process_bytes: int
+    device_bytes: int | None
+
+    def record(self) -> dict[str, float]:
+        """Values stored in a baseline file (MiB, tokens)."""
+        rec: dict[str, float] = {
+            "static_mib_analytic": round(self.static_bytes_analytic / MIB, 6),
+            "process_mib": round(self.process_bytes / MIB, 3),
+            "kv_bytes_per_token_drafter": self.kv_bytes_per_token_drafter,
+        }
+        if self.static_bytes_measured is not None:
+            rec["static_mib_measured"] = round(self.static_bytes_measured / MIB, 6)
+        if self.kv_tokens_lost is not None:
+            rec["kv_tokens_lost"] = self.kv_tokens_lost
+        if self.device_bytes is not None:
+            rec["device_mib"] = round(self.device_bytes / MIB, 3)
+        return rec
+
+
+def overhead(method: MemoryReading, baseline: MemoryReading, static_analytic: int, kv_per_token_drafter: int) -> MemoryOverhead:
+    kv_lost = None
+    if method.kv_capacity_tokens is not None and baseline.kv_capacity_tokens is not None:
+        kv_lost = baseline.kv_capacity_tokens - method.kv_capacity_tokens
+    device = None
+    if method.device_bytes is not None and baseline.device_bytes is not None:
+        device = method.device_bytes - baseline.device_bytes
+    return MemoryOverhead(
+        static_bytes_analytic=static_analytic,
+        static_bytes_measured=method.drafter_weight_bytes,
+        kv_tokens_lost=kv_lost,
+        kv_bytes_per_token_drafter=kv_per_token_drafter,
+        process_bytes=method.peak_process_bytes - baseline.peak_process_bytes,
+        device_bytes=device,
+    )
+
+
+@dataclass(frozen=True)
+class CeilingCheck:
+    """`measured <= baseline x (1 + rtol) + slack`; `fails()` is the message when it does not hold."""
+
+    what: str
+    measured: float
+    baseline: float
+    rtol: float
+    slack: float
+    unit: str
+    source: str = ""
+
+    @property
+    def ceiling(self) -> float:
+        return self.baseline * (1 + self.rtol) + self.slack
+
+    def fails(self) -> str | None:
+        if self.measured <= self.ceiling + ROUNDING:
+            return None
+        return (
+            f"{self.what}: measured {self.measured:.4g} {self.unit}, baseline {self.baseline:.4g} {self.unit} "
+            f"({self.source}), ceiling {self.ceiling:.4g} {self.unit}"
+        )
+
+
+# quantity in the stored record -> (description, unit, which absolute slack applies)
+GATED = {
+    "static_mib_measured": ("drafter weights (measured in the engine)", "MiB", "memory"),
+    "static_mib_analytic": ("drafter weights (from its checkpoint)", "MiB", "memory"),
+    "kv_tokens_lost": ("KV-cache capacity lost to speculation", "tokens", None),
+    "process_mib": ("engine processes' peak memory above the baseline engine", "MiB", "process"),
+    "device_mib": ("device memory above the baseline engine", "MiB", "memory"),
+}
+
+
+def memory_checks(
+    measured: dict, stored: dict | None, rtol: float, memory_slack_mib: float, process_slack_mib: float, source: str = ""
+) -> list[CeilingCheck]:
+    """Ceilings for every gated quantity present in both the measurement and the baseline. Token
+    counts get the relative tolerance only; MiB figures also an absolute slack from the profile."""
+    if stored is None:
+        return []
+    slacks = {"memory": memory_slack_mib, "process": process_slack_mib, None: 0.0}
+    checks = []
+    for key, (what, unit, slack) in GATED.items():
+        if key in measured and key in stored:
+            base = max(float(stored[key]), 0.0)
+            checks.append(CeilingCheck(what, float(measured[key]), base, rtol, slacks[slack], unit, source))
+    return checks
+
+
+def engine_record(reading: MemoryReading) -> dict[str, float]:
+    """The baseline engine's own figures, stored for reference (not gated)."""
+    rec: dict[str, float] = {"peak_process_mib": round(reading.peak_process_bytes / MIB, 3)}
+    if reading.kv_capacity_tokens is not None:
+        rec["kv_capacity_tokens"] = reading.kv_capacity_tokens
+    if reading.device_bytes is not None:
+        rec["device_mib"] = round(reading.device_bytes / MIB, 3)
+    return rec
+
+
+def _config(model_dir: Path) -> dict:
+    return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+
+
+def drafter_footprint(profile, method, root: Path) -> tuple[int, int]:
+    """(drafter weight bytes from its checkpoint, drafter KV bytes per token from its config), both
+    at the profile's dtype. Model-free methods cost nothing; MTP counts the target's MTP layers.
+    Hub models that are not on this disk count as 0 here (the measured figure still gates)."""
+    from specgate.zoo import resolve
+
+    elem = DTYPE_BYTES.get(profile.dtype, 2)
+    kind = method.kind
+    if kind in ("ngram", "suffix"):
+        return 0, 0
+    if kind.endswith("mtp"):
+        target = Path(resolve(method.engine_kwargs.get("model", profile.target), root))
+        if not target.is_dir():
+            return 0, 0
+        cfg = _config(target)
+        layers = int(cfg.get("num_nextn_predict_layers", 1))
+        per_layer = kv_bytes_per_token(dict(cfg, num_hidden_layers=1), elem)
+        return checkpoint_params(target, only="mtp") * elem, layers * per_layer
+    drafter = Path(resolve(method.draft_model or "", root))
+    if not drafter.is_dir():
+        return 0, 0
+    cfg = _config(drafter)
+    kv = 0 if kind == "medusa" else kv_bytes_per_token(cfg, elem)
+    return checkpoint_params(drafter) * elem, kv
+
+
+def consistency_problem(rec: dict, rtol: float) -> str | None:
+    """Measured vs analytic drafter weights disagreeing beyond `rtol`: the engine loaded more (or less)
+    than the drafter's own checkpoint holds."""
+    measured, analytic = rec.get("static_mib_measured"), rec.get("static_mib_analytic")
+    if measured is None or analytic is None or analytic == 0 and measured == 0:
+        return None
+    if abs(measured - analytic) <= rtol * max(analytic, measured):
+        return None
+    return (
+        f"drafter weights measured in the engine ({measured:.3f} MiB) and computed from its checkpoint "
+        f"({analytic:.3f} MiB) differ by more than {rtol:.0%}: the engine loaded more than the drafter"
+    )

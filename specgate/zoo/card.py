@@ -1,0 +1,160 @@
+"""fixtures/zoo/MODEL_CARD.md from training.json (train.py) and measured.json (measure.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from specgate.zoo import REBUILD, ZOO_MODELS
+
+CATEGORIES = ["code_continuation", "code_editing", "doc_prose", "structured_output", "repetitive_lists"]
+
+
+def _params(zoo: Path, name: str) -> tuple[int, int]:
+    """(parameters, bytes) of the model's own files (links to other models' files not counted)."""
+    params = size = 0
+    for f in sorted((zoo / name).glob("*.safetensors")):
+        if f.is_symlink():
+            continue
+        size += f.stat().st_size
+        with f.open("rb") as fh:
+            header = json.loads(fh.read(int.from_bytes(fh.read(8), "little")))
+        for k, v in header.items():
+            if k != "__metadata__":
+                n = 1
+                for d in v["shape"]:
+                    n *= d
+                params += n
+    return params, size
+
+
+def _table(rows: dict, fmt: str = "{:.2f}") -> list[str]:
+    lines = ["| method | " + " | ".join(CATEGORIES) + " |", "| --- |" + " --- |" * len(CATEGORIES)]
+    for name, per_cat in rows.items():
+        cells = [fmt.format(per_cat[c]) if per_cat.get(c) is not None else "-" for c in CATEGORIES]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def render(zoo: Path) -> str:
+    t = json.loads((zoo / "training.json").read_text(encoding="utf-8"))
+    measured_path = zoo / "measured.json"
+    m = json.loads(measured_path.read_text(encoding="utf-8")) if measured_path.is_file() else None
+    total = sum(f.stat().st_size for f in zoo.rglob("*") if f.is_file() and not f.is_symlink())
+    out = [
+        "# The embedded model zoo (`cpu-tiny`)",
+        "",
+        "Tiny models trained on this machine's own text so that speculative decoding on CPU behaves more",
+        "like it does on real models than with random weights: drafters that learned the target agree with",
+        "it, acceptance differs by prompt category, speculation can beat the baseline at concurrency 1.",
+        "Their numbers describe these toy models only (see Limits).",
+        "",
+        f"Rebuild: `{REBUILD}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
+        f"torch {t['torch']}; no download). Measure: `python -m specgate.zoo.measure` (boots vLLM engines).",
+        "",
+        "## Data",
+        "",
+        "All from the interpreter that runs the script (tokens after the zoo's 2048-token BPE, which is",
+        "trained on the standard library's sources):",
+        "",
+        f"- code: the standard library's `.py` sources ({t['corpus']['code']:,} tokens)",
+        f"- prose: pydoc's topic pages and the stdlib's docstrings of >= 300 characters ({t['corpus']['prose']:,})",
+        f"- structured: JSON / JSON lines / CSV / INI renderings of tables the stdlib carries (HTTP statuses, MIME"
+        f" types, codec aliases, errno, HTML entities, locales, Unicode names, ...) ({t['corpus']['structured']:,})",
+        f"- editing: stdlib functions and classes followed by `# Same function, with the variable `a` renamed to"
+        f" `b`:` and the renamed copy ({t['corpus']['editing']:,})",
+        "",
+        f"Training windows of {t['seq']} tokens are drawn from these with shares {t['mix']}.",
+        "",
+        "## Models",
+        "",
+        "| model | what | parameters (stored) | file size |",
+        "| --- | --- | --- | --- |",
+    ]
+    for name, what in ZOO_MODELS.items():
+        params, size = _params(zoo, name)
+        out.append(f"| `{name}` | {what} | {params / 1e6:.2f} M | {size / 2**20:.1f} MiB |")
+    d = t["drafters"]
+    out += [
+        "",
+        f"Weights are stored as float16 ({total / 2**20:.1f} MiB in all); `cpu-tiny` computes in float32. `mtp_target`",
+        "reads the target's own file through the link `target.safetensors` (verbatim weights, stored once).",
+        "",
+        "## Training",
+        "",
+        f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, bf16 autocast; "
+        f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min.",
+        f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, "
+        f"{d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft cross-entropy, nats; EAGLE "
+        f"terms summed over {t['unroll']} unrolled steps): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in d["final_loss"].items())
+        + ".",
+        "  EAGLE-1 / EAGLE-3 are unrolled over the profile's 3 speculative steps, each step reading the previous",
+        "  step's own output state as vLLM feeds it; EAGLE-1 also regresses the target's next hidden state.",
+        "  Medusa head k on the target's last state predicts the token k+2 ahead; the MTP layer (MiMo) predicts",
+        "  one token ahead from the target's state and the next token's embedding.",
+        f"- target_perturbed: the trained target + {t['perturb']['scale']:.4f} x (per-matrix std) Gaussian noise; greedy",
+        f"  agreement with the target {t['perturb']['agreement']:.1%} (teacher-forced on its own greedy continuations of",
+        "  the embedded prompts). The gate's canary: it must fail `draft_self`'s acceptance baseline.",
+        "- `mlp_speculator` keeps seeded random weights: vLLM 0.32 cannot run the method at all.",
+        "",
+        "## Acceptance",
+        "",
+    ]
+    if m:
+        out += [
+            f"Measured in vLLM's CPU engine with `cpu-tiny` (k = 3, max_tokens 48, 12 prompts per category; "
+            f"{m['date']}): mean acceptance length (1 + accepted drafts per verification step).",
+            "",
+        ]
+        out += _table({k: r["acceptance"] for k, r in m["methods"].items() if r["acceptance"]})
+        out += [
+            "",
+            "### Speed at concurrency 1",
+            "",
+            f"{m['timing_prompts']} prompts (2 per category) sent one at a time, {m['rounds']} rounds per engine; the"
+            " baseline engine ran first and last. Speedup = baseline time / method time: median over all pairs"
+            " of rounds, [10th, 90th percentile]. Every method's greedy outputs equal the baseline's unless noted.",
+            "",
+            "| method | speedup at C=1 | outputs equal baseline |",
+            "| --- | --- | --- |",
+        ]
+        for k, r in m["methods"].items():
+            s = r["speedup_c1"]
+            out.append(f"| {k} | {s['median']:.2f} [{s['p10']:.2f}, {s['p90']:.2f}] | {'yes' if r['outputs_equal_baseline'] else 'NO'} |")
+        out.append("")
+    out += [
+        "Offline estimate at training time (teacher-forced on the target's float32 greedy continuations of the",
+        "embedded prompts, every continuation position taken as a verification point):",
+        "",
+    ]
+    out += _table({k: v for k, v in t["offline"].items() if k != "perturbed_agreement"})
+    if m:
+        out += ["", "## Limits", ""]
+        copy_heavy = ["code_editing", "repetitive_lists", "structured_output"]
+        for name in ("ngram", "suffix"):
+            acc = m["methods"].get(name, {}).get("acceptance", {})
+            if acc.get("doc_prose") is not None:
+                heavy = sum(acc[c] for c in copy_heavy) / len(copy_heavy)
+                out.append(
+                    f"- {name}: mean acceptance length {heavy:.2f} on the copy-heavy categories ({', '.join(copy_heavy)})"
+                    f" vs {acc['doc_prose']:.2f} on doc_prose."
+                )
+        out += [
+            f"- The target is small and briefly trained (loss {t['target']['final_loss']:.2f} nats/token): its continuations",
+            "  are not coherent, fragments of Python / prose / JSON that drift into repetition (see below), and",
+            "  repetition is what prompt-lookup methods (ngram, suffix) accept best, in whatever category.",
+            "- Speculation on vLLM's CPU engine costs a large fixed overhead per step: even `draft_self` (every",
+            "  draft accepted) gains far less than its acceptance length.",
+        ]
+    out += ["", "## What the target writes", "", "Greedy continuation (48 tokens) of the first prompt of each category:", ""]
+    for cat in CATEGORIES:
+        if cat in t["samples"]:
+            out += [f"- {cat}:", "", "  ```", *["  " + line for line in t["samples"][cat].splitlines()], "  ```", ""]
+    return "\n".join(out).rstrip() + "\n"
+
+
+def write_card(zoo: Path) -> Path:
+    path = zoo / "MODEL_CARD.md"
+    path.write_text(render(zoo), encoding="utf-8")
+    return path

@@ -1,0 +1,123 @@
+"""Baseline files: validation with clear errors, merge, atomic write, old -> new diff."""
+
+import json
+import re
+
+import pytest
+
+from specgate import baselines
+from specgate.acceptance import AcceptanceResult, SpecCounters, acceptance_checks
+from specgate.errors import BaselineError
+
+PROV = {"vllm": "0.32.0", "torch": "2.13.0", "python": "3.11.7", "device": "cpu", "device_count": 2,
+        "date": "2026-11-22T00:00:00+00:00", "git_revision": "abc1234"}
+
+
+def stored(tmp_path, methods=None):
+    f = baselines.BaselineFile(tmp_path / "b" / "cpu-x-2c.json", "p", "cpu-x-2c", methods or {})
+    baselines.write_atomic(f)
+    return f
+
+
+def test_missing_file_is_an_empty_baseline(tmp_path):
+    f = baselines.load(tmp_path / "none.json", "p", "h")
+    assert f.methods == {} and f.entry("ngram", "acceptance", "code") is None
+
+
+@pytest.mark.parametrize(
+    "content, words",
+    [
+        ('{"schema": 1, "profile": "p", "hardware": "cpu-x-2c", "methods": {"ng', "not valid JSON"),
+        ('{"schema": 2, "profile": "p", "hardware": "cpu-x-2c", "methods": {}}', "'schema' is 2"),
+        ('{"schema": 1, "profile": "p", "hardware": "cpu-x-2c"}', "'methods' is missing"),
+        ('{"schema": 1, "profile": "p", "hardware": "cpu-x-2c", "methods": {"a": {"speed": {}}}}', "not one of"),
+        ('{"schema": 1, "profile": "p", "hardware": "cpu-x-2c", "methods": {"a": {"acceptance": {"c": {"x": "1"}}}}}', "not a number"),
+        ('{"schema": 1, "profile": "q", "hardware": "cpu-x-2c", "methods": {}}', "is for profile 'q'"),
+    ],
+)
+def test_bad_baseline_file_is_named_and_left_untouched(tmp_path, content, words):
+    path = tmp_path / "cpu-x-2c.json"
+    path.write_text(content)
+    with pytest.raises(BaselineError, match=words) as err:
+        baselines.load(path, "p", "cpu-x-2c")
+    assert str(path) in str(err.value) and "--update-baselines" in str(err.value)
+    assert path.read_text() == content
+
+
+def test_merge_replaces_what_was_measured_and_keeps_the_rest(tmp_path):
+    old = stored(tmp_path, {
+        "ngram": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 2.0}, "prose": {"mean_acceptance_length": 1.2}}},
+        "eagle": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 1.8}}},
+    })
+    new_prov = dict(PROV, vllm="0.33.0")
+    merged = baselines.merge(old, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 2.5}}}}, new_prov)
+    assert merged.entry("ngram", "acceptance", "code") == {"mean_acceptance_length": 2.5}
+    assert merged.entry("ngram", "acceptance", "prose") == {"mean_acceptance_length": 1.2}
+    assert merged.entry("eagle", "acceptance", "code") == {"mean_acceptance_length": 1.8}
+    assert merged.methods["eagle"]["provenance"]["vllm"] == "0.32.0"
+    assert merged.methods["ngram"]["provenance"]["vllm"] == "0.33.0"
+    assert old.entry("ngram", "acceptance", "code") == {"mean_acceptance_length": 2.0}  # not mutated
+    baselines.write_atomic(merged)
+    again = baselines.load(old.path, "p", "cpu-x-2c")
+    assert again.methods == merged.methods
+    assert [p.name for p in old.path.parent.iterdir()] == [old.path.name]  # no temp file left
+
+
+def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    old = stored(tmp_path, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 2.0}}}})
+    before = old.path.read_text()
+
+    def explode(*args, **kwargs):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(baselines.os, "replace", explode)
+    with pytest.raises(OSError):
+        baselines.write_atomic(baselines.merge(old, {"ngram": {"acceptance": {"code": {"x": 1.0}}}}, PROV))
+    assert old.path.read_text() == before
+    assert [p.name for p in old.path.parent.iterdir()] == [old.path.name]
+
+
+def test_diff_table_shows_old_new_and_relative_change(tmp_path):
+    old = stored(tmp_path, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 2.0, "per_position": [0.5, 0.25]}}}})
+    new = baselines.merge(old, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 1.5, "per_position": [0.5, 0.3]}}},
+                                "eagle": {"acceptance": {"code": {"mean_acceptance_length": 1.9}}}}, PROV)
+    changes = baselines.diff(old, new)
+    table = baselines.format_diff(changes, "title")
+    assert "mean_acceptance_length" in table and "-25.0%" in table and "+20.0%" in table
+    assert re.search(r"eagle +acceptance +code +\(1 values\).*new entry", table)
+    assert len(changes) == 3  # per_position[0] did not move
+
+
+def test_hardware_keys_separate_devices():
+    assert baselines.hardware_key("NVIDIA H100 80GB HBM3", 1) == "nvidia-h100-80gb-hbm3-x1"
+    assert baselines.hardware_key("NVIDIA A100-SXM4-80GB", 4) == "nvidia-a100-sxm4-80gb-x4"
+    assert baselines.hardware_key("cpu", 2).startswith("cpu-") and baselines.hardware_key("cpu", 2).endswith("-2c")
+
+
+def result(drafts, accepted, per_pos):
+    return AcceptanceResult(SpecCounters(drafts, drafts * len(per_pos), accepted, tuple(per_pos)), ())
+
+
+def test_acceptance_check_fails_below_baseline_with_every_number_in_the_message():
+    base = result(100, 150, [80, 50, 20]).record()
+    worse = result(100, 100, [60, 30, 10])
+    failures = [c.fails() for c in acceptance_checks(worse, base, 0.05, 0.10, {}, "vLLM 0.32.0, 2026-11-22") if c.fails()]
+    assert failures[0] == "mean acceptance length: measured 2, baseline 2.5 (vLLM 0.32.0, 2026-11-22), floor 2.375"
+    assert len(failures) == 4  # the mean and all three positions
+
+
+def test_acceptance_check_passes_unchanged_and_within_tolerance():
+    base = result(100, 150, [80, 50, 20]).record()
+    assert not [c for c in acceptance_checks(result(100, 150, [80, 50, 20]), base, 0.05, 0.10, {}) if c.fails()]
+    assert not [c for c in acceptance_checks(result(100, 140, [78, 46, 18]), base, 0.05, 0.10, {}) if c.fails()]
+
+
+def test_profile_floor_applies_without_a_baseline():
+    checks = acceptance_checks(result(10, 27, [10, 9, 8]), None, 0.05, 0.1, {"acceptance_rate": 0.98})
+    assert [c.fails() for c in checks] == ["acceptance rate (profile floor): measured 0.9, floor 0.98"]
+
+
+def test_histogram_leaves_out_each_requests_prefill_step():
+    r = AcceptanceResult.from_batch(SpecCounters(), {"a": [1, 4, 2, 1], "b": [1, 3]}, k=3)
+    assert r.histogram == (0, 1, 1, 1, 1)
+    assert json.loads(json.dumps(r.record()))["tokens_per_step_histogram"] == [0, 1, 1, 1, 1]

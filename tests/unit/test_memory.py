@@ -1,0 +1,50 @@
+"""Memory figures and ceilings without an engine."""
+
+from pathlib import Path
+
+from specgate import memory
+from specgate.memory import MIB, MemoryReading
+from specgate.profile import find_profile, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_kv_bytes_per_token_from_config():
+    cfg = {"num_hidden_layers": 4, "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 128}
+    assert memory.kv_bytes_per_token(cfg, 4) == 4 * 2 * 2 * 32 * 4
+
+
+def test_zoo_drafters_cost_what_their_checkpoints_hold():
+    profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    ngram, _ = memory.drafter_footprint(profile, profile.methods["ngram"], ROOT)
+    eagle, eagle_kv = memory.drafter_footprint(profile, profile.methods["eagle"], ROOT)
+    draft, _ = memory.drafter_footprint(profile, profile.methods["draft_model"], ROOT)
+    heavy, _ = memory.drafter_footprint(profile, profile.methods["draft_self"], ROOT)
+    mtp, mtp_kv = memory.drafter_footprint(profile, profile.methods["mtp"], ROOT)
+    assert ngram == 0 and eagle > 0 and eagle_kv > 0 and 0 < draft < heavy
+    assert 0 < mtp < heavy and mtp_kv > 0  # the MTP layer only, not the whole target
+
+
+def test_overhead_is_against_the_baseline_engine_of_the_same_run():
+    base = MemoryReading(kv_capacity_tokens=1000, peak_process_bytes=500 * MIB)
+    spec = MemoryReading(kv_capacity_tokens=800, peak_process_bytes=530 * MIB, drafter_weight_bytes=2 * MIB)
+    rec = memory.overhead(spec, base, 2 * MIB, 256).record()
+    assert rec["kv_tokens_lost"] == 200 and rec["process_mib"] == 30 and rec["static_mib_measured"] == 2
+
+
+def test_ceiling_fails_a_heavier_drafter_and_names_every_number():
+    stored = {"static_mib_measured": 2.0, "kv_tokens_lost": 100, "process_mib": 10.0}
+    heavier = {"static_mib_measured": 5.0, "kv_tokens_lost": 400, "process_mib": 12.0}
+    failures = [c.fails() for c in memory.memory_checks(heavier, stored, 0.10, 0.25, 64, "vLLM 0.32.0") if c.fails()]
+    assert failures == [
+        "drafter weights (measured in the engine): measured 5 MiB, baseline 2 MiB (vLLM 0.32.0), ceiling 2.45 MiB",
+        "KV-cache capacity lost to speculation: measured 400 tokens, baseline 100 tokens (vLLM 0.32.0), ceiling 110 tokens",
+    ]
+    same = [c for c in memory.memory_checks(stored, stored, 0.10, 0.25, 64) if c.fails()]
+    assert same == []
+
+
+def test_measured_and_analytic_weights_must_agree():
+    assert memory.consistency_problem({"static_mib_measured": 1.0, "static_mib_analytic": 1.02}, 0.1) is None
+    problem = memory.consistency_problem({"static_mib_measured": 3.0, "static_mib_analytic": 1.0}, 0.1)
+    assert problem and "loaded more than the drafter" in problem
