@@ -67,6 +67,7 @@ class MemoryOverhead:
     static_bytes_measured: int | None
     kv_tokens_lost: int | None
     kv_bytes_per_token_drafter: int
+    kv_bytes_per_token_target: int
     process_bytes: int
     device_bytes: int | None
 
@@ -76,6 +77,7 @@ class MemoryOverhead:
             "static_mib_analytic": round(self.static_bytes_analytic / MIB, 6),
             "process_mib": round(self.process_bytes / MIB, 3),
             "kv_bytes_per_token_drafter": self.kv_bytes_per_token_drafter,
+            "kv_bytes_per_token_target": self.kv_bytes_per_token_target,
         }
         if self.static_bytes_measured is not None:
             rec["static_mib_measured"] = round(self.static_bytes_measured / MIB, 6)
@@ -86,7 +88,9 @@ class MemoryOverhead:
         return rec
 
 
-def overhead(method: MemoryReading, baseline: MemoryReading, static_analytic: int, kv_per_token_drafter: int) -> MemoryOverhead:
+def overhead(
+    method: MemoryReading, baseline: MemoryReading, static_analytic: int, kv_per_token_drafter: int, kv_per_token_target: int = 0
+) -> MemoryOverhead:
     kv_lost = None
     if method.kv_capacity_tokens is not None and baseline.kv_capacity_tokens is not None:
         kv_lost = baseline.kv_capacity_tokens - method.kv_capacity_tokens
@@ -98,6 +102,7 @@ def overhead(method: MemoryReading, baseline: MemoryReading, static_analytic: in
         static_bytes_measured=method.drafter_weight_bytes,
         kv_tokens_lost=kv_lost,
         kv_bytes_per_token_drafter=kv_per_token_drafter,
+        kv_bytes_per_token_target=kv_per_token_target,
         process_bytes=method.peak_process_bytes - baseline.peak_process_bytes,
         device_bytes=device,
     )
@@ -166,6 +171,14 @@ def engine_record(reading: MemoryReading) -> dict[str, float]:
 
 def _config(model_dir: Path) -> dict:
     return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
+
+
+def target_kv_bytes_per_token(profile, root: Path) -> int:
+    """The target's KV bytes per token from its config (0 for a hub model not on this disk)."""
+    from specgate.zoo import resolve
+
+    target = Path(resolve(profile.target, root))
+    return kv_bytes_per_token(_config(target), DTYPE_BYTES.get(profile.dtype, 2)) if target.is_dir() else 0
 
 
 def drafter_footprint(profile, method, root: Path) -> tuple[int, int]:

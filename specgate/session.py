@@ -274,7 +274,8 @@ class GateSession:
                 "compared with (did the baseline engine fail to boot?)"
             )
         analytic, kv_per_token = memory.drafter_footprint(self.profile, method, self.root)
-        return memory.overhead(self.memory_reading(name), base, analytic, kv_per_token)
+        kv_target = memory.target_kv_bytes_per_token(self.profile, self.root)
+        return memory.overhead(self.memory_reading(name), base, analytic, kv_per_token, kv_target)
 
     def check_memory(self, name: str) -> GateOutcome:
         """Memory overhead against the stored ceiling; the baseline engine is read and stored as is."""
@@ -374,6 +375,16 @@ class GateSession:
                 if r.compared:
                     state += f"; greedy: {r.identical}/{r.compared} identical, {r.numerical} near-ties, {r.diverged} diverged"
             lines.append(f"  {r.method:<14} {state}")
+            accepted = self.measured.get(r.method, {}).get("acceptance", {})
+            if accepted:
+                lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in accepted.items())
+                lines.append(f"  {'':<14} mean acceptance length: {lengths}")
+            overhead = self.measured.get(r.method, {}).get("memory", {}).get("overhead")
+            if overhead:
+                lines.append(
+                    f"  {'':<14} memory: drafter {overhead.get('static_mib_measured', float('nan')):.2f} MiB, "
+                    f"KV tokens lost {overhead.get('kv_tokens_lost', 'n/a')}, processes {overhead['process_mib']:+.0f} MiB"
+                )
         boots = Counter({r.method: r.boots for r in self.records.values() if r.boots > 1})
         if boots:
             lines.append(f"  warning: booted more than once: {dict(boots)} (tests reordered, or an engine was lost)")

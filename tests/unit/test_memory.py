@@ -28,8 +28,10 @@ def test_zoo_drafters_cost_what_their_checkpoints_hold():
 def test_overhead_is_against_the_baseline_engine_of_the_same_run():
     base = MemoryReading(kv_capacity_tokens=1000, peak_process_bytes=500 * MIB)
     spec = MemoryReading(kv_capacity_tokens=800, peak_process_bytes=530 * MIB, drafter_weight_bytes=2 * MIB)
-    rec = memory.overhead(spec, base, 2 * MIB, 256).record()
+    rec = memory.overhead(spec, base, 2 * MIB, 256, 1024).record()
     assert rec["kv_tokens_lost"] == 200 and rec["process_mib"] == 30 and rec["static_mib_measured"] == 2
+    # KV capacity splits the same budget between target and drafter: 1000 x 1024 / (1024 + 256) = 800
+    assert rec["kv_bytes_per_token_target"] == 1024
 
 
 def test_ceiling_fails_a_heavier_drafter_and_names_every_number():
