@@ -178,9 +178,6 @@ class Engine:
     alive: bool = True
     _batches: int = 0
 
-    def tokenizer(self):
-        return self.llm.get_tokenizer()
-
     def counters(self) -> SpecCounters:
         return counters_from_metrics(self.llm.get_metrics())
 

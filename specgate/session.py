@@ -234,14 +234,17 @@ class GateSession:
         against_floors = failed(acceptance_checks(result, None, 0.0, 0.0, method.floors))
         if ref != name:
             return self._canary(name, ref, "acceptance", category, stored, against_baseline)
+        return self._verdict(name, "acceptance", category, stored, against_floors, against_baseline)
+
+    def _verdict(self, name: str, kind: str, key: str, stored, always: list[str], against_baseline: list[str]) -> GateOutcome:
+        """`always` (absolute floors, consistency) holds in every run; `against_baseline` is what an
+        --update-baselines run replaces (its old -> new table shows them) and a missing baseline skips."""
         if self.update_baselines:
-            # Baseline-relative checks are what an update replaces (the old -> new table shows them);
-            # absolute floors still hold.
-            return GateOutcome(failures=against_floors)
-        if against_floors or against_baseline:
-            return GateOutcome(failures=against_floors + against_baseline)
+            return GateOutcome(failures=always)
+        if always or against_baseline:
+            return GateOutcome(failures=always + against_baseline)
         if stored is None:
-            return self._missing(name, "acceptance", category)
+            return self._missing(name, kind, key)
         return GateOutcome()
 
     def _canary(self, name: str, ref: str, kind: str, key: str, stored, failures: list[str]) -> GateOutcome:
@@ -299,13 +302,7 @@ class GateSession:
         failures = [f"method '{name}', memory: {msg}" for c in checks if (msg := c.fails())]
         if ref != name:
             return self._canary(name, ref, "memory", "overhead", stored, failures)
-        if self.update_baselines:
-            return GateOutcome(failures=problems)
-        if problems or failures:
-            return GateOutcome(failures=problems + failures)
-        if stored is None:
-            return self._missing(name, "memory", "overhead")
-        return GateOutcome()
+        return self._verdict(name, "memory", "overhead", stored, problems, failures)
 
     def write_baselines(self) -> str:
         """Merge this run's measurements into the stored file, atomically; the old -> new table."""
