@@ -26,16 +26,22 @@ class SpecCounters:
     num_accepted_tokens: int = 0
     accepted_per_pos: tuple[int, ...] = field(default_factory=tuple)
 
-    def __sub__(self, earlier: SpecCounters) -> SpecCounters:
-        n = max(len(self.accepted_per_pos), len(earlier.accepted_per_pos))
+    def _combine(self, other: SpecCounters, sign: int) -> SpecCounters:
+        n = max(len(self.accepted_per_pos), len(other.accepted_per_pos))
         a = self.accepted_per_pos + (0,) * (n - len(self.accepted_per_pos))
-        b = earlier.accepted_per_pos + (0,) * (n - len(earlier.accepted_per_pos))
+        b = other.accepted_per_pos + (0,) * (n - len(other.accepted_per_pos))
         return SpecCounters(
-            self.num_drafts - earlier.num_drafts,
-            self.num_draft_tokens - earlier.num_draft_tokens,
-            self.num_accepted_tokens - earlier.num_accepted_tokens,
-            tuple(x - y for x, y in zip(a, b)),
+            self.num_drafts + sign * other.num_drafts,
+            self.num_draft_tokens + sign * other.num_draft_tokens,
+            self.num_accepted_tokens + sign * other.num_accepted_tokens,
+            tuple(x + sign * y for x, y in zip(a, b)),
         )
+
+    def __sub__(self, earlier: SpecCounters) -> SpecCounters:
+        return self._combine(earlier, -1)
+
+    def __add__(self, other: SpecCounters) -> SpecCounters:
+        return self._combine(other, +1)
 
     @property
     def mean_acceptance_length(self) -> float | None:

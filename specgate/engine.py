@@ -1,6 +1,8 @@
-"""The only module that talks to vLLM: boot, generate, metrics, shutdown.
+"""The only module that talks to vLLM: boot, generate, stream, metrics, memory, shutdown.
 
-`boot_engine(...)` returns a live `Engine`; `Engine.shutdown()` stops it and verifies that its
+The engine is vLLM's AsyncLLM in this process, on an event loop thread of its own, so the load
+generator can keep exactly C requests in flight and see every streamed step. `boot_engine(...)`
+returns a live `Engine`; `Engine.shutdown()` stops it and verifies that its
 processes are gone and the machine's memory came back. The engine's own log (it runs in child
 processes) goes to a file per method, so a boot failure can quote its tail instead of a stack dump.
 vLLM is imported lazily: the rest of specgate (profiles, reports, unit tests) never needs it.
@@ -8,11 +10,13 @@ vLLM is imported lazily: the rest of specgate (profiles, reports, unit tests) ne
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -65,7 +69,7 @@ class ShutdownReport:
 
 
 def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any]:
-    """Everything handed to `vllm.LLM(...)` for this method; zoo references become local paths."""
+    """The engine arguments (vLLM EngineArgs fields) for this method; zoo references become local paths."""
     kwargs: dict[str, Any] = dict(
         model=resolve_model(profile.target, root),
         dtype=profile.dtype,
@@ -165,10 +169,40 @@ class BatchResult:
     counters: SpecCounters  # spec-decode counters of this batch alone
 
 
+class EventLoopThread:
+    """An asyncio loop on its own thread: vLLM's AsyncLLM lives on it, the (synchronous) tests
+    submit coroutines to it. One per engine, stopped with the engine."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="specgate-engine-loop", daemon=True)
+        self.thread.start()
+
+    def run(self, coro):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def close(self) -> None:
+        async def cancel_pending():
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+        with contextlib.suppress(Exception):
+            self.run(cancel_pending())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
 @dataclass
 class Engine:
+    """A live vLLM engine (AsyncLLM, in this process; its core and workers in child processes)."""
+
     method: Method
-    llm: Any
+    client: Any  # vllm.v1.engine.async_llm.AsyncLLM
+    loop: EventLoopThread
     log_path: Path
     boot_s: float
     rss_before_boot: int
@@ -176,53 +210,104 @@ class Engine:
     children_before_boot: set[int]
     env_before: dict[str, str | None] = field(default_factory=dict)
     alive: bool = True
-    _batches: int = 0
+    _requests: int = 0
 
     def counters(self) -> SpecCounters:
-        return counters_from_metrics(self.llm.get_metrics())
+        from vllm.v1.metrics.reader import get_metrics_snapshot
+
+        return counters_from_metrics(get_metrics_snapshot())
+
+    def _request_id(self, tag: str) -> str:
+        self._requests += 1
+        return f"{tag}#{self._requests}"
+
+    @staticmethod
+    def _params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(
+            temperature=temperature,
+            max_tokens=max_tokens,
+            logprobs=top_logprobs or None,
+            seed=seed,
+            ignore_eos=False,
+            output_kind=RequestOutputKind.DELTA,  # one output per engine step: its new tokens only
+        )
+
+    async def _deltas(self, token_ids, params, tag: str):
+        """The request's outputs as the engine emits them: one CompletionOutput per step."""
+        from vllm.inputs import TokensPrompt
+
+        async for out in self.client.generate(TokensPrompt(prompt_token_ids=list(token_ids)), params, self._request_id(tag)):
+            yield out.outputs[0]
+
+    async def stream_tokens(self, token_ids, max_tokens: int, tag: str, temperature: float = 0.0, seed: int | None = None):
+        """For the load generator: how many new tokens each streamed step brought."""
+        async for completion in self._deltas(token_ids, self._params(max_tokens, temperature=temperature, seed=seed), tag):
+            if completion.token_ids:
+                yield len(completion.token_ids)
+
+    def run(self, coro):
+        """Run a coroutine on the engine's loop (from the test's thread) with the engine's log."""
+        with _output_to(self.log_path):
+            return self.loop.run(coro)
 
     def run_batch(self, prompts: list[TokenizedPrompt], max_tokens: int, top_logprobs: int = 0) -> BatchResult:
-        """Greedy continuations of `prompts` as one batch, streamed step by step.
+        """Greedy continuations of `prompts`, all submitted at once, streamed step by step.
 
         Streaming (DELTA outputs) shows how many tokens each verification step emitted (accepted + 1);
         the spec-decode counters are read before and after, so the batch's own numbers are the delta.
         """
-        from vllm import SamplingParams
-        from vllm.inputs import TokensPrompt
-        from vllm.sampling_params import RequestOutputKind
-
-        params = SamplingParams(
-            temperature=0.0,
-            max_tokens=max_tokens,
-            logprobs=top_logprobs or None,
-            output_kind=RequestOutputKind.DELTA,
-        )
-        engine = self.llm.llm_engine
-        self._batches += 1
-        before = self.counters()
-        ids: dict[str, str] = {}
+        params = self._params(max_tokens, top_logprobs)
         tokens: dict[str, list[int]] = {p.id: [] for p in prompts}
         tops: dict[str, list[dict[int, float]]] = {p.id: [] for p in prompts}
         steps: dict[str, list[int]] = {p.id: [] for p in prompts}
-        with _output_to(self.log_path):
-            for p in prompts:
-                rid = f"{p.id}#{self._batches}"
-                ids[rid] = p.id
-                # vLLM may return an internal id; outputs carry the one we gave. Map both.
-                ids[engine.add_request(rid, TokensPrompt(prompt_token_ids=list(p.token_ids)), params)] = p.id
-            while engine.has_unfinished_requests():
-                for out in engine.step():
-                    pid = ids[out.request_id]
-                    completion = out.outputs[0]
-                    new = [int(t) for t in completion.token_ids]
-                    if not new:
-                        continue
-                    steps[pid].append(len(new))
-                    tokens[pid].extend(new)
-                    if top_logprobs and completion.logprobs:
-                        tops[pid].extend({int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs)
+
+        async def one(p: TokenizedPrompt) -> None:
+            async for completion in self._deltas(p.token_ids, params, p.id):
+                new = [int(t) for t in completion.token_ids]
+                if not new:
+                    continue
+                steps[p.id].append(len(new))
+                tokens[p.id].extend(new)
+                if top_logprobs and completion.logprobs:
+                    tops[p.id].extend({int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs)
+
+        async def batch() -> None:
+            await asyncio.gather(*(one(p) for p in prompts))
+
+        before = self.counters()
+        self.run(batch())
         outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
         return BatchResult(outputs, steps, self.counters() - before)
+
+    def collective_rpc(self, fn):
+        """Call `fn(worker)` in every worker process (results in rank order)."""
+        return self.run(self.client.collective_rpc(fn))
+
+    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
+        """One closed-loop trial (see specgate.load) and the spec-decode counters it moved."""
+        from specgate import load
+
+        async def stream(token_ids, max_new, tag):
+            async for n in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
+                yield n
+
+        before = self.counters()
+        run = self.run(load.closed_loop(stream, prompts, concurrency, max_tokens))
+        return run, self.counters() - before
+
+    def timed_steps(self, work) -> dict[str, float] | None:
+        """Run `work()` with timers in the worker around the target's forward pass and the drafter:
+        seconds and calls of each (rank 0), or None when this vLLM's runner lacks the hooks."""
+        if not all(self.collective_rpc(_start_step_timer)):
+            return None
+        try:
+            work()
+        finally:
+            timings = self.collective_rpc(_stop_step_timer)
+        return timings[0]
 
     def memory_reading(self):
         """KV capacity, the engine processes' peak memory, and the drafter's own weights (measured in
@@ -231,7 +316,7 @@ class Engine:
 
         pids = sorted(_children() - self.children_before_boot)
         try:
-            drafter = self.llm.collective_rpc(_drafter_weight_bytes)[0]
+            drafter = self.collective_rpc(_drafter_weight_bytes)[0]
         except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
             drafter = None
         return MemoryReading(
@@ -242,7 +327,7 @@ class Engine:
         )
 
     def kv_capacity_tokens(self) -> int | None:
-        cache = self.llm.llm_engine.vllm_config.cache_config
+        cache = self.client.vllm_config.cache_config
         if cache.num_gpu_blocks is None:
             return None
         return int(cache.num_gpu_blocks) * int(cache.block_size)
@@ -255,8 +340,12 @@ class Engine:
             self.alive = False
             with _output_to(self.log_path):
                 with contextlib.suppress(Exception):
-                    self.llm.llm_engine.engine_core.shutdown()
-                self.llm = None
+                    self.client.shutdown()
+                    # vLLM's __del__ shuts down again; if something keeps the object until interpreter
+                    # exit, that second call fails on torn-down module globals. Once is enough.
+                    self.client.shutdown = lambda *args, **kwargs: None
+                self.loop.close()
+                self.client = None
                 gc.collect()
             _restore_env(self.env_before)
         leftover = _wait_for_exit(self.children_before_boot)
@@ -302,6 +391,50 @@ def _drafter_weight_bytes(worker) -> int | None:
                 seen.add(p.data_ptr())
                 total += p.numel() * p.element_size()
     return total
+
+
+_TIMED = {"forward": "_model_forward", "propose": "propose_draft_token_ids"}
+
+
+def _start_step_timer(worker) -> bool:
+    """Runs inside the vLLM worker: wrap the runner's target forward pass and its drafting call with
+    timers. On CUDA each timed call synchronizes the device, so only a dedicated trial uses them."""
+    import time as _time
+
+    import torch
+
+    runner = worker.model_runner
+    if not hasattr(runner, _TIMED["forward"]):
+        return False
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    totals = {f"{name}_{what}": 0.0 for name in _TIMED for what in ("s", "calls")}
+
+    def timed(name, fn):
+        def wrapper(*args, **kwargs):
+            sync()
+            start = _time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                sync()
+                totals[f"{name}_s"] += _time.perf_counter() - start
+                totals[f"{name}_calls"] += 1
+
+        return wrapper
+
+    for name, attr in _TIMED.items():
+        if hasattr(runner, attr):
+            setattr(runner, attr, timed(name, getattr(runner, attr)))  # instance attribute shadows the method
+    runner._specgate_step_totals = totals
+    return True
+
+
+def _stop_step_timer(worker) -> dict[str, float]:
+    """Runs inside the vLLM worker: remove the timers, return their totals."""
+    runner = worker.model_runner
+    for attr in _TIMED.values():
+        runner.__dict__.pop(attr, None)
+    return runner.__dict__.pop("_specgate_step_totals", {})
 
 
 def _declared_weight_shape(module) -> tuple[int, int] | None:
@@ -381,7 +514,8 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     """Start a vLLM engine for `method`; raise EngineBootError with the log tail if it will not start."""
     kwargs = engine_kwargs(profile, method, root)
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
-    from vllm import LLM
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.v1.engine.async_llm import AsyncLLM
 
     gc.collect()
     children_before = _children()
@@ -393,11 +527,17 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     env_before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     start = time.monotonic()
+    loop = EventLoopThread()
+
+    async def create():
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+
     try:
         with _output_to(log_path):
             print(f"specgate: booting engine '{method.name}' with {kwargs}", flush=True)
-            llm = LLM(**kwargs)
+            client = loop.run(create())
     except Exception as exc:
+        loop.close()
         _restore_env(env_before)
         _kill(_wait_for_exit(children_before, wait_s=5.0))  # vLLM usually reaps them itself
         reason, tail = explain_failure(log_path, exc)
@@ -410,7 +550,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
             reason=reason,
             detail=f"{type(exc).__name__}: {exc}",
         ) from None
-    return Engine(method, llm, log_path, time.monotonic() - start, rss_before, available_before, children_before, env_before)
+    return Engine(method, client, loop, log_path, time.monotonic() - start, rss_before, available_before, children_before, env_before)
 
 
 def _kill(pids: list[int]) -> None:

@@ -19,6 +19,7 @@ from specgate.profile import BASELINE
 
 _SESSION_KEY = pytest.StashKey["object"]()
 _WATCH_KEY = pytest.StashKey["CorrectnessWatch"]()
+_OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
 
 
@@ -85,6 +86,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_SESSION_KEY] = None
     config.stash[_WATCH_KEY] = watch = CorrectnessWatch()
     config.pluginmanager.register(watch, "specgate-correctness-watch")
+    config.stash[_OUTCOMES_KEY] = recorder = OutcomeRecorder()
+    config.pluginmanager.register(recorder, "specgate-outcomes")
     # Options given explicitly are checked now, where a UsageError prints as one clean paragraph;
     # otherwise the profile is parsed only once a gate test is collected.
     explicit = (
@@ -145,15 +148,29 @@ def gate_session(config: pytest.Config):
     return session
 
 
+def _ours(metafunc: pytest.Metafunc, argname: str) -> bool:
+    """A gate argument this plugin fills in, unless the test parametrizes it itself."""
+    if argname not in metafunc.fixturenames:
+        return False
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
+        if argname in ([n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)):
+            return False
+    return True
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for argname, with_baseline in (("method", False), ("engine_method", True)):
-        if argname in metafunc.fixturenames:
+        if _ours(metafunc, argname):
             session = gate_session(metafunc.config)
             names = [m.name for m in session.methods]
             if with_baseline:
                 names = [BASELINE, *names]
             metafunc.parametrize(argname, names, ids=names)
-    if "category" in metafunc.fixturenames:
+    if _ours(metafunc, "concurrency"):
+        levels = gate_session(metafunc.config).profile.concurrency
+        metafunc.parametrize("concurrency", levels, ids=[f"C={c}" for c in levels])
+    if _ours(metafunc, "category"):
         session = gate_session(metafunc.config)
         try:
             categories = session.categories()
@@ -185,6 +202,66 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (1, order.get(name, len(order)), _stage(item), index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+    recorder = config.stash[_OUTCOMES_KEY]
+    for item in items:
+        described = _gate_item(item)
+        if described:
+            recorder.items[item.nodeid] = described
+
+
+def _gate_item(item: pytest.Item) -> tuple[str, str, str] | None:
+    """(method, gate, key) of a gate test, as the results table names them."""
+    gate = getattr(getattr(item, "module", None), "SPECGATE_GATE", None)
+    if gate is None:
+        return None
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    method = params.get("method", params.get("engine_method", BASELINE))
+    if "category" in params:
+        key = params["category"]
+    elif "concurrency" in params:
+        key = f"C={params['concurrency']}"
+    elif gate == "memory":
+        key = "engine" if method == BASELINE else "overhead"
+    else:
+        key = {"equivalence": "greedy"}.get(gate, gate)
+    return method, gate, key
+
+
+class OutcomeRecorder:
+    """Each gate test's outcome and message, for the results table and run.json."""
+
+    def __init__(self) -> None:
+        self.items: dict[str, tuple[str, str, str]] = {}
+        self.outcomes: dict[str, object] = {}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        from specgate.results import Outcome
+
+        described = self.items.get(report.nodeid)
+        if described is None:
+            return
+        if report.skipped:
+            outcome = "skipped"
+            longrepr = report.longrepr
+            message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+            message = message.removeprefix("Skipped: ")
+        elif report.failed:
+            outcome = "failed" if report.when == "call" else "error"
+            message = _failure_text(report.longreprtext)
+        elif report.when == "call":
+            outcome, message = "passed", ""
+        else:
+            return
+        if report.nodeid in self.outcomes and outcome == "passed":
+            return
+        self.outcomes[report.nodeid] = Outcome(report.nodeid, *described, outcome, message)
+
+
+def _failure_text(text: str, limit: int = 4000) -> str:
+    """The assertion's own message ('E   ' lines of a traceback), or the whole text (pytrace=False)."""
+    lines = [line[4:] for line in text.splitlines() if line.startswith("E   ")]
+    return ("\n".join(lines) if lines else text.strip())[:limit]
 
 
 @pytest.fixture(scope="session")
@@ -242,10 +319,23 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     session.release_current()
     terminalreporter.section("specgate")
-    for line in session.summary_lines():
+    lines = session.summary_lines()
+    for line in lines:
         terminalreporter.write_line(line)
     if session.update_baselines:
         terminalreporter.write_line(_update_baselines(session, config.stash[_WATCH_KEY].failures))
+    _write_results(terminalreporter, session, list(config.stash[_OUTCOMES_KEY].outcomes.values()), lines)
+
+
+def _write_results(terminalreporter, session, outcomes, lines) -> None:
+    from specgate.results import write_run
+
+    try:
+        paths = write_run(session, outcomes, session.started_wall, lines)
+    except Exception as exc:  # the verdicts stand; a report that cannot be written must not hide them
+        terminalreporter.write_line(f"specgate: results not written to {session.out_dir}: {type(exc).__name__}: {exc}")
+        return
+    terminalreporter.write_line(f"results: {paths['summary']}, {paths['html']}, {paths['csv']}")
 
 
 def _update_baselines(session, correctness_failures: list[str]) -> str:

@@ -66,6 +66,24 @@ class Equivalence:
 
 
 @dataclass(frozen=True)
+class Speedup:
+    """How the speedup gate loads each engine: `trials` closed-loop runs per concurrency level, each
+    of `requests_per_slot` x C requests (at least `min_requests`); the first wave of C requests is
+    warm-up. More trials narrow the confidence interval, which tightens the gate."""
+
+    trials: int = 5
+    requests_per_slot: int = 3
+    min_requests: int = 6
+    temperature: float = 0.0
+    # One extra trial per level with timers in the worker around the target's forward pass and the
+    # drafter, for the cost ratio c of the analytic speedup (off: no model check).
+    measure_step_costs: bool = True
+
+    def num_requests(self, concurrency: int) -> int:
+        return max(self.min_requests, self.requests_per_slot * concurrency, 2 * concurrency + 1)
+
+
+@dataclass(frozen=True)
 class Method:
     """One row of the method matrix: a name and the `speculative_config` handed to vLLM."""
 
@@ -114,6 +132,7 @@ class Profile:
     equivalence: Equivalence
     engine_kwargs: dict[str, Any]
     engine_env: dict[str, str]
+    speedup: Speedup = field(default_factory=Speedup)
     hardware: str = "cpu"
     seed: int = 0
     description: str = ""
@@ -150,6 +169,7 @@ _TOP_KEYS = {
     "methods": dict,
     "tolerance": dict,
     "equivalence": dict,
+    "speedup": dict,
 }
 _REQUIRED = ("name", "target", "prompts", "methods")
 _METHOD_KEYS = {
@@ -160,7 +180,7 @@ _METHOD_KEYS = {
     "floors": dict,
     "canary_of": dict,
 }
-CANARY_GATES = ("acceptance", "memory")
+CANARY_GATES = ("acceptance", "speedup", "memory")
 FLOOR_KEYS = {"acceptance_rate": float, "mean_acceptance_length": float}
 _ENGINE_KEYS = {"kwargs": dict, "env": dict}
 _MODEL_KEYS = ("model", "tokenizer")  # speculative_config keys that name a model
@@ -333,6 +353,16 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     check.positive("equivalence.top_logprobs", equivalence.top_logprobs)
     check.positive("equivalence.logprob_margin", equivalence.logprob_margin, allow_zero=True)
 
+    sp_data = data.get("speedup", {})
+    sp_types = {"trials": int, "requests_per_slot": int, "min_requests": int, "temperature": float, "measure_step_costs": bool}
+    check.table(sp_data, sp_types, "speedup.")
+    speedup = Speedup(**sp_data)
+    if speedup.trials < 2:
+        raise check.fail("speedup.trials", f"must be >= 2 (a confidence interval needs repeats), got {speedup.trials!r}.")
+    check.positive("speedup.requests_per_slot", speedup.requests_per_slot)
+    check.positive("speedup.min_requests", speedup.min_requests)
+    check.positive("speedup.temperature", speedup.temperature, allow_zero=True)
+
     return Profile(
         name=data["name"],
         path=path.resolve(),
@@ -347,6 +377,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         equivalence=equivalence,
         engine_kwargs=dict(engine.get("kwargs", {})),
         engine_env=env,
+        speedup=speedup,
         hardware=hardware,
         seed=data.get("seed", 0),
         description=data.get("description", ""),

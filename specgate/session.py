@@ -14,10 +14,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgate import baselines
+from specgate import baselines, stats
 from specgate.acceptance import AcceptanceResult, acceptance_checks
 from specgate.engine import BatchResult, Engine, ShutdownReport, boot_engine
 from specgate.equivalence import Divergence, GreedyOutput, compare
+from specgate.load import trial_prompts
 from specgate.errors import EngineBootError, SpecgateError
 from specgate.profile import BASELINE, Method, Profile
 from specgate.prompts import Prompt, TokenizedPrompt, load_prompts, tokenize
@@ -46,6 +47,80 @@ class GateOutcome:
 
     failures: list[str] = field(default_factory=list)
     skip: str | None = None
+
+
+def _repeat(fn, times: int) -> None:
+    for _ in range(times):
+        fn()
+
+
+@dataclass
+class SpeedupResult:
+    """speedup(method, C) with the analytic model's view of it."""
+
+    method: str
+    concurrency: int
+    estimate: stats.Estimate  # median of per-trial throughput ratios, bootstrap interval
+    throughput: float  # median tok/s of the method's trials
+    baseline_throughput: float
+    k: int
+    mean_acceptance_length: float | None
+    alpha: float | None = None
+    cost_ratio: float | None = None  # c: one drafting step / one plain target step
+    verify_cost: float | None = None  # one verification forward / one plain target step
+    expected: float | None = None  # Leviathan et al.
+    latency: dict = field(default_factory=dict)
+
+    def model_check(self) -> str:
+        return (
+            f"measured/expected {self.estimate.value / self.expected:.2f} (expected {self.expected:.2f} from "
+            f"alpha {self.alpha:.3f}, k {self.k}, c {self.cost_ratio:.3f}; a verification step costs "
+            f"{self.verify_cost or float('nan'):.2f} plain steps)"
+        )
+
+    def record(self) -> dict:
+        r6 = lambda x: None if x is None else round(float(x), 6)  # noqa: E731
+        rec = {
+            "speedup": r6(self.estimate.value),
+            "ci_low": r6(self.estimate.low),
+            "ci_high": r6(self.estimate.high),
+            "trials": self.estimate.n,
+            "throughput_tok_s": round(self.throughput, 3),
+            "baseline_throughput_tok_s": round(self.baseline_throughput, 3),
+            "mean_acceptance_length": r6(self.mean_acceptance_length),
+        }
+        if self.expected is not None:
+            rec.update(
+                alpha=r6(self.alpha),
+                cost_ratio=r6(self.cost_ratio),
+                verify_cost=r6(self.verify_cost),
+                expected_speedup=r6(self.expected),
+                measured_over_expected=r6(self.estimate.value / self.expected),
+            )
+        for name in ("ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms", "e2e_p50_ms"):
+            if name in self.latency:
+                rec[name] = round(self.latency[name], 3)
+        return rec
+
+
+@dataclass
+class LoadTrials:
+    """One engine's closed-loop trials at one concurrency (trial i of every engine sends the same
+    requests), the spec-decode counters they moved, and the worker's step timings if measured."""
+
+    concurrency: int
+    runs: list = field(default_factory=list)  # specgate.load.LoadRun
+    counters: object = None  # SpecCounters over all trials
+    step_times: dict | None = None
+
+    @property
+    def throughputs(self) -> list[float]:
+        return [r.throughput for r in self.runs]
+
+    def per_call(self, name: str) -> float | None:
+        """Seconds per call of a timed worker function ('forward', 'propose'), if it was called."""
+        t = self.step_times or {}
+        return t[f"{name}_s"] / t[f"{name}_calls"] if t.get(f"{name}_calls") else None
 
 
 @dataclass(frozen=True)
@@ -82,12 +157,18 @@ class GateSession:
         self._runs: dict[str, dict[str, BatchResult]] = {}  # method -> category -> batch
         self._run_errors: dict[str, Exception] = {}
         self._memory: dict = {}  # method -> MemoryReading
+        self._load: dict[str, dict[int, LoadTrials]] = {}  # method -> concurrency -> trials
+        self._warmed: set[str] = set()
         self.started = time.monotonic()
+        self.started_wall = time.time()
 
     # -- inputs ---------------------------------------------------------------------------------
     @property
     def method_order(self) -> list[str]:
         return list(self.records)
+
+    def method_config(self, name: str) -> Method:
+        return self._by_name[name]
 
     def tokenizer(self):
         if self._tokenizer is None:
@@ -260,6 +341,92 @@ class GateSession:
             )
         return GateOutcome()  # the gate caught it, as it must
 
+    # -- speedup --------------------------------------------------------------------------------
+    def load_trials(self, name: str, concurrency: int, repeat=None) -> LoadTrials:
+        """`trials` closed-loop runs of this engine at this concurrency (cached). `repeat(fn, n)` runs
+        the trial function n times (pytest-benchmark's timer, when the test has one)."""
+        cached = self._load.setdefault(name, {})
+        if concurrency in cached:
+            return cached[concurrency]
+        if name != BASELINE and BASELINE not in self._load:
+            # Normally the baseline's own tests ran first; if they were deselected, measure it now,
+            # every level at once, so its engine boots only once more.
+            for level in self.profile.concurrency:
+                self.load_trials(BASELINE, level)
+        cfg = self.profile.speedup
+        engine = self.engine(name)
+        prompts = self.prompts()
+        max_tokens = self.profile.max_tokens
+
+        def trial(index: int):
+            batch = trial_prompts(prompts, concurrency, index, cfg.num_requests(concurrency), self.profile.seed)
+            return engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature)
+
+        if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
+            top = max(self.profile.concurrency)
+            warm = trial_prompts(prompts, top, -1, 2 * top, self.profile.seed)
+            engine.closed_loop(warm, top, max_tokens, cfg.temperature)
+            self._warmed.add(name)
+        result = LoadTrials(concurrency)
+        counters = []
+
+        def one_trial():
+            run, moved = trial(len(result.runs))
+            result.runs.append(run)
+            counters.append(moved)
+            return run
+
+        (repeat or _repeat)(one_trial, cfg.trials)
+        result.counters = functools.reduce(lambda a, b: a + b, counters)
+        if cfg.measure_step_costs:
+            result.step_times = engine.timed_steps(lambda: trial(cfg.trials))
+        cached[concurrency] = result
+        return result
+
+    def speedup(self, name: str, concurrency: int, repeat=None) -> SpeedupResult:
+        base = self.load_trials(BASELINE, concurrency)
+        spec = self.load_trials(name, concurrency, repeat)
+        estimate = stats.ratio_estimate(spec.throughputs, base.throughputs, seed=self.profile.seed)
+        k = self._by_name[name].num_speculative_tokens
+        length = spec.counters.mean_acceptance_length
+        result = SpeedupResult(name, concurrency, estimate, stats.median(spec.throughputs), stats.median(base.throughputs), k, length)
+        base_step, draft_call, verify_step = base.per_call("forward"), spec.per_call("propose"), spec.per_call("forward")
+        if length is not None and base_step and draft_call is not None:
+            result.cost_ratio = draft_call / k / base_step
+            result.verify_cost = verify_step / base_step if verify_step else None
+            result.alpha = stats.alpha_from_acceptance_length(min(length, k + 1.0), k)
+            result.expected = stats.expected_speedup(result.alpha, k, result.cost_ratio)
+        result.latency = spec.runs[-1].latency_summary() if spec.runs else {}
+        return result
+
+    def check_speedup(self, name: str, concurrency: int, repeat=None) -> GateOutcome:
+        """Speedup over the baseline engine at this concurrency; fails only when the confidence
+        interval's upper bound lies below the floor (stored speedup x (1 - speedup_rtol))."""
+        key = f"C={concurrency}"
+        if name == BASELINE:
+            trials = self.load_trials(name, concurrency, repeat)
+            self.record(name, "speedup", key, {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)})
+            return GateOutcome()
+        result = self.speedup(name, concurrency, repeat)
+        self.record(name, "speedup", key, result.record())
+        method = self._by_name[name]
+        ref = method.canary_of.get("speedup", name)
+        stored_file = self.baseline_file()
+        stored = stored_file.entry(ref, "speedup", key)
+        failures = []
+        if stored is not None and "speedup" in stored:
+            floor = stored["speedup"] * (1 - self.profile.tolerance.speedup_rtol)
+            if stats.fails_floor(result.estimate, floor):
+                failures.append(
+                    f"method '{name}', C={concurrency}: speedup {result.estimate.describe()} is below the floor {floor:.2f} "
+                    f"(stored {stored['speedup']:.2f} for '{ref}' x (1 - speedup_rtol {self.profile.tolerance.speedup_rtol}), "
+                    f"{stored_file.source(ref)}); throughput {result.throughput:.1f} vs baseline engine {result.baseline_throughput:.1f} tok/s"
+                    + (f"; {result.model_check()}" if result.expected else "")
+                )
+        if ref != name:
+            return self._canary(name, ref, "speedup", key, stored, failures)
+        return self._verdict(name, "speedup", key, stored, [], failures)
+
     def memory_reading(self, name: str):
         """This engine's memory, read once while it is alive (the baseline engine's is the reference)."""
         if name not in self._memory:
@@ -310,7 +477,7 @@ class GateSession:
         device, count = baselines.detect_device(self.profile.hardware)
         updated = baselines.merge(stored, self.measured, baselines.provenance(self.root, device, count))
         baselines.write_atomic(updated)
-        self._baseline_file = updated
+        # self._baseline_file stays the file this run was judged against (the report shows old vs new).
         return baselines.format_diff(baselines.diff(stored, updated), f"baselines written to {stored.path}")
 
     def equivalence(self, name: str) -> list[EquivalenceFinding]:
@@ -382,6 +549,18 @@ class GateSession:
                     f"  {'':<14} memory: drafter {overhead.get('static_mib_measured', float('nan')):.2f} MiB, "
                     f"KV tokens lost {overhead.get('kv_tokens_lost', 'n/a')}, processes {overhead['process_mib']:+.0f} MiB"
                 )
+            speed = self.measured.get(r.method, {}).get("speedup", {})
+            if speed:
+                parts = []
+                for key, v in speed.items():
+                    if "speedup" in v:
+                        part = f"{key} {v['speedup']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]"
+                        if v.get("measured_over_expected") is not None:
+                            part += f" ({v['measured_over_expected']:.2f} of model)"
+                    else:
+                        part = f"{key} {v['throughput_tok_s']:.0f} tok/s"
+                    parts.append(part)
+                lines.append(f"  {'':<14} {'speedup' if r.method != BASELINE else 'throughput'}: {', '.join(parts)}")
         boots = Counter({r.method: r.boots for r in self.records.values() if r.boots > 1})
         if boots:
             lines.append(f"  warning: booted more than once: {dict(boots)} (tests reordered, or an engine was lost)")

@@ -4,6 +4,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 SPECGATE_STAGE = 20  # after equivalence: reuses the engine and the same generation pass
+SPECGATE_GATE = "acceptance"
 
 
 def test_acceptance_holds_per_category(gate, gate_call, method, category, engine):

@@ -4,6 +4,7 @@ import pytest
 
 pytestmark = [pytest.mark.gpu, pytest.mark.correctness]
 SPECGATE_STAGE = 10  # first in each method's group: it boots the engine the later stages reuse
+SPECGATE_GATE = "equivalence"
 SHOW = 10  # divergences listed in a failure message
 
 

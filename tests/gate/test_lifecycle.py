@@ -4,6 +4,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 SPECGATE_STAGE = 100  # last in each method's group: the next method's engine boots after it
+SPECGATE_GATE = "lifecycle"
 
 
 def test_engine_booted_once_and_released_its_memory(gate, engine_method, engine):

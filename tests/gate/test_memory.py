@@ -4,6 +4,7 @@ import pytest
 
 pytestmark = pytest.mark.gpu
 SPECGATE_STAGE = 90  # last before shutdown: reads the live engine once its work is done
+SPECGATE_GATE = "memory"
 
 
 def test_memory_overhead_within_baseline(gate, gate_call, engine_method, engine):

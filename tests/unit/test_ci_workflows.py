@@ -1,0 +1,236 @@
+"""The GitHub Actions workflows in ci/workflows/: they parse, their profile table matches the shipped
+GPU profiles, and the wiring that matters holds (runner labels, results always uploaded, the JUnit file
+the publisher reads is the one pytest writes, the baseline update passes --update-baselines and ends in
+one pull request). Schema and lint checks run when check-jsonschema / actionlint are installed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from specgate.profile import find_profile, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKFLOWS = ROOT / "ci" / "workflows"
+GATE = WORKFLOWS / "specgate-gpu.yml"
+UPDATE = WORKFLOWS / "specgate-update-baselines.yml"
+SETUP = ROOT / "ci" / "setup-gpu.sh"
+GPU_LABELS = {"h100", "a100"}
+BASE_LABELS = ["self-hosted", "linux", "x64", "gpu"]
+
+
+def load(path: Path) -> dict:
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    # YAML 1.1 reads the bare key `on` as the boolean True.
+    if True in data:
+        data["on"] = data.pop(True)
+    return data
+
+
+def steps(job: dict) -> list[dict]:
+    return job.get("steps", [])
+
+
+def step_using(job: dict, action: str) -> list[dict]:
+    return [s for s in steps(job) if s.get("uses", "").split("@")[0] == action]
+
+
+def step_running(job: dict, needle: str) -> dict:
+    found = [s for s in steps(job) if needle in s.get("run", "")]
+    assert len(found) == 1, f"expected one step running {needle!r}, found {len(found)}"
+    return found[0]
+
+
+def profile_table(workflow: dict) -> list[dict]:
+    plan = workflow["jobs"]["plan"]
+    (pick,) = [s for s in steps(plan) if s.get("id") == "pick"]
+    return json.loads(pick["env"]["PROFILES"])
+
+
+def expand(text: str, env: dict[str, str]) -> str:
+    """Substitute `${{ env.X }}`, `${X}` and `$X` with the job's env values (what the runner does)."""
+    text = re.sub(r"\$\{\{\s*env\.(\w+)\s*\}\}", lambda m: env[m.group(1)], text)
+    return re.sub(r"\$\{?(\w+)\}?", lambda m: env.get(m.group(1), m.group(0)), text)
+
+
+def option(script: str, name: str) -> str:
+    m = re.search(rf"{re.escape(name)}[ =]\"?([^\"\s)]+)\"?", script)
+    assert m, f"{name} not in:\n{script}"
+    return m.group(1)
+
+
+@pytest.fixture(scope="module")
+def gate():
+    return load(GATE)
+
+
+@pytest.fixture(scope="module")
+def update():
+    return load(UPDATE)
+
+
+def test_both_workflows_parse_and_share_one_profile_table(gate, update):
+    assert gate["name"] and update["name"]
+    assert profile_table(gate) == profile_table(update)
+
+
+def test_every_matrix_profile_exists_and_loads(gate):
+    rows = profile_table(gate)
+    assert rows, "empty profile table"
+    for row in rows:
+        assert set(row) == {"profile", "gpu", "gpus", "timeout"}, row
+        profile = load_profile(find_profile(row["profile"], ROOT), ROOT)
+        assert profile.hardware == "cuda", row
+        assert row["gpu"] in GPU_LABELS, row
+        # The runner label and GPU count agree with the profile: its name and description name the GPU
+        # model, and it asks vLLM for as many GPUs as the job pins.
+        assert row["gpu"] in profile.name and row["gpu"].upper() in profile.description, row
+        assert int(profile.engine_kwargs.get("tensor_parallel_size", 1)) == row["gpus"], row
+        assert isinstance(row["timeout"], int) and 30 <= row["timeout"] <= 600, row
+
+
+def test_every_gpu_profile_is_in_the_matrix(gate):
+    listed = {row["profile"] for row in profile_table(gate)}
+    for path in sorted((ROOT / "fixtures" / "profiles").glob("*.toml")):
+        profile = load_profile(path, ROOT)
+        if profile.hardware == "cuda":
+            assert profile.name in listed, f"{path.name} is a GPU profile but no workflow runs it"
+
+
+def test_gate_triggers_and_permissions(gate):
+    assert {"pull_request", "schedule", "workflow_dispatch"} <= set(gate["on"])
+    assert gate["permissions"] == {"contents": "read"}
+    job = gate["jobs"]["gate"]
+    assert job["permissions"]["checks"] == "write"
+    # Self-hosted runners never run code from a fork's pull request.
+    assert "head.repo.full_name == github.repository" in job["if"]
+
+
+@pytest.mark.parametrize("job_name", ["gate", "measure"])
+def test_gpu_jobs_run_on_labelled_self_hosted_runners(gate, update, job_name):
+    job = (gate if job_name == "gate" else update)["jobs"][job_name]
+    assert job["runs-on"] == [*BASE_LABELS, "${{ matrix.gpu }}"]
+    assert job["strategy"]["fail-fast"] is False
+    assert job["strategy"]["matrix"] == "${{ fromJSON(needs.plan.outputs.matrix) }}"
+    assert job["env"]["HF_TOKEN"] == "${{ secrets.HF_TOKEN }}"
+    assert job["env"]["PROFILE"] == "${{ matrix.profile }}"
+    setup = step_running(job, "ci/setup-gpu.sh")
+    assert setup["env"]["SPECGATE_GPUS"] == "${{ matrix.gpus }}"
+    assert "inputs.vllm_version" in setup["env"]["VLLM_VERSION"]
+    checkout = step_using(job, "actions/checkout")
+    assert checkout and checkout[0]["with"]["persist-credentials"] is False
+
+
+def test_gate_runs_pytest_uploads_always_and_publishes_the_same_junit_file(gate):
+    job = gate["jobs"]["gate"]
+    env = {k: str(v) for k, v in job["env"].items()}
+    run = step_running(job, "pytest")["run"]
+    assert "-m gpu" in run and '--specgate-profile "$PROFILE"' in run
+    out = expand(option(run, "--specgate-out"), env)
+    junit = expand(option(run, "--junitxml"), env)
+    assert out == env["OUT"] and out.startswith("results/") and "${{ matrix.profile }}" in out
+    assert junit == f"{out}/junit.xml"
+
+    (upload,) = step_using(job, "actions/upload-artifact")
+    assert upload["if"] == "always()"
+    assert expand(upload["with"]["path"], env).rstrip("/") == out
+    assert "${{ matrix.profile }}" in upload["with"]["name"]
+
+    (publish,) = step_using(job, "EnricoMi/publish-unit-test-result-action/linux")
+    assert publish["if"] == "always()"
+    assert expand(publish["with"]["files"], env) == junit
+
+
+def test_update_workflow_measures_with_the_requested_vllm_and_opens_one_pr(update):
+    assert set(update["on"]) == {"workflow_dispatch"}
+    inputs = update["on"]["workflow_dispatch"]["inputs"]
+    assert inputs["vllm_version"]["required"] is True
+    assert {"profiles", "methods"} <= set(inputs)
+    assert update["permissions"] == {"contents": "read"}
+
+    measure = update["jobs"]["measure"]
+    env = {k: str(v) for k, v in measure["env"].items()}
+    setup = step_running(measure, "ci/setup-gpu.sh")
+    assert setup["env"]["VLLM_VERSION"] == "${{ inputs.vllm_version }}"
+    run = step_running(measure, "pytest")["run"]
+    assert "--update-baselines" in run and "-m gpu" in run
+    assert expand(option(run, "--specgate-out"), env) == env["OUT"]
+    collect = step_running(measure, "specgate baselines diff")["run"]
+    assert "bundle/baselines/$PROFILE" in collect and "diff-$PROFILE.md" in collect
+
+    uploads = {s["with"]["name"]: s for s in step_using(measure, "actions/upload-artifact")}
+    assert uploads["baselines-${{ matrix.profile }}"]["with"]["path"].rstrip("/") == "bundle"
+    # Also after a failed gate (the diff then says so); never after a cancelled job or a failed setup.
+    assert "steps.gate.outcome != 'skipped'" in uploads["baselines-${{ matrix.profile }}"]["if"]
+    assert "GATE_OUTCOME" in collect
+    assert uploads["specgate-${{ matrix.profile }}"]["if"] == "always()"
+
+    pr = update["jobs"]["pull-request"]
+    assert set(pr["needs"]) == {"plan", "measure"}
+    assert pr["runs-on"] == "ubuntu-latest"
+    assert pr["permissions"] == {"contents": "write", "pull-requests": "write"}
+    (download,) = step_using(pr, "actions/download-artifact")
+    assert download["with"]["pattern"] == "baselines-*" and download["with"]["merge-multiple"] is True
+    (create,) = step_using(pr, "peter-evans/create-pull-request")
+    assert create["with"]["add-paths"] == "baselines/**"
+    assert create["with"]["body-path"] == "${{ runner.temp }}/pr-body.md"
+    assert 'Path(os.environ["RUNNER_TEMP"], "pr-body.md")' in step_running(pr, "pr-body.md")["run"]
+    assert "inputs.vllm_version" in create["with"]["branch"]
+
+
+@pytest.mark.parametrize("path", [GATE, UPDATE], ids=lambda p: p.name)
+def test_no_untrusted_expression_inside_shell_scripts(path):
+    """Inputs and event fields reach scripts through env:, never pasted into the script text."""
+    for job in load(path)["jobs"].values():
+        for step in steps(job):
+            assert "${{" not in step.get("run", ""), f"{path.name}: expression inside run: of {step.get('name')}"
+            if "uses" in step:
+                assert re.fullmatch(r"[\w.-]+/[\w./-]+@v\d+", step["uses"]), step["uses"]
+
+
+def test_setup_script_is_executable_bash():
+    assert os.access(SETUP, os.X_OK)
+    subprocess.run(["bash", "-n", str(SETUP)], check=True)
+    text = SETUP.read_text()
+    for needle in ("nvidia-smi", "HF_HOME", "CUDA_VISIBLE_DEVICES", "'.[gpu,dev]'", "vllm==$VLLM_VERSION"):
+        assert needle in text, needle
+    if shutil.which("shellcheck"):
+        subprocess.run(["shellcheck", str(SETUP)], check=True)
+
+
+def _check_jsonschema() -> list[str] | None:
+    if importlib.util.find_spec("check_jsonschema"):
+        return [sys.executable, "-m", "check_jsonschema"]
+    exe = shutil.which("check-jsonschema")
+    return [exe] if exe else None
+
+
+def test_workflows_match_githubs_workflow_schema():
+    cmd = _check_jsonschema()
+    if cmd is None:
+        pytest.skip("check-jsonschema is not installed (pip install check-jsonschema)")
+    proc = subprocess.run(
+        [*cmd, "--builtin-schema", "vendor.github-workflows", str(GATE), str(UPDATE)],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_actionlint(tmp_path):
+    exe = shutil.which("actionlint")
+    if exe is None:
+        pytest.skip("actionlint is not on PATH")
+    config = tmp_path / "actionlint.yaml"
+    config.write_text(yaml.safe_dump({"self-hosted-runner": {"labels": ["gpu", *sorted(GPU_LABELS)]}}))
+    proc = subprocess.run([exe, "-config-file", str(config), str(GATE), str(UPDATE)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

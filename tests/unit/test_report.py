@@ -1,0 +1,223 @@
+"""Report rendering from a fabricated measurements table: files, plots, self-contained HTML."""
+
+import json
+import re
+
+import pandas as pd
+import pytest
+
+from specgate import report
+from specgate.report import ResultsError
+
+CATEGORIES = ("code_continuation", "code_editing", "doc_prose", "repetitive_lists", "structured_output")
+# method -> (mean acceptance length per category, per-position rates of the first category)
+ACCEPTANCE = {
+    "ngram": ((1.97, 2.27, 3.09, 2.70, 2.38), (0.46, 0.33, 0.18)),
+    "eagle": ((2.33, 2.41, 2.00, 2.52, 2.28), (0.65, 0.43, 0.25)),
+    "eagle3": ((2.03, 2.44, 1.68, 2.23, 2.29), (0.54, 0.33, 0.16)),
+    "mtp": ((1.74, 1.79, 1.69, 1.74, 1.73), (0.74,)),
+}
+SPEEDUP = {"ngram": (1.31, 1.18, 0.97), "eagle": (1.62, 1.44, 1.12), "eagle3": (1.55, 1.21, 0.88),
+           "mtp": (1.40, 1.30, 1.10)}
+
+
+def row(method, gate, key, metric, value, **extra):
+    return {"method": method, "gate": gate, "key": key, "metric": metric, "value": value, **extra}
+
+
+def fabricated_table(gates=("equivalence", "acceptance", "speedup", "memory", "lifecycle")) -> pd.DataFrame:
+    """A run like cpu-tiny's: eagle3 lost acceptance on doc_prose and speed at C=16, ngram's
+    process memory is over its ceiling, mtp has no stored speedup baseline (skip)."""
+    rows = []
+    if "equivalence" in gates:
+        for m in ACCEPTANCE:
+            rows.append(row(m, "equivalence", "greedy", "identical", 40, verdict="pass"))
+            rows.append(row(m, "equivalence", "greedy", "compared", 40))
+            rows.append(row(m, "equivalence", "greedy", "diverged", 0))
+    if "acceptance" in gates:
+        for m, (lengths, positions) in ACCEPTANCE.items():
+            for c, length in zip(CATEGORIES, lengths):
+                measured = length - (0.45 if (m, c) == ("eagle3", "doc_prose") else 0.01)
+                verdict = "fail" if (m, c) == ("eagle3", "doc_prose") else "pass"
+                msg = ("eagle3 / doc_prose: mean acceptance length 1.23 < floor 1.60 (baseline 1.68, "
+                       "vLLM 0.32.0, 2026-11-22, rev fc76477)") if verdict == "fail" else ""
+                rows.append(row(m, "acceptance", c, "mean_acceptance_length", measured, baseline=length,
+                                bound=round(length * 0.95, 3), unit="tokens/step", verdict=verdict, message=msg))
+                rows.append(row(m, "acceptance", c, "acceptance_rate", (measured - 1) / len(positions),
+                                baseline=(length - 1) / len(positions)))
+                for p, rate in enumerate(positions, start=1):
+                    scale = length / lengths[0]
+                    value = min(1.0, rate * scale) * (0.55 if verdict == "fail" else 0.99)
+                    rows.append(row(m, "acceptance", c, "position_rate", value, position=p,
+                                    baseline=min(1.0, rate * scale), bound=min(1.0, rate * scale) * 0.9,
+                                    verdict="fail" if verdict == "fail" else ""))
+    if "speedup" in gates:
+        for m, speeds in SPEEDUP.items():
+            for c, s in zip((1, 4, 16), speeds):
+                low = m == "eagle3" and c == 16
+                value = s - (0.25 if low else 0.02)
+                stored = None if m == "mtp" else s
+                verdict = "skip" if m == "mtp" else "fail" if low else "pass"
+                msg = ("no stored speedup baseline for mtp; run with --update-baselines"
+                       if m == "mtp" else "eagle3 at C=16: speedup 0.63 [0.58, 0.70] below floor 0.75" if low else "")
+                rows.append(row(m, "speedup", f"C={c}", "speedup", value, concurrency=c, baseline=stored,
+                                bound=None if stored is None else round(s * 0.85, 3), ci_low=value - 0.06,
+                                ci_high=value + 0.07, unit="x", verdict=verdict, message=msg))
+                rows.append(row(m, "speedup", f"C={c}", "expected_speedup", s * 1.15, concurrency=c, unit="x"))
+                rows.append(row(m, "speedup", f"C={c}", "measured_over_expected", value / (s * 1.15), concurrency=c))
+                rows.append(row(m, "speedup", f"C={c}", "throughput_tok_s", 180 * c ** 0.6 * value, concurrency=c,
+                                unit="tok/s"))
+                rows.append(row(m, "speedup", f"C={c}", "baseline_throughput_tok_s", 180 * c ** 0.6,
+                                concurrency=c, unit="tok/s"))
+                rows.append(row(m, "speedup", f"C={c}", "tpot_p50_ms", 22.5 * c ** 0.3 / value, concurrency=c,
+                                unit="ms"))
+    if "memory" in gates:
+        rows.append(row("baseline", "memory", "engine", "kv_capacity_tokens", 349440, unit="tokens"))
+        rows.append(row("baseline", "memory", "engine", "peak_process_mib", 2461.2, unit="MiB"))
+        for m, (static, lost, proc) in {"ngram": (0.0, 0, 175.6), "eagle": (1.78, 49920, 41.5),
+                                        "eagle3": (3.66, 49920, 57.9), "mtp": (1.79, 49920, 32.4)}.items():
+            over = m == "ngram"
+            rows.append(row(m, "memory", "overhead", "static_mib_measured", static, baseline=static,
+                            bound=static * 1.1 + 0.25, unit="MiB", verdict="pass"))
+            rows.append(row(m, "memory", "overhead", "kv_tokens_lost", lost, baseline=lost, bound=lost * 1.1,
+                            unit="tokens", verdict="pass"))
+            value = proc + (95 if over else 1.2)
+            rows.append(row(m, "memory", "overhead", "process_mib", value, baseline=proc, bound=proc * 1.1 + 64,
+                            unit="MiB", verdict="fail" if over else "pass",
+                            message=f"ngram: process memory {value:.1f} MiB > ceiling {proc * 1.1 + 64:.1f} MiB"
+                            if over else ""))
+    if "lifecycle" in gates:
+        for m in ("baseline", *ACCEPTANCE):
+            rows.append(row(m, "lifecycle", "shutdown", "boot_s", 35.2, unit="s", verdict="pass"))
+            rows.append(row(m, "lifecycle", "shutdown", "mib_not_returned", 3.0, unit="MiB"))
+    return report.normalize(pd.DataFrame(rows))
+
+
+def fabricated_run(**extra) -> dict:
+    run = {"run_id": "20261122-031500", "profile": "cpu-tiny", "profile_path": "fixtures/profiles/cpu-tiny.toml",
+           "hardware": "cpu-intel-xeon-processor-2c", "started": "2026-11-22T03:15:00+00:00",
+           "finished": "2026-11-22T03:29:41+00:00", "vllm": "0.32.0", "torch": "2.13.0+cpu",
+           "git_revision": "fab8bdc",
+           "outcomes": [{"nodeid": "tests/gate/test_acceptance.py::test_acceptance[eagle3]", "method": "eagle3",
+                         "gate": "acceptance", "key": "", "outcome": "failed", "message": "see table"},
+                        {"nodeid": "tests/gate/test_equivalence.py::test_greedy[medusa]", "method": "medusa",
+                         "gate": "equivalence", "key": "greedy", "outcome": "error",
+                         "message": "engine for medusa did not boot: RuntimeError: out of memory\n(log tail)"},
+                        {"nodeid": "tests/gate/test_equivalence.py::test_greedy[ngram]", "method": "ngram",
+                         "gate": "equivalence", "key": "greedy", "outcome": "passed", "message": ""}],
+           "summary_lines": ["engines booted: 5 (4 methods + 1 baseline)", "memory not returned: none"]}
+    run.update(extra)
+    return run
+
+
+def test_tables_round_trip_through_json_and_csv(tmp_path):
+    table = fabricated_table()
+    paths = report.write_tables(tmp_path, table)
+    assert paths["csv"].exists() and paths["json"].exists()
+    records = json.loads(paths["json"].read_text())
+    assert len(records) == len(table) and records[0]["ci_low"] is None  # null, not NaN
+    (tmp_path / "run.json").write_text(json.dumps(fabricated_run()))
+    again, run = report.load_run(tmp_path)
+    pd.testing.assert_frame_equal(again, table, check_dtype=False)
+    assert run["profile"] == "cpu-tiny"
+    from_csv = report.normalize(pd.read_csv(paths["csv"]))
+    assert from_csv["message"].tolist() == table["message"].tolist()  # "" stays "", not NaN
+
+
+def test_summary_has_totals_numbers_against_baseline_and_failure_messages():
+    text = report.summary_markdown(fabricated_table(), fabricated_run())
+    first = text.splitlines()[0]
+    assert first.startswith("# specgate: FAILED: 1 passed, 1 failed, 0 skipped, 1 error")
+    assert "run 20261122-031500" in first and "profile cpu-tiny" in first and "vLLM 0.32.0" in first
+    assert "2.32 (baseline 2.33, floor 2.21)" in text  # eagle / code_continuation
+    assert re.search(r"\| eagle3 \| C=16 \| \*\*fail\*\* \| 0\.630 \[0\.570, 0\.700\] \(baseline 0\.880, floor 0\.748\)", text)
+    assert "ceiling" in text.split("## memory")[1]
+    assert "- **fail** eagle3 / doc_prose: eagle3 / doc_prose: mean acceptance length 1.23" in text
+    assert "- **skip** mtp / C=1, mtp / C=4, mtp / C=16: no stored speedup baseline" in text  # one line
+    assert "see table" not in text  # the test's own message only when the table has none
+    assert "| medusa | greedy | **error** |" in text  # an outcome with no measurement still shows
+    assert "engine for medusa did not boot" in text
+    assert "engines booted: 5" in text
+    for gate in ("equivalence", "acceptance", "speedup", "memory", "lifecycle"):
+        assert f"## {gate}" in text
+
+
+def test_speedup_rows_are_in_concurrency_order():
+    text = report.summary_markdown(fabricated_table(gates=("speedup",)), {})
+    eagle = [line for line in text.splitlines() if line.startswith("| eagle |")]
+    assert [line.split(" | ")[1] for line in eagle] == ["C=1", "C=4", "C=16"]
+
+
+def test_totals_come_from_the_table_without_outcomes():
+    counts = report.totals(fabricated_table(), {})
+    assert counts["fail"] == 3 and counts["skip"] == 3 and counts["error"] == 0  # eagle3 x2, ngram memory
+
+
+def test_write_report_writes_self_contained_html_with_every_plot(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    monkeypatch.setattr(report, "DPI", 30)  # fewer pixels, same drawing code: keeps the unit tests fast
+    paths = report.write_report(tmp_path, fabricated_table(), fabricated_run())
+    page = paths["html"].read_text()
+    assert paths["summary"].read_text().startswith("# specgate:")
+    assert page.count("src='data:image/png;base64,") == 4
+    assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", page)  # nothing fetched from the network
+    assert "<link" not in page and "<script" not in page
+    for name in ("acceptance_heatmap", "acceptance_positions", "speedup", "memory"):
+        png = paths[f"plot:{name}"]
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "class='v-fail'" in page and "engine for medusa did not boot" in page
+
+
+def test_missing_gates_leave_a_sentence_instead_of_a_plot(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    paths = report.write_report(tmp_path, fabricated_table(gates=("memory",)), fabricated_run(outcomes=[]))
+    page = paths["html"].read_text()
+    assert page.count("data:image/png;base64,") == 1
+    assert "No acceptance measurements in this run" in page and "No speedup measurements in this run" in page
+    assert "## speedup" not in paths["summary"].read_text()
+    assert report.plot_speedup(fabricated_table(gates=("acceptance",))) is None
+
+
+def test_an_empty_table_still_makes_a_report(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    paths = report.write_report(tmp_path, pd.DataFrame(columns=report.COLUMNS), {"run_id": "r"})
+    assert "No measurements were recorded" in paths["summary"].read_text()
+    assert "data:image" not in paths["html"].read_text()
+
+
+def test_summary_is_appended_to_the_github_step_summary(tmp_path, monkeypatch):
+    step = tmp_path / "step.md"
+    step.write_text("earlier step\n")
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(step))
+    table = fabricated_table(gates=("equivalence",))  # no plots: fast
+    report.write_report(tmp_path / "run", table, fabricated_run())
+    text = step.read_text()
+    assert text.startswith("earlier step\n# specgate:") and "## equivalence" in text
+    report.write_report(tmp_path / "run", table, fabricated_run(), step_summary=False)
+    assert step.read_text() == text
+
+
+def test_numbers_are_formatted_for_people():
+    assert [report.fmt(x) for x in (2.4137, 349440.0, 0.51, 175.64, 0.0, float("nan"), None)] == [
+        "2.41", "349,440", "0.510", "176", "0", "–", "–"]
+
+
+@pytest.mark.parametrize(
+    "setup, words",
+    [
+        (lambda d: None, "does not exist"),
+        (lambda d: d.mkdir(parents=True), "measurements.json is missing"),
+        (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text('[{"method": "ngr')), "not valid JSON"),
+        (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text('{"a": 1}')), "not a list of row objects"),
+        (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text('[{"x": 1}]')), "rows without method"),
+        (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text("[]")), "run.json is missing"),
+        (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text("[]"), (d / "run.json").write_text("[1]")),
+         "not a JSON object"),
+    ],
+)
+def test_unreadable_results_are_named_with_what_to_do(tmp_path, setup, words):
+    run_dir = tmp_path / "results" / "r1"
+    setup(run_dir)
+    with pytest.raises(ResultsError, match=words) as err:
+        report.load_run(run_dir)
+    assert str(run_dir) in str(err.value) and "rerun the gate" in str(err.value)

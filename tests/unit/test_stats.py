@@ -1,0 +1,57 @@
+"""Statistics of the speedup gate and the analytic speedup model."""
+
+import numpy as np
+import pytest
+
+from specgate import stats
+
+
+def test_median_and_percentile_match_numpy():
+    rng = np.random.default_rng(1)
+    values = list(rng.normal(size=17))
+    assert stats.median(values) == pytest.approx(float(np.median(values)))
+    for q in (0, 10, 50, 97.5, 100):
+        assert stats.percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_ratio_estimate_pairs_trials_and_is_reproducible():
+    spec = [12.0, 20.0, 16.0, 24.0, 14.0]
+    base = [10.0, 16.0, 13.0, 20.0, 11.0]  # each pair ~1.2-1.27 although the levels vary a lot
+    est = stats.ratio_estimate(spec, base)
+    assert est == stats.ratio_estimate(spec, base)
+    assert est.n == 5
+    assert 1.19 <= est.low <= est.value <= est.high <= 1.28
+    with pytest.raises(ValueError, match="paired trials"):
+        stats.ratio_estimate(spec, base[:4])
+
+
+def test_gate_fails_only_when_the_whole_interval_is_below_the_floor():
+    assert stats.fails_floor(stats.Estimate(0.9, 0.85, 0.95, 5), floor=1.0)
+    assert not stats.fails_floor(stats.Estimate(0.9, 0.85, 1.05, 5), floor=1.0)
+
+
+def test_bootstrap_interval_narrows_with_more_trials():
+    rng = np.random.default_rng(2)
+    few = list(1.2 + 0.1 * rng.normal(size=5))
+    many = list(1.2 + 0.1 * rng.normal(size=80))
+    width = lambda v: np.subtract(*reversed(stats.bootstrap_ci(v)))  # noqa: E731
+    assert width(many) < width(few)
+
+
+def test_leviathan_model():
+    # alpha = 0: every draft rejected, one token per step; the drafting cost is pure loss.
+    assert stats.expected_speedup(0.0, 3, 0.1) == pytest.approx(1 / 1.3)
+    # alpha = 0.8, k = 4, c = 0.05: (1 - 0.8^5) / (0.2 * 1.2) (the paper's Corollary 3.9 form).
+    assert stats.expected_speedup(0.8, 4, 0.05) == pytest.approx((1 - 0.8**5) / (0.2 * 1.2))
+    assert stats.tokens_per_step(1.0, 3) == 4.0
+
+
+@pytest.mark.parametrize("alpha", [0.0, 0.1, 0.5, 0.9, 0.999])
+def test_alpha_is_recovered_from_the_mean_acceptance_length(alpha):
+    length = stats.tokens_per_step(alpha, 3)
+    assert stats.alpha_from_acceptance_length(length, 3) == pytest.approx(alpha, abs=1e-6)
+
+
+def test_impossible_acceptance_length_is_an_error():
+    with pytest.raises(ValueError, match="outside"):
+        stats.alpha_from_acceptance_length(4.5, 3)
