@@ -5,7 +5,10 @@
     ├── PromptSetError             a prompt JSONL file is malformed or looks like random tokens
     ├── ZooError                   an embedded model is missing or corrupt
     ├── BaselineError              a stored baseline file is malformed, truncated or of another schema
-    └── EngineBootError            vLLM refused to start an engine; carries the tail of its log
+    ├── EngineBootError            vLLM refused to start an engine; carries the tail of its log
+    ├── EndpointError              (endpoint.py) a --specgate-endpoint server is unreachable or not vLLM
+    ├── ResultsError               (report.py) a results directory is missing or corrupt
+    └── NotMeasurable              this run cannot measure it (e.g. memory of a remote server): a skip
 
 Every message is one paragraph naming the file or option at fault and what to do about it, so the
 plugin can print it without a stack trace.
@@ -43,3 +46,7 @@ class EngineBootError(SpecgateError):
         self.method = method
         self.reason = reason  # the engine's own one-line error
         self.detail = detail  # the full text of the exception vLLM raised in this process
+
+
+class NotMeasurable(SpecgateError):
+    """Raised when this kind of run cannot measure something at all; the tests skip with the message."""

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.errors import EngineBootError, SpecgateError
+from specgate.errors import EngineBootError, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
 
 _SESSION_KEY = pytest.StashKey["object"]()
@@ -51,6 +51,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         default=False,
         help="a missing baseline fails instead of skipping (for CI). Default: off.",
+    )
+    group.addoption(
+        "--specgate-endpoint",
+        metavar="METHOD=URL",
+        action="append",
+        default=[],
+        help="measure an already running OpenAI-compatible vLLM server as METHOD instead of booting engines "
+        "(repeatable; METHOD 'baseline' = a server without speculation, needed for speedup and equivalence). "
+        "Memory and lifecycle are skipped: they are not visible from outside the server.",
     )
     group.addoption(
         "--specgate-out",
@@ -94,6 +103,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.getoption("--specgate-profile") != "auto"
         or config.getoption("--specgate-methods")
         or os.environ.get(GPU_PROFILE_ENV)
+        or config.getoption("--specgate-endpoint")
     )
     if explicit:
         gate_session(config)
@@ -132,7 +142,15 @@ def gate_session(config: pytest.Config):
         root = project_root(config)
         try:
             profile = load_profile(find_profile(_profile_name(config), root), root)
-            methods = profile.select(config.getoption("--specgate-methods"))
+            endpoints = None
+            if config.getoption("--specgate-endpoint"):
+                from specgate.endpoint import parse_endpoints
+
+                endpoints = parse_endpoints(config.getoption("--specgate-endpoint"))
+                served = [name for name in endpoints if name != BASELINE]
+                methods = profile.select(served) if served else []
+            else:
+                methods = profile.select(config.getoption("--specgate-methods"))
         except SpecgateError as exc:
             raise pytest.UsageError(str(exc)) from None
         out = config.getoption("--specgate-out") or root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -143,6 +161,7 @@ def gate_session(config: pytest.Config):
             Path(out),
             update_baselines=config.getoption("--update-baselines"),
             strict=config.getoption("--specgate-strict"),
+            endpoints=endpoints,
         )
         config.stash[_SESSION_KEY] = session
     return session
@@ -276,6 +295,8 @@ def _call(gate, fn, *args):
     """Run a session call; a boot failure becomes a skip (expected) or a one-paragraph failure."""
     try:
         return fn(*args)
+    except NotMeasurable as exc:
+        pytest.skip(str(exc))
     except EngineBootError as exc:
         reason = gate.expected_boot_failure(exc.method, exc)
         if reason:
@@ -315,7 +336,7 @@ class CorrectnessWatch:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
     session = config.stash.get(_SESSION_KEY, None)
-    if session is None or not session.engines_booted:
+    if session is None or not (session.engines_booted or session.endpoints):
         return
     session.release_current()
     terminalreporter.section("specgate")

@@ -19,7 +19,7 @@ from specgate.acceptance import AcceptanceResult, acceptance_checks
 from specgate.engine import BatchResult, Engine, ShutdownReport, boot_engine
 from specgate.equivalence import Divergence, GreedyOutput, compare
 from specgate.load import trial_prompts
-from specgate.errors import EngineBootError, SpecgateError
+from specgate.errors import EngineBootError, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE, Method, Profile
 from specgate.prompts import Prompt, TokenizedPrompt, load_prompts, tokenize
 from specgate.zoo import resolve as resolve_model
@@ -138,6 +138,7 @@ class GateSession:
         out_dir: Path,
         update_baselines: bool = False,
         strict: bool = False,
+        endpoints: dict[str, str] | None = None,
     ):
         self.profile = profile
         self.update_baselines = update_baselines
@@ -161,6 +162,9 @@ class GateSession:
         self._warmed: set[str] = set()
         self.started = time.monotonic()
         self.started_wall = time.time()
+        # Endpoint mode (--specgate-endpoint): servers someone else runs instead of booted engines.
+        self.endpoints = endpoints
+        self._clients: dict = {}
 
     # -- inputs ---------------------------------------------------------------------------------
     @property
@@ -199,6 +203,8 @@ class GateSession:
     # -- engines --------------------------------------------------------------------------------
     def engine(self, name: str) -> Engine:
         """The live engine for `name`, booting it (after shutting down any other) if needed."""
+        if self.endpoints is not None:
+            return self._endpoint(name)
         record = self.records[name]
         if record.boot_error is not None:
             raise record.boot_error
@@ -216,7 +222,31 @@ class GateSession:
         record.boot_s.append(self._engine.boot_s)
         return self._engine
 
+    def _endpoint(self, name: str):
+        from specgate.endpoint import Endpoint
+
+        if name not in self.endpoints:
+            raise NotMeasurable(
+                f"endpoint mode: no server for '{name}' (give --specgate-endpoint {name}=URL to measure it"
+                + (", e.g. a `vllm serve` of the target without --speculative-config" if name == BASELINE else "")
+                + ")"
+            )
+        if name not in self._clients:
+            client = Endpoint(name, self.endpoints[name])
+            client.served_model()  # fails here, clearly, when the server is not there
+            self._clients[name] = client
+            self.records[name].boots += 1
+        return self._clients[name]
+
+    def not_measurable_here(self, what: str) -> str | None:
+        """Why this run cannot measure `what` at all (a skip reason), or None."""
+        if self.endpoints is not None and what in ("memory", "lifecycle"):
+            return f"endpoint mode: the {what} of a server specgate did not start is not visible to it"
+        return None
+
     def release_current(self) -> ShutdownReport | None:
+        for client in self._clients.values():
+            client.close()
         if self._engine is None:
             return None
         engine, self._engine = self._engine, None
@@ -451,6 +481,8 @@ class GateSession:
         """Memory overhead against the stored ceiling; the baseline engine is read and stored as is."""
         from specgate import memory
 
+        if reason := self.not_measurable_here("memory"):
+            return GateOutcome(skip=reason)
         if name == BASELINE:
             reading = self.memory_reading(name)
             self.record(name, "memory", "engine", memory.engine_record(reading))
@@ -521,7 +553,9 @@ class GateSession:
             f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - self.started:.0f} s",
         ]
         for r in self.records.values():
-            if not r.boots:
+            if self.endpoints is not None:
+                state = f"endpoint {self.endpoints[r.method]}" if r.method in self.endpoints else "no endpoint given"
+            elif not r.boots:
                 state = "not run"
             elif r.skipped_reason:
                 state = f"skipped: {r.skipped_reason}"

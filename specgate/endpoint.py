@@ -1,0 +1,188 @@
+"""Endpoint mode: the same measurements against an already running OpenAI-compatible vLLM server.
+
+`--specgate-endpoint METHOD=URL` (repeatable; METHOD may be `baseline`) points a profile method at a
+server someone else started, e.g. `vllm serve ... --speculative-config ...`. Prompts go in as token
+ids (`/v1/completions` accepts them) with streaming and `return_token_ids`, so each streamed chunk
+is one engine step and carries its token ids; the spec-decode counters come from the server's
+Prometheus `/metrics`. What a client cannot see (the server's memory, its shutdown, worker step
+timings) is skipped with a reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass, field
+
+from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
+from specgate.engine import BatchResult, EventLoopThread
+from specgate.equivalence import GreedyOutput
+from specgate.errors import SpecgateError
+
+REQUEST_TIMEOUT_S = 600.0
+
+
+class EndpointError(SpecgateError):
+    """The server could not be reached or answered something that is not vLLM's API."""
+
+
+def parse_endpoints(values: list[str]) -> dict[str, str]:
+    """['ngram=http://host:8000', ...] -> {'ngram': 'http://host:8000'}; a bare URL names no method."""
+    endpoints: dict[str, str] = {}
+    for value in values:
+        name, sep, url = value.partition("=")
+        if not sep or not name.strip() or not url.strip().startswith(("http://", "https://")):
+            raise EndpointError(
+                f"--specgate-endpoint {value!r}: expected METHOD=URL, e.g. eagle3=http://127.0.0.1:8000 (METHOD is a "
+                "method of the profile, or 'baseline' for a server without speculation)."
+            )
+        if name.strip() in endpoints:
+            raise EndpointError(f"--specgate-endpoint: method {name.strip()!r} is given twice.")
+        endpoints[name.strip()] = url.strip().rstrip("/")
+    return endpoints
+
+
+def counters_from_prometheus(text: str) -> SpecCounters:
+    """The spec-decode counters in a Prometheus text exposition, summed over engines/models."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals = dict.fromkeys(COUNTER_NAMES.values(), 0)
+    per_pos: dict[int, int] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            name = sample.name.removesuffix("_total")
+            if name in COUNTER_NAMES and sample.name.endswith("_total"):
+                totals[COUNTER_NAMES[name]] += int(sample.value)
+            elif name == PER_POSITION and sample.name.endswith("_total"):
+                pos = int(sample.labels.get("position", 0))
+                per_pos[pos] = per_pos.get(pos, 0) + int(sample.value)
+    positions = tuple(per_pos.get(i, 0) for i in range(max(per_pos) + 1)) if per_pos else ()
+    return SpecCounters(accepted_per_pos=positions, **totals)
+
+
+@dataclass
+class Endpoint:
+    """A running server, driven like an in-process Engine (run_batch, closed_loop, counters)."""
+
+    method_name: str
+    url: str
+    loop: EventLoopThread = field(default_factory=EventLoopThread)
+    model: str | None = None
+    boot_s: float = 0.0
+    alive: bool = True
+    _requests: int = 0
+
+    def run(self, coro):
+        return self.loop.run(coro)
+
+    async def _get(self, path: str) -> str:
+        import httpx
+
+        try:
+            async with httpx.AsyncClient(timeout=30.0) as client:
+                resp = await client.get(self.url + path)
+                resp.raise_for_status()
+                return resp.text
+        except httpx.HTTPError as exc:
+            raise EndpointError(
+                f"endpoint {self.url} (method '{self.method_name}'): GET {path} failed ({type(exc).__name__}: {exc}); is the "
+                "server running and reachable? Check the URL given to --specgate-endpoint."
+            ) from None
+
+    def served_model(self) -> str:
+        if self.model is None:
+            data = json.loads(self.run(self._get("/v1/models")))
+            models = [m["id"] for m in data.get("data", [])]
+            if not models:
+                raise EndpointError(f"endpoint {self.url}: /v1/models lists no model.")
+            self.model = models[0]
+        return self.model
+
+    def counters(self) -> SpecCounters:
+        return counters_from_prometheus(self.run(self._get("/metrics")))
+
+    async def _chunks(self, token_ids, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0):
+        """The streamed completion's chunks (choice dicts), one per engine step."""
+        import httpx
+
+        self._requests += 1
+        body = {
+            "model": self.model,
+            "prompt": list(token_ids),
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "return_token_ids": True,
+        }
+        if top_logprobs:
+            body.update(logprobs=top_logprobs, return_tokens_as_token_ids=True)
+        try:
+            async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
+                async with client.stream("POST", self.url + "/v1/completions", json=body) as resp:
+                    if resp.status_code != 200:
+                        detail = (await resp.aread()).decode(errors="replace")[:300]
+                        raise EndpointError(f"endpoint {self.url}: /v1/completions answered {resp.status_code}: {detail}")
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: "):
+                            continue
+                        payload = line[len("data: ") :]
+                        if payload.strip() == "[DONE]":
+                            break
+                        for choice in json.loads(payload).get("choices", []):
+                            yield choice
+        except httpx.HTTPError as exc:
+            raise EndpointError(f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc}).") from None
+
+    async def stream_tokens(self, token_ids, max_tokens: int, tag: str, temperature: float = 0.0):
+        async for choice in self._chunks(token_ids, max_tokens, temperature=temperature):
+            n = len(choice.get("token_ids") or [])
+            if n:
+                yield n
+
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
+        """The same greedy batch as Engine.run_batch, over HTTP; counters from /metrics around it."""
+        self.served_model()
+        tokens = {p.id: [] for p in prompts}
+        tops = {p.id: [] for p in prompts}
+        steps = {p.id: [] for p in prompts}
+
+        async def one(p) -> None:
+            async for choice in self._chunks(p.token_ids, max_tokens, top_logprobs):
+                new = [int(t) for t in choice.get("token_ids") or []]
+                if not new:
+                    continue
+                steps[p.id].append(len(new))
+                tokens[p.id].extend(new)
+                logprobs = choice.get("logprobs") or {}
+                for pos in logprobs.get("top_logprobs") or []:
+                    tops[p.id].append({int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()})
+
+        async def batch() -> None:
+            await asyncio.gather(*(one(p) for p in prompts))
+
+        before = self.counters()
+        self.run(batch())
+        outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
+        return BatchResult(outputs, steps, self.counters() - before)
+
+    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
+        from specgate import load
+
+        self.served_model()
+
+        async def stream(token_ids, max_new, tag):
+            async for n in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
+                yield n
+
+        before = self.counters()
+        run = self.run(load.closed_loop(stream, prompts, concurrency, max_tokens))
+        return run, self.counters() - before
+
+    def timed_steps(self, work):
+        work()
+        return None  # the server's workers are not ours to instrument
+
+    def close(self) -> None:
+        if self.alive:
+            self.alive = False
+            self.loop.close()

@@ -1,0 +1,42 @@
+"""Endpoint mode's parsing: the option and the server's Prometheus counters."""
+
+import pytest
+
+from specgate.endpoint import EndpointError, counters_from_prometheus, parse_endpoints
+
+METRICS = """\
+# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 40.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 2.0
+# TYPE vllm:spec_decode_num_draft_tokens_total counter
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 120.0
+# TYPE vllm:spec_decode_num_accepted_tokens_total counter
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 50.0
+# TYPE vllm:spec_decode_num_accepted_tokens_per_pos_total counter
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 15.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 30.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 5.0
+# TYPE vllm:spec_decode_num_drafts_created gauge
+vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} 1.7e+09
+"""
+
+
+def test_counters_are_summed_over_engines_and_ordered_by_position():
+    c = counters_from_prometheus(METRICS)
+    assert (c.num_drafts, c.num_draft_tokens, c.num_accepted_tokens) == (42, 120, 50)
+    assert c.accepted_per_pos == (30, 15, 5)
+
+
+def test_a_server_without_speculation_has_zero_counters():
+    assert counters_from_prometheus("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n").num_drafts == 0
+
+
+def test_endpoint_option_parsing():
+    assert parse_endpoints(["eagle3=http://127.0.0.1:8000/", "baseline=https://h:1"]) == {
+        "eagle3": "http://127.0.0.1:8000",
+        "baseline": "https://h:1",
+    }
+    for bad in (["http://127.0.0.1:8000"], ["eagle3=localhost:8000"], ["a=http://x", "a=http://y"]):
+        with pytest.raises(EndpointError, match="--specgate-endpoint"):
+            parse_endpoints(bad)
