@@ -9,17 +9,20 @@ what lets one engine at a time serve them all with one boot per method.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import os
 from pathlib import Path
 
 import pytest
 
+from specgate import scaleout
 from specgate.errors import EngineBootError, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
 
 _SESSION_KEY = pytest.StashKey["object"]()
 _WATCH_KEY = pytest.StashKey["CorrectnessWatch"]()
 _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
+_WORKERS_KEY = pytest.StashKey[list]()
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
 
 
@@ -97,6 +100,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(watch, "specgate-correctness-watch")
     config.stash[_OUTCOMES_KEY] = recorder = OutcomeRecorder()
     config.pluginmanager.register(recorder, "specgate-outcomes")
+    config.stash[_WORKERS_KEY] = []
+    if getattr(config.option, "numprocesses", None) and not scaleout.worker_id() and not config.getoption("--specgate-out"):
+        # One results directory for the whole run: the workers inherit it through the environment.
+        os.environ.setdefault(scaleout.RUN_OUT_ENV, str(_default_out(project_root(config))))
     # Options given explicitly are checked now, where a UsageError prints as one clean paragraph;
     # otherwise the profile is parsed only once a gate test is collected.
     explicit = (
@@ -153,7 +160,11 @@ def gate_session(config: pytest.Config):
                 methods = profile.select(config.getoption("--specgate-methods"))
         except SpecgateError as exc:
             raise pytest.UsageError(str(exc)) from None
-        out = config.getoption("--specgate-out") or root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or _default_out(root)
+        try:
+            scaleout.pin_worker(profile)  # before anything in this process touches CUDA
+        except SpecgateError as exc:
+            raise pytest.UsageError(str(exc)) from None
         session = GateSession(
             profile,
             methods,
@@ -163,6 +174,8 @@ def gate_session(config: pytest.Config):
             strict=config.getoption("--specgate-strict"),
             endpoints=endpoints,
         )
+        if scaleout.worker_id():
+            session.log_dir = session.out_dir / "engines" / scaleout.worker_id()
         config.stash[_SESSION_KEY] = session
     return session
 
@@ -176,6 +189,10 @@ def _ours(metafunc: pytest.Metafunc, argname: str) -> bool:
         if argname in ([n.strip() for n in names.split(",")] if isinstance(names, str) else list(names)):
             return False
     return True
+
+
+def _default_out(root: Path) -> Path:
+    return root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -222,10 +239,63 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
     recorder = config.stash[_OUTCOMES_KEY]
+    gates, levels = set(), set()
     for item in items:
         described = _gate_item(item)
         if described:
             recorder.items[item.nodeid] = described
+            gates.add(described[1])
+            params = getattr(getattr(item, "callspec", None), "params", {})
+            if "concurrency" in params:
+                levels.add(params["concurrency"])
+    session.selected_gates = gates
+    session.selected_levels = [c for c in session.profile.concurrency if c in levels]
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """Under xdist, schedule a method's gate tests as one unit (whatever --dist says): splitting them
+    over workers would boot the method's engine on each. (xdist's own `loadgroup` renames node ids,
+    which pytest 9 no longer lets it do, so the scope is read from the test id instead.)"""
+    try:
+        methods = gate_session(config).method_order
+    except pytest.UsageError:
+        return None  # no profile to group by: xdist's default scheduling
+    return scaleout.method_scheduler(config, log, methods)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """Controller: keep what each worker measured (see pytest_sessionfinish)."""
+    payload = getattr(node, "workeroutput", {}).get("specgate")
+    if payload:
+        node.config.stash[_WORKERS_KEY].append(json.loads(payload))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """Worker: shut the engine down, write this worker's baselines (file lock), and hand the
+    controller its summary, outcomes and measurements table for the combined report."""
+    config = session.config
+    if not hasattr(config, "workeroutput"):
+        return
+    gs = config.stash.get(_SESSION_KEY, None)
+    if gs is None or not (gs.engines_booted or gs.endpoints):
+        return
+    from specgate.results import measurement_table
+
+    gs.release_current()
+    outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
+    payload = {
+        "worker": scaleout.worker_id(),
+        "lines": gs.summary_lines(),
+        "outcomes": [o.__dict__ for o in outcomes],
+        "table": measurement_table(gs, outcomes).to_json(orient="records"),
+        "measured": gs.measured,
+        "started": gs.started_wall,
+    }
+    if gs.update_baselines:
+        payload["update"] = _update_baselines(gs, config.stash[_WATCH_KEY].failures)
+    config.workeroutput["specgate"] = json.dumps(payload)
 
 
 def _gate_item(item: pytest.Item) -> tuple[str, str, str] | None:
@@ -318,6 +388,8 @@ def engine(gate, request):
     boot failure shows as an error of this method's tests and nowhere else."""
     params = getattr(getattr(request.node, "callspec", None), "params", {})
     name = params.get("method", params.get("engine_method", BASELINE))
+    if name == BASELINE and gate.reference_ready:
+        return None  # measured already, before a method's engine booted (xdist worker); no second boot
     return _call(gate, gate.engine, name)
 
 
@@ -335,6 +407,10 @@ class CorrectnessWatch:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
+    workers = config.stash.get(_WORKERS_KEY, [])
+    if workers:
+        _summarize_workers(terminalreporter, config, workers)
+        return
     session = config.stash.get(_SESSION_KEY, None)
     if session is None or not (session.engines_booted or session.endpoints):
         return
@@ -346,6 +422,28 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     if session.update_baselines:
         terminalreporter.write_line(_update_baselines(session, config.stash[_WATCH_KEY].failures))
     _write_results(terminalreporter, session, list(config.stash[_OUTCOMES_KEY].outcomes.values()), lines)
+
+
+def _summarize_workers(terminalreporter, config: pytest.Config, workers: list[dict]) -> None:
+    """Controller of an xdist run: every worker's summary and baseline update, one combined report."""
+    from specgate.results import Outcome, write_combined
+
+    terminalreporter.section("specgate")
+    for w in sorted(workers, key=lambda w: w["worker"]):
+        terminalreporter.write_line(f"[{w['worker']}]")
+        for line in w["lines"]:
+            terminalreporter.write_line(line)
+        if "update" in w:
+            terminalreporter.write_line(w["update"])
+    try:
+        session = gate_session(config)
+        outcomes = [Outcome(**o) for w in workers for o in w["outcomes"]]
+        lines = [f"[{w['worker']}] {line}" for w in workers for line in w["lines"]]
+        paths = write_combined(session, workers, outcomes, lines)
+    except Exception as exc:  # the verdicts stand; a report that cannot be written must not hide them
+        terminalreporter.write_line(f"specgate: combined results not written: {type(exc).__name__}: {exc}")
+        return
+    terminalreporter.write_line(f"results: {paths['summary']}, {paths['html']}, {paths['csv']}")
 
 
 def _write_results(terminalreporter, session, outcomes, lines) -> None:

@@ -8,6 +8,7 @@ joins the three into the tidy table report.py renders, so a report can be rebuil
 from __future__ import annotations
 
 import datetime as _dt
+import io
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -151,19 +152,37 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
 def write_run(session, outcomes: list[Outcome], started: float, summary_lines: list[str]) -> dict[str, Path]:
     """measurements.csv/.json, run.json, baselines.json (this run alone, in the stored format, for
     `specgate baselines diff`), summary.md and report.html in the session's output directory."""
+    table = measurement_table(session, outcomes)
+    return _write(session, table, run_metadata(session, outcomes, started, summary_lines), session.measured)
+
+
+def write_combined(session, workers: list[dict], outcomes: list[Outcome], summary_lines: list[str]) -> dict[str, Path]:
+    """The same files for a pytest-xdist run, from every worker's table and measurements."""
+    import pandas as pd
+
+    tables = [pd.read_json(io.StringIO(w["table"]), orient="records") for w in workers if w["table"] != "[]"]
+    table = pd.concat(tables, ignore_index=True) if tables else pd.DataFrame()
+    measured: dict = {}
+    for w in workers:
+        for method, kinds in w["measured"].items():
+            for kind, entries in kinds.items():
+                measured.setdefault(method, {}).setdefault(kind, {}).update(entries)
+    started = min(w["started"] for w in workers)
+    return _write(session, table, run_metadata(session, outcomes, started, summary_lines), measured)
+
+
+def _write(session, table, run: dict[str, Any], measured: dict) -> dict[str, Path]:
     from specgate import report
 
     out = session.out_dir
     out.mkdir(parents=True, exist_ok=True)
-    table = measurement_table(session, outcomes)
-    run = run_metadata(session, outcomes, started, summary_lines)
     paths = report.write_tables(out, table)
     paths["run"] = out / "run.json"
     paths["run"].write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
-    if session.measured:
+    if measured:
         device, count = baselines.detect_device(session.profile.hardware)
         empty = baselines.BaselineFile(out / "baselines.json", session.profile.name, session.hardware, {})
-        baselines.write_atomic(baselines.merge(empty, session.measured, baselines.provenance(session.root, device, count)))
+        baselines.write_atomic(baselines.merge(empty, measured, baselines.provenance(session.root, device, count)))
         paths["baselines"] = out / "baselines.json"
     paths.update(report.write_report(out, table, run))
     return paths

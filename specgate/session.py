@@ -162,6 +162,11 @@ class GateSession:
         self._warmed: set[str] = set()
         self.started = time.monotonic()
         self.started_wall = time.time()
+        self.log_dir = self.out_dir / "engines"
+        # What the collected gate tests will ask of the baseline engine (set by the plugin).
+        self.selected_gates: set[str] = {"equivalence", "acceptance", "speedup", "memory"}
+        self.selected_levels: list[int] = list(profile.concurrency)
+        self.reference_ready = False
         # Endpoint mode (--specgate-endpoint): servers someone else runs instead of booted engines.
         self.endpoints = endpoints
         self._clients: dict = {}
@@ -210,9 +215,11 @@ class GateSession:
             raise record.boot_error
         if self._engine is not None and self._engine.method.name == name and self._engine.alive:
             return self._engine
+        if name != BASELINE:
+            self.prepare_reference()
         self.release_current()
         self.prompts()  # fail on bad prompts before paying for a boot
-        log_path = self.out_dir / "engines" / f"{name}.log"
+        log_path = self.log_dir / f"{name}.log"
         record.boots += 1
         try:
             self._engine = boot_engine(self.profile, self._by_name[name], self.root, log_path)
@@ -221,6 +228,22 @@ class GateSession:
             raise
         record.boot_s.append(self._engine.boot_s)
         return self._engine
+
+    def prepare_reference(self) -> None:
+        """Measure everything the selected gates compare against from the baseline engine, before any
+        method's engine boots. Usually the baseline's own tests ran first and this finds it all
+        cached; an xdist worker that did not get the baseline's tests measures it here, on its own
+        devices, so every comparison stays within one worker's hardware."""
+        if self.reference_ready or self.endpoints is not None:
+            return
+        if "equivalence" in self.selected_gates:
+            self._category_runs(BASELINE)
+        if "speedup" in self.selected_gates:
+            for level in self.selected_levels:
+                self.load_trials(BASELINE, level)
+        if "memory" in self.selected_gates:
+            self.memory_reading(BASELINE)
+        self.reference_ready = True
 
     def _endpoint(self, name: str):
         from specgate.endpoint import Endpoint
@@ -378,11 +401,6 @@ class GateSession:
         cached = self._load.setdefault(name, {})
         if concurrency in cached:
             return cached[concurrency]
-        if name != BASELINE and BASELINE not in self._load:
-            # Normally the baseline's own tests ran first; if they were deselected, measure it now,
-            # every level at once, so its engine boots only once more.
-            for level in self.profile.concurrency:
-                self.load_trials(BASELINE, level)
         cfg = self.profile.speedup
         engine = self.engine(name)
         prompts = self.prompts()
@@ -504,11 +522,19 @@ class GateSession:
         return self._verdict(name, "memory", "overhead", stored, problems, failures)
 
     def write_baselines(self) -> str:
-        """Merge this run's measurements into the stored file, atomically; the old -> new table."""
-        stored = self.baseline_file()
+        """Merge this run's measurements into the stored file, atomically and under a file lock: other
+        pytest-xdist workers may be merging theirs at the same moment, so the file is re-read inside
+        the lock and only what this process measured is replaced. Returns the old -> new table."""
+        from filelock import FileLock
+
+        self.baseline_file()  # a corrupt file fails here, before anything is written
+        path = baselines.baseline_path(self.root, self.profile.name, self.hardware)
+        path.parent.mkdir(parents=True, exist_ok=True)
         device, count = baselines.detect_device(self.profile.hardware)
-        updated = baselines.merge(stored, self.measured, baselines.provenance(self.root, device, count))
-        baselines.write_atomic(updated)
+        with FileLock(str(path) + ".lock", timeout=600):
+            stored = baselines.load(path, self.profile.name, self.hardware)
+            updated = baselines.merge(stored, self.measured, baselines.provenance(self.root, device, count))
+            baselines.write_atomic(updated)
         # self._baseline_file stays the file this run was judged against (the report shows old vs new).
         return baselines.format_diff(baselines.diff(stored, updated), f"baselines written to {stored.path}")
 

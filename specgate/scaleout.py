@@ -1,0 +1,94 @@
+"""Spreading a run over several GPUs with pytest-xdist (`pytest -n N`).
+
+Each method's tests stay together on one worker (one engine boot per method), and each worker gets
+its own slice of the visible GPUs: as many as one engine needs (tensor x pipeline parallel size), so
+a 70B target with tensor_parallel_size = 4 runs on four GPUs per worker through vLLM's own
+multiprocessing or Ray backend. Every worker measures its own baseline engine on its own GPUs, so
+each speedup is still a ratio taken on one device.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+from specgate.errors import SpecgateError
+
+RUN_OUT_ENV = "SPECGATE_RUN_OUT"  # the controller's results directory, inherited by its workers
+
+
+def worker_id() -> str | None:
+    """'gw0', 'gw1', ... inside an xdist worker, else None."""
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+def worker_index() -> int | None:
+    wid = worker_id()
+    return int(wid[2:]) if wid and wid.startswith("gw") and wid[2:].isdigit() else None
+
+
+def gpus_per_engine(profile) -> int:
+    """GPUs one engine of this profile needs: the largest tensor x pipeline parallel product."""
+    needs = []
+    for kwargs in [profile.engine_kwargs, *(m.engine_kwargs for m in profile.methods.values())]:
+        merged = {**profile.engine_kwargs, **kwargs}
+        needs.append(int(merged.get("tensor_parallel_size", 1)) * int(merged.get("pipeline_parallel_size", 1)))
+    return max(needs)
+
+
+def slice_devices(visible: list[str], index: int, per_engine: int, workers: int) -> list[str]:
+    """Worker `index`'s devices out of `visible`: a disjoint slice of `per_engine` devices."""
+    if per_engine * workers > len(visible):
+        raise SpecgateError(
+            f"pytest -n {workers} with {per_engine} GPU(s) per engine needs {per_engine * workers} GPUs, but "
+            f"{len(visible)} are visible ({', '.join(visible) or 'none'}); use -n {max(1, len(visible) // per_engine)} "
+            "or make more devices visible (CUDA_VISIBLE_DEVICES)."
+        )
+    return visible[index * per_engine : (index + 1) * per_engine]
+
+
+def visible_devices(env=os.environ) -> list[str]:
+    """The CUDA devices this process may use, without initialising CUDA here (vLLM must do that
+    after CUDA_VISIBLE_DEVICES is set)."""
+    if env.get("CUDA_VISIBLE_DEVICES", "").strip():
+        return [d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def pin_worker(profile, env=os.environ) -> list[str] | None:
+    """Inside an xdist worker of a CUDA profile, restrict CUDA_VISIBLE_DEVICES to this worker's
+    slice; returns the slice (None when there is nothing to pin)."""
+    index = worker_index()
+    if index is None or profile.hardware != "cuda":
+        return None
+    workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    devices = slice_devices(visible_devices(env), index, gpus_per_engine(profile), workers)
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
+    return devices
+
+
+def method_of(nodeid: str, methods: list[str]) -> str | None:
+    """The method a gate test id belongs to: its first parameter id ('...[eagle3-C=4]' -> 'eagle3')."""
+    if "[" not in nodeid:
+        return None
+    params = nodeid[nodeid.index("[") + 1 : nodeid.rindex("]")]
+    for name in sorted(methods, key=len, reverse=True):  # 'draft_model' before 'draft'
+        if params == name or params.startswith(name + "-"):
+            return name
+    return None
+
+
+def method_scheduler(config, log, methods: list[str]):
+    """xdist's load-scope scheduler with one scope per method (other tests: one scope each)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class MethodScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            method = method_of(nodeid, methods)
+            return f"specgate-method:{method}" if method else nodeid
+
+    return MethodScopeScheduling(config, log)

@@ -1,0 +1,52 @@
+"""GPU slices for pytest-xdist workers."""
+
+import pytest
+
+from specgate.errors import SpecgateError
+from specgate.profile import find_profile, load_profile
+from specgate.scaleout import gpus_per_engine, pin_worker, slice_devices
+
+
+def test_each_worker_gets_a_disjoint_slice():
+    visible = ["0", "1", "2", "3", "4", "5", "6", "7"]
+    slices = [slice_devices(visible, i, 4, 2) for i in range(2)]
+    assert slices == [["0", "1", "2", "3"], ["4", "5", "6", "7"]]
+    assert [slice_devices(visible, i, 1, 8)[0] for i in range(8)] == visible
+
+
+def test_too_few_gpus_names_the_fix():
+    with pytest.raises(SpecgateError, match=r"needs 8 GPUs, but 4 are visible.*use -n 1"):
+        slice_devices(["0", "1", "2", "3"], 0, 4, 2)
+
+
+@pytest.fixture
+def root(pytestconfig):
+    return pytestconfig.rootpath
+
+
+def test_tensor_parallel_profile_needs_four_gpus_per_worker(root, monkeypatch):
+    profile = load_profile(find_profile("llama33-70b-tp4-a100", root), root)
+    assert gpus_per_engine(profile) == 4
+    env = {"PYTEST_XDIST_WORKER_COUNT": "2", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    assert pin_worker(profile, env) == ["4", "5", "6", "7"]
+    assert env["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+
+
+def test_nothing_is_pinned_outside_xdist_or_on_cpu(root, monkeypatch):
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    cpu = load_profile(find_profile("cpu-tiny", root), root)
+    assert pin_worker(cpu, {}) is None
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    assert pin_worker(cpu, {}) is None
+
+
+def test_gate_test_ids_map_to_their_method():
+    from specgate.scaleout import method_of
+
+    methods = ["baseline", "draft", "draft_model", "eagle3"]
+    assert method_of("tests/gate/test_speedup.py::test_speedup_holds_per_concurrency[eagle3-C=4]", methods) == "eagle3"
+    assert method_of("tests/gate/test_memory.py::test_memory_overhead_within_baseline[draft_model]", methods) == "draft_model"
+    assert method_of("tests/gate/test_acceptance.py::test_acceptance_holds_per_category[draft-doc_prose]", methods) == "draft"
+    assert method_of("tests/unit/test_stats.py::test_leviathan_model", methods) is None
+    assert method_of("tests/unit/test_x.py::test_y[other-1]", methods) is None
