@@ -116,6 +116,16 @@ def pytest_configure(config: pytest.Config) -> None:
         gate_session(config)
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """pytest-benchmark keeps the speedup trials' timings; unless told otherwise, its JSON goes into
+    the results directory, where `pytest-benchmark compare` can read two runs side by side."""
+    bench = getattr(session.config, "_benchmarksession", None)
+    gs = session.config.stash.get(_SESSION_KEY, None)
+    if bench is not None and not bench.json and not bench.disabled and gs is not None:
+        gs.out_dir.mkdir(parents=True, exist_ok=True)
+        bench.json = str(gs.out_dir / "benchmark.json")
+
+
 def _cuda_available() -> bool:
     try:
         import torch
