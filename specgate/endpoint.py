@@ -10,14 +10,13 @@ timings) is skipped with a reason.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from dataclasses import dataclass, field
 
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
-from specgate.engine import BatchResult, EventLoopThread
-from specgate.equivalence import GreedyOutput
+from specgate.engine import EventLoopThread
 from specgate.errors import SpecgateError
+from specgate.load import Streamer
 
 REQUEST_TIMEOUT_S = 600.0
 
@@ -61,7 +60,7 @@ def counters_from_prometheus(text: str) -> SpecCounters:
 
 
 @dataclass
-class Endpoint:
+class Endpoint(Streamer):
     """A running server, driven like an in-process Engine (run_batch, closed_loop, counters)."""
 
     method_name: str
@@ -133,50 +132,21 @@ class Endpoint:
         except httpx.HTTPError as exc:
             raise EndpointError(f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc}).") from None
 
-    async def stream_tokens(self, token_ids, max_tokens: int, tag: str, temperature: float = 0.0):
-        async for choice in self._chunks(token_ids, max_tokens, temperature=temperature):
-            n = len(choice.get("token_ids") or [])
-            if n:
-                yield n
+    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
+        async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature):
+            top = [
+                {int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()}
+                for pos in (choice.get("logprobs") or {}).get("top_logprobs") or []
+            ]
+            yield [int(t) for t in choice.get("token_ids") or []], top
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
-        """The same greedy batch as Engine.run_batch, over HTTP; counters from /metrics around it."""
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0):
         self.served_model()
-        tokens = {p.id: [] for p in prompts}
-        tops = {p.id: [] for p in prompts}
-        steps = {p.id: [] for p in prompts}
-
-        async def one(p) -> None:
-            async for choice in self._chunks(p.token_ids, max_tokens, top_logprobs):
-                new = [int(t) for t in choice.get("token_ids") or []]
-                if not new:
-                    continue
-                steps[p.id].append(len(new))
-                tokens[p.id].extend(new)
-                logprobs = choice.get("logprobs") or {}
-                for pos in logprobs.get("top_logprobs") or []:
-                    tops[p.id].append({int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()})
-
-        async def batch() -> None:
-            await asyncio.gather(*(one(p) for p in prompts))
-
-        before = self.counters()
-        self.run(batch())
-        outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
-        return BatchResult(outputs, steps, self.counters() - before)
+        return super().run_batch(prompts, max_tokens, top_logprobs)
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
-        from specgate import load
-
         self.served_model()
-
-        async def stream(token_ids, max_new, tag):
-            async for n in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
-                yield n
-
-        before = self.counters()
-        run = self.run(load.closed_loop(stream, prompts, concurrency, max_tokens))
-        return run, self.counters() - before
+        return super().closed_loop(prompts, concurrency, max_tokens, temperature)
 
     def timed_steps(self, work):
         work()

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from specgate.acceptance import SpecCounters, counters_from_metrics
-from specgate.equivalence import GreedyOutput
 from specgate.errors import EngineBootError
+from specgate.load import BatchResult, Streamer
 from specgate.profile import Method, Profile
 from specgate.prompts import TokenizedPrompt
 from specgate.zoo import resolve as resolve_model
@@ -162,13 +162,6 @@ def explain_failure(log_path: Path, exc: BaseException) -> tuple[str, str]:
     return f"{type(exc).__name__}: {first}"[:MAX_REASON], "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-@dataclass(frozen=True)
-class BatchResult:
-    outputs: dict[str, GreedyOutput]
-    tokens_per_step: dict[str, list[int]]  # per prompt: tokens each engine step emitted, in order
-    counters: SpecCounters  # spec-decode counters of this batch alone
-
-
 class EventLoopThread:
     """An asyncio loop on its own thread: vLLM's AsyncLLM lives on it, the (synchronous) tests
     submit coroutines to it. One per engine, stopped with the engine."""
@@ -197,7 +190,7 @@ class EventLoopThread:
 
 
 @dataclass
-class Engine:
+class Engine(Streamer):
     """A live vLLM engine (AsyncLLM, in this process; its core and workers in child processes)."""
 
     method: Method
@@ -235,68 +228,27 @@ class Engine:
             output_kind=RequestOutputKind.DELTA,  # one output per engine step: its new tokens only
         )
 
-    async def _deltas(self, token_ids, params, tag: str):
-        """The request's outputs as the engine emits them: one CompletionOutput per step."""
+    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
+        """The request's new tokens (and top-k logprobs) as the engine emits them, step by step."""
         from vllm.inputs import TokensPrompt
 
-        async for out in self.client.generate(TokensPrompt(prompt_token_ids=list(token_ids)), params, self._request_id(tag)):
-            yield out.outputs[0]
-
-    async def stream_tokens(self, token_ids, max_tokens: int, tag: str, temperature: float = 0.0, seed: int | None = None):
-        """For the load generator: how many new tokens each streamed step brought."""
-        async for completion in self._deltas(token_ids, self._params(max_tokens, temperature=temperature, seed=seed), tag):
-            if completion.token_ids:
-                yield len(completion.token_ids)
+        params = self._params(max_tokens, top_logprobs, temperature)
+        prompt = TokensPrompt(prompt_token_ids=list(token_ids))
+        async for out in self.client.generate(prompt, params, self._request_id(tag)):
+            completion = out.outputs[0]
+            top = []
+            if top_logprobs and completion.logprobs:
+                top = [{int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs]
+            yield [int(t) for t in completion.token_ids], top
 
     def run(self, coro):
         """Run a coroutine on the engine's loop (from the test's thread) with the engine's log."""
         with _output_to(self.log_path):
             return self.loop.run(coro)
 
-    def run_batch(self, prompts: list[TokenizedPrompt], max_tokens: int, top_logprobs: int = 0) -> BatchResult:
-        """Greedy continuations of `prompts`, all submitted at once, streamed step by step.
-
-        Streaming (DELTA outputs) shows how many tokens each verification step emitted (accepted + 1);
-        the spec-decode counters are read before and after, so the batch's own numbers are the delta.
-        """
-        params = self._params(max_tokens, top_logprobs)
-        tokens: dict[str, list[int]] = {p.id: [] for p in prompts}
-        tops: dict[str, list[dict[int, float]]] = {p.id: [] for p in prompts}
-        steps: dict[str, list[int]] = {p.id: [] for p in prompts}
-
-        async def one(p: TokenizedPrompt) -> None:
-            async for completion in self._deltas(p.token_ids, params, p.id):
-                new = [int(t) for t in completion.token_ids]
-                if not new:
-                    continue
-                steps[p.id].append(len(new))
-                tokens[p.id].extend(new)
-                if top_logprobs and completion.logprobs:
-                    tops[p.id].extend({int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs)
-
-        async def batch() -> None:
-            await asyncio.gather(*(one(p) for p in prompts))
-
-        before = self.counters()
-        self.run(batch())
-        outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
-        return BatchResult(outputs, steps, self.counters() - before)
-
     def collective_rpc(self, fn):
         """Call `fn(worker)` in every worker process (results in rank order)."""
         return self.run(self.client.collective_rpc(fn))
-
-    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
-        """One closed-loop trial (see specgate.load) and the spec-decode counters it moved."""
-        from specgate import load
-
-        async def stream(token_ids, max_new, tag):
-            async for n in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
-                yield n
-
-        before = self.counters()
-        run = self.run(load.closed_loop(stream, prompts, concurrency, max_tokens))
-        return run, self.counters() - before
 
     def timed_steps(self, work) -> dict[str, float] | None:
         """Run `work()` with timers in the worker around the target's forward pass and the drafter:

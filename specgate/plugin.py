@@ -116,7 +116,7 @@ def pytest_configure(config: pytest.Config) -> None:
         gate_session(config)
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
+def pytest_collection_finish(session: pytest.Session) -> None:
     """pytest-benchmark keeps the speedup trials' timings; unless told otherwise, its JSON goes into
     the results directory, where `pytest-benchmark compare` can read two runs side by side."""
     bench = getattr(session.config, "_benchmarksession", None)

@@ -418,6 +418,7 @@ def _legend(fig, spare: list, handles: list, ncol: int) -> float:
     if spare:
         spare[0].legend(handles=handles, loc="center", fontsize=9, frameon=False)
         return 0.0
+    ncol = max(1, min(ncol, int(fig.get_figwidth() // 2.2)))  # ~2.2 inches per legend entry
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
     return (0.3 * math.ceil(len(handles) / ncol) + 0.15) / fig.get_figheight()
 

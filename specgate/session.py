@@ -406,13 +406,14 @@ class GateSession:
         prompts = self.prompts()
         max_tokens = self.profile.max_tokens
 
+        batch = trial_prompts(prompts, concurrency, cfg.num_requests(concurrency), self.profile.seed)
+
         def trial(index: int):
-            batch = trial_prompts(prompts, concurrency, index, cfg.num_requests(concurrency), self.profile.seed)
             return engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature)
 
         if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
             top = max(self.profile.concurrency)
-            warm = trial_prompts(prompts, top, -1, 2 * top, self.profile.seed)
+            warm = trial_prompts(prompts, top, 2 * top, self.profile.seed + 1)
             engine.closed_loop(warm, top, max_tokens, cfg.temperature)
             self._warmed.add(name)
         result = LoadTrials(concurrency)

@@ -93,7 +93,7 @@ def test_load_generator_and_metrics_over_http(gate, server):
     client = Endpoint(SERVED_METHOD, server)
     try:
         client.served_model()
-        prompts = trial_prompts(gate.prompts(), 2, 0, 6, gate.profile.seed)
+        prompts = trial_prompts(gate.prompts(), 2, 6, gate.profile.seed)
         run, moved = client.closed_loop(prompts, 2, 16)
     finally:
         client.close()

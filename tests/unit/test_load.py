@@ -12,6 +12,7 @@ from specgate.load import LoadRun, RequestTrace, closed_loop, trial_prompts
 class P:
     id: str
     token_ids: tuple
+    category: str = ""
 
 
 class FakeClock:
@@ -74,9 +75,10 @@ def test_too_few_requests_for_a_steady_window_is_an_error():
         run.throughput
 
 
-def test_trial_prompts_are_the_same_for_every_engine_and_differ_between_trials():
-    prompts = [P(f"p{i}", (i,)) for i in range(20)]
-    first = trial_prompts(prompts, 4, 0, 12, seed=0)
-    assert first == trial_prompts(prompts, 4, 0, 12, seed=0)
-    assert first != trial_prompts(prompts, 4, 1, 12, seed=0)
-    assert len(first) == 12
+def test_trial_prompts_mix_categories_evenly_and_are_the_same_for_every_engine():
+    prompts = [P(f"{cat}-{i}", (i,), cat) for cat in ("a", "b", "c") for i in range(4)]
+    first = trial_prompts(prompts, 4, 12, seed=0)
+    assert first == trial_prompts(prompts, 4, 12, seed=0)
+    assert [p.category for p in first[:6]] == ["a", "b", "c", "a", "b", "c"]
+    assert len({p.id for p in first}) == 12  # every prompt once before any repeats
+    assert first != trial_prompts(prompts, 4, 12, seed=1)

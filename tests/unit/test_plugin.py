@@ -1,5 +1,6 @@
 """The pytest plugin with a fake engine: ordering, one boot per method, boot failures, skips, summary."""
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -62,6 +63,35 @@ class FakeEngine:
     def shutdown(self):
         self.alive = False
         return ShutdownReport(self.method.name, 0.01, [], 10, 10, 20, 0)
+    def closed_loop(self, prompts, concurrency, max_tokens, temperature=0.0):
+        # Virtual time: a speculative step takes 12 ms and emits 2 tokens, a plain one 10 ms and 1;
+        # FAKE_SLOW=1 makes speculative steps 40 % slower (a regression the gate must catch).
+        import os
+        from specgate.load import LoadRun, RequestTrace
+        k = self.method.num_speculative_tokens
+        per_step = 2 if k else 1
+        step = 0.010 * ((1.2 * (1.4 if os.environ.get("FAKE_SLOW") else 1.0)) if k else 1.0)
+        lanes, traces, steps = [0.0] * concurrency, [], 0
+        for i, p in enumerate(prompts):
+            lane = min(range(concurrency), key=lambda j: lanes[j])
+            t = lanes[lane]
+            trace = RequestTrace(i, p.id, t)
+            emitted = 0
+            while emitted < max_tokens:
+                t += step
+                n = min(per_step, max_tokens - emitted)
+                trace.arrivals.append((t, n))
+                emitted += n
+                steps += 1
+            lanes[lane] = t
+            traces.append(trace)
+        drafts = steps if k else 0
+        counters = SpecCounters(drafts, drafts * k, drafts, tuple([drafts] + [0] * (k - 1)) if k else ())
+        return LoadRun(concurrency, traces, 0.0, max(lanes)), counters
+    def timed_steps(self, work):
+        work()
+        k = self.method.num_speculative_tokens
+        return {"forward_s": 0.009, "forward_calls": 1, "propose_s": 0.001 * k, "propose_calls": 1}
 
 def fake_boot(profile, method, root, log_path):
     BOOTS.append(method.name)
@@ -163,6 +193,61 @@ def test_missing_baseline_fails_under_strict(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good", "--specgate-strict")
     result.assert_outcomes(passed=5, failed=6)
     result.stdout.fnmatch_lines(["*no stored acceptance baseline*(--specgate-strict)*"])
+
+
+@pytest.fixture
+def speed_dir(gate_dir):
+    """The fake gate with the speedup test and two healthy methods."""
+    (gate_dir.path / "gate" / "test_speedup.py").write_text((ROOT / "tests" / "gate" / "test_speedup.py").read_text())
+    profile = PROFILE.format(zoo=ROOT / "fixtures" / "zoo", prompts=ROOT / "fixtures/prompts/embedded.jsonl")
+    profile = profile.replace("max_tokens = 8\n", "max_tokens = 8\nconcurrency = [1, 4]\n", 1)
+    profile += '[methods.also_good]\nspeculative_config = { method = "ngram", num_speculative_tokens = 2 }\n'
+    (gate_dir.path / "fake.toml").write_text(profile)
+    return gate_dir
+
+
+def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monkeypatch):
+    first = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or lifecycle")
+    first.assert_outcomes(passed=2 + 2 + 2)  # speedup at C=1 and C=4 for baseline and good; 2 lifecycles
+    stored = baseline_file(speed_dir).read_text()
+    assert '"speedup"' in stored and '"C=4"' in stored and '"measured_over_expected"' in stored
+    same = run(speed_dir, "--specgate-methods", "good", "--specgate-strict", "-k", "speedup")
+    same.assert_outcomes(passed=4)
+    monkeypatch.setenv("FAKE_SLOW", "1")
+    slowed = run(speed_dir, "--specgate-methods", "good", "-k", "speedup")
+    slowed.assert_outcomes(passed=2, failed=2)
+    slowed.stdout.fnmatch_lines(["*method 'good', C=1: speedup 1.19 ?1.19, 1.19? (n=5) is below the floor 1.42 (stored 1.67*"])
+
+
+def test_results_directory_holds_table_report_and_outcomes(speed_dir):
+    out = speed_dir.path / "out"
+    result = run(speed_dir, "--specgate-methods", "good", "--specgate-out", str(out))
+    assert result.ret == 0, result.stdout.str()
+    for name in ("measurements.csv", "measurements.json", "run.json", "baselines.json", "summary.md", "report.html"):
+        assert (out / name).is_file(), name
+    run_json = json.loads((out / "run.json").read_text())
+    gates = {(o["method"], o["gate"], o["key"]) for o in run_json["outcomes"]}
+    assert ("good", "speedup", "C=4") in gates and ("good", "acceptance", "doc_prose") in gates
+    table = json.loads((out / "measurements.json").read_text())
+    speedups = [r for r in table if r["method"] == "good" and r["metric"] == "speedup"]
+    assert sorted(r["concurrency"] for r in speedups) == [1, 4]
+    assert "speedup" in (out / "summary.md").read_text()
+
+
+def test_two_xdist_workers_keep_methods_together_and_merge_baselines(speed_dir):
+    out = speed_dir.path / "out"
+    args = ("--specgate-methods", "good,also_good", "--update-baselines", "--specgate-out", str(out))
+    result = run(speed_dir, "-n", "2", *args)
+    assert result.ret == 0, result.stdout.str()
+    result.stdout.fnmatch_lines(["*[gw0]*", "*[gw1]*"])
+    # each worker booted its own baseline and one method, once: every lifecycle test passed
+    outcomes = json.loads((out / "run.json").read_text())["outcomes"]
+    lifecycle = {o["method"]: o["outcome"] for o in outcomes if o["gate"] == "lifecycle"}
+    assert lifecycle == {"baseline": "passed", "good": "passed", "also_good": "passed"}
+    # both workers wrote into one baseline file under the lock: both methods are there
+    stored = json.loads(baseline_file(speed_dir).read_text())["methods"]
+    assert {"good", "also_good"} <= set(stored)
+    assert all("speedup" in stored[m] and "acceptance" in stored[m] for m in ("good", "also_good"))
 
 
 def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir):
