@@ -235,19 +235,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     session = config.stash[_SESSION_KEY]
     if session is None:
         return
-    order = {name: i for i, name in enumerate(session.method_order)}
-
-    def key(indexed):
-        index, item = indexed
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        name = params.get("method", params.get("engine_method"))
-        if name is None and hasattr(getattr(item, "module", None), "SPECGATE_STAGE"):
-            name = BASELINE  # a gate test without a method parameter is about the baseline engine
-        if name is None:
-            return (0, 0, 0, index)  # non-gate tests keep their place, first
-        return (1, order.get(name, len(order)), _stage(item), index)
-
-    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
     recorder = config.stash[_OUTCOMES_KEY]
     gates, levels = set(), set()
     for item in items:
@@ -260,6 +247,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 levels.add(params["concurrency"])
     session.selected_gates = gates
     session.selected_levels = [c for c in session.profile.concurrency if c in levels]
+    order = {name: i for i, name in enumerate(session.method_order)}
+
+    def key(indexed):
+        index, item = indexed
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        name = params.get("method", params.get("engine_method"))
+        if name is None and hasattr(getattr(item, "module", None), "SPECGATE_STAGE"):
+            name = BASELINE  # a gate test without a method parameter is about the baseline engine
+        if name is None:
+            return (0, 0, 0, index)  # non-gate tests keep their place, first
+        if name == BASELINE and getattr(item.module, "SPECGATE_GATE", "") == "lifecycle" and session.baseline_released_last():
+            return (2, 0, 0, index)  # the baseline engine serves every method's paired trials first
+        return (1, order.get(name, len(order)), _stage(item), index)
+
+    items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -293,7 +295,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     from specgate.results import measurement_table
 
-    gs.release_current()
+    gs.release_all()
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
     payload = {
         "worker": scaleout.worker_id(),
@@ -368,7 +370,7 @@ def gate(request: pytest.FixtureRequest):
     """The run session (profile, prompts, engines); see specgate.session.GateSession."""
     session = gate_session(request.config)
     yield session
-    session.release_current()
+    session.release_all()
 
 
 def _call(gate, fn, *args):
@@ -424,7 +426,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     session = config.stash.get(_SESSION_KEY, None)
     if session is None or not (session.engines_booted or session.endpoints):
         return
-    session.release_current()
+    session.release_all()
     terminalreporter.section("specgate")
     lines = session.summary_lines()
     for line in lines:

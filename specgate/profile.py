@@ -78,6 +78,11 @@ class Speedup:
     # One extra trial per level with timers in the worker around the target's forward pass and the
     # drafter, for the cost ratio c of the analytic speedup (off: no model check).
     measure_step_costs: bool = True
+    # Alternate each method trial with a trial of the baseline engine, kept alive next to the
+    # method's: both sides of every ratio then see the same machine state. Needs memory for two
+    # engines (fine on CPU; not with two large models on one GPU, where one-at-a-time holds).
+    interleave_baseline: bool = False
+    max_tokens: int = 0  # output tokens per load request; 0 = the profile's max_tokens
 
     def num_requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.requests_per_slot * concurrency, 2 * concurrency + 1)
@@ -354,7 +359,8 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     check.positive("equivalence.logprob_margin", equivalence.logprob_margin, allow_zero=True)
 
     sp_data = data.get("speedup", {})
-    sp_types = {"trials": int, "requests_per_slot": int, "min_requests": int, "temperature": float, "measure_step_costs": bool}
+    sp_types = {"trials": int, "requests_per_slot": int, "min_requests": int, "temperature": float, "measure_step_costs": bool,
+                "interleave_baseline": bool, "max_tokens": int}
     check.table(sp_data, sp_types, "speedup.")
     speedup = Speedup(**sp_data)
     if speedup.trials < 2:

@@ -159,6 +159,8 @@ class GateSession:
         self._run_errors: dict[str, Exception] = {}
         self._memory: dict = {}  # method -> MemoryReading
         self._load: dict[str, dict[int, LoadTrials]] = {}  # method -> concurrency -> trials
+        self._paired: dict[tuple[str, int], LoadTrials] = {}  # (method, C) -> interleaved baseline trials
+        self._reference: Engine | None = None  # the baseline engine kept alive for interleaving
         self._warmed: set[str] = set()
         self.started = time.monotonic()
         self.started_wall = time.time()
@@ -215,8 +217,12 @@ class GateSession:
             raise record.boot_error
         if self._engine is not None and self._engine.method.name == name and self._engine.alive:
             return self._engine
+        if name == BASELINE and self._reference is not None:
+            return self._reference
         if name != BASELINE:
             self.prepare_reference()
+        if self._interleaving and self._engine is not None and self._engine.method.name == BASELINE:
+            self._reference, self._engine = self._engine, None  # stays up for paired speedup trials
         self.release_current()
         self.prompts()  # fail on bad prompts before paying for a boot
         log_path = self.log_dir / f"{name}.log"
@@ -277,11 +283,28 @@ class GateSession:
         self.records[engine.method.name].shutdown = report
         return report
 
+    def release_all(self) -> None:
+        """End of the run: every engine down, the kept baseline engine included."""
+        self.release_current()
+        self.release(BASELINE)
+
     def release(self, name: str) -> ShutdownReport | None:
         """Shut down `name`'s engine if it is the live one; return its shutdown report."""
         if self._engine is not None and self._engine.method.name == name:
             return self.release_current()
+        if self._reference is not None and name == BASELINE:
+            engine, self._reference = self._reference, None
+            self.records[BASELINE].shutdown = engine.shutdown()
         return self.records[name].shutdown
+
+    @property
+    def _interleaving(self) -> bool:
+        return self.profile.speedup.interleave_baseline and "speedup" in self.selected_gates and self.endpoints is None
+
+    def baseline_released_last(self) -> bool:
+        """With interleaved speedup trials the baseline engine lives until every method has run, so
+        its lifecycle test belongs at the very end."""
+        return self._interleaving
 
     def expected_boot_failure(self, name: str, error: EngineBootError) -> str | None:
         """The skip reason when the profile says this method may not boot here and it did not: the
@@ -404,7 +427,7 @@ class GateSession:
         cfg = self.profile.speedup
         engine = self.engine(name)
         prompts = self.prompts()
-        max_tokens = self.profile.max_tokens
+        max_tokens = cfg.max_tokens or self.profile.max_tokens
 
         batch = trial_prompts(prompts, concurrency, cfg.num_requests(concurrency), self.profile.seed)
 
@@ -418,8 +441,12 @@ class GateSession:
             self._warmed.add(name)
         result = LoadTrials(concurrency)
         counters = []
+        reference = self._reference if name != BASELINE else None
+        paired = self._paired.setdefault((name, concurrency), LoadTrials(concurrency)) if reference else None
 
         def one_trial():
+            if reference is not None:  # the baseline's trial right before the method's, same requests
+                paired.runs.append(reference.closed_loop(batch, concurrency, max_tokens, cfg.temperature)[0])
             run, moved = trial(len(result.runs))
             result.runs.append(run)
             counters.append(moved)
@@ -435,6 +462,11 @@ class GateSession:
     def speedup(self, name: str, concurrency: int, repeat=None) -> SpeedupResult:
         base = self.load_trials(BASELINE, concurrency)
         spec = self.load_trials(name, concurrency, repeat)
+        paired = self._paired.get((name, concurrency))
+        if paired is not None:
+            # interleaved: the ratio uses the baseline trials taken between this method's trials;
+            # the baseline's own trials still give the step timings for the model check
+            base = LoadTrials(concurrency, paired.runs, base.counters, base.step_times)
         estimate = stats.ratio_estimate(spec.throughputs, base.throughputs, seed=self.profile.seed)
         k = self._by_name[name].num_speculative_tokens
         length = spec.counters.mean_acceptance_length
