@@ -67,7 +67,6 @@ class Endpoint(Streamer):
     url: str
     loop: EventLoopThread = field(default_factory=EventLoopThread)
     model: str | None = None
-    boot_s: float = 0.0
     alive: bool = True
     _requests: int = 0
 

@@ -215,7 +215,7 @@ class Engine(Streamer):
         return f"{tag}#{self._requests}"
 
     @staticmethod
-    def _params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None):
+    def _params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0):
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
@@ -223,7 +223,6 @@ class Engine(Streamer):
             temperature=temperature,
             max_tokens=max_tokens,
             logprobs=top_logprobs or None,
-            seed=seed,
             ignore_eos=False,
             output_kind=RequestOutputKind.DELTA,  # one output per engine step: its new tokens only
         )
