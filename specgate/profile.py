@@ -54,6 +54,10 @@ class Tolerance:
     memory_rtol: float = 0.10
     memory_slack_mib: float = 64.0  # weights and device memory
     process_slack_mib: float = 256.0  # peak process memory (allocator noise run to run)
+    # Speedup ratios are only comparable on a machine as fast as the one that stored them: when the
+    # baseline engine's throughput this run is off its stored value by more than this (relative, either
+    # way), the speedup gate skips with both numbers instead of judging. 0 = never (dedicated GPUs).
+    machine_rtol: float = 0.0
 
 
 @dataclass(frozen=True)

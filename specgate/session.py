@@ -489,11 +489,17 @@ class GateSession:
             self.record(name, "speedup", key, {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)})
             return GateOutcome()
         result = self.speedup(name, concurrency, repeat)
+        disturbed = self._disturbed(result)
+        if disturbed:  # not recorded either: an update keeps the stored value
+            return self._not_comparable(f"method '{name}', " + disturbed)
         self.record(name, "speedup", key, result.record())
         method = self._by_name[name]
         ref = method.canary_of.get("speedup", name)
         stored_file = self.baseline_file()
         stored = stored_file.entry(ref, "speedup", key)
+        mismatch = self._other_machine(concurrency)
+        if mismatch and not self.update_baselines:
+            return self._not_comparable(mismatch)
         failures = []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - self.profile.tolerance.speedup_rtol)
@@ -507,6 +513,54 @@ class GateSession:
         if ref != name:
             return self._canary(name, ref, "speedup", key, stored, failures)
         return self._verdict(name, "speedup", key, stored, [], failures)
+
+    def _not_comparable(self, why: str) -> GateOutcome:
+        return GateOutcome(failures=[why + " (--specgate-strict)"]) if self.strict else GateOutcome(skip=why)
+
+    def _within_machine_rtol(self, ratio: float) -> bool:
+        rtol = self.profile.tolerance.machine_rtol
+        return not rtol or 1 - rtol <= ratio <= 1 / (1 - rtol)
+
+    def _disturbed(self, result: SpeedupResult) -> str | None:
+        """Why this interleaved measurement says nothing, if it does not: the baseline engine's trials
+        paired with the method's ran far off its own trials of this run, so the machine changed under
+        the measurement (seen on cpu-tiny: 212 tok/s paired with ngram against 382 alone, which
+        stored an ngram speedup 30 % above every later run's)."""
+        if (result.method, result.concurrency) not in self._paired:
+            return None
+        alone = stats.median(self.load_trials(BASELINE, result.concurrency).throughputs)
+        ratio = result.baseline_throughput / alone
+        if self._within_machine_rtol(ratio):
+            return None
+        return (
+            f"C={result.concurrency}: the baseline engine's trials paired with this method ran at "
+            f"{result.baseline_throughput:.1f} tok/s against {alone:.1f} on their own earlier in this run ({ratio:.2f}x, "
+            f"outside machine_rtol {self.profile.tolerance.machine_rtol}): the machine changed under the measurement, so "
+            f"the speedup {result.estimate.describe()} is neither judged nor stored. Rerun on a quiet machine"
+        )
+
+    def _other_machine(self, concurrency: int) -> str | None:
+        """Why this run's speedup ratios cannot be held against the stored ones, if they cannot.
+
+        A ratio of two throughputs still depends on the machine: on a CPU twice as fast, a fixed
+        per-step overhead weighs twice as much against the forward pass (cpu-tiny's speedups moved by
+        -22 % to +9 % on a machine whose baseline engine ran 2.2x faster under the same CPU name).
+        The baseline engine's own throughput, stored next to the ratios, tells.
+        """
+        stored = self.baseline_file().entry(BASELINE, "speedup", f"C={concurrency}")
+        if not stored or not stored.get("throughput_tok_s"):
+            return None
+        now = stats.median(self.load_trials(BASELINE, concurrency).throughputs)
+        ratio = now / stored["throughput_tok_s"]
+        if self._within_machine_rtol(ratio):
+            return None
+        rtol = self.profile.tolerance.machine_rtol
+        return (
+            f"C={concurrency}: the baseline engine runs at {now:.1f} tok/s here against {stored['throughput_tok_s']:.1f} stored "
+            f"({ratio:.2f}x, outside machine_rtol {rtol}; {self.baseline_file().source(BASELINE)}), so this is not the "
+            f"machine whose speedups are stored; speedup ratios are not compared across machines. Store this machine's with "
+            f"`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines`"
+        )
 
     def memory_reading(self, name: str):
         """This engine's memory, read once while it is alive (the baseline engine's is the reference)."""

@@ -71,6 +71,9 @@ class FakeEngine:
         k = self.method.num_speculative_tokens
         per_step = 2 if k else 1
         step = 0.010 * ((1.2 * (1.4 if os.environ.get("FAKE_SLOW") else 1.0)) if k else 1.0)
+        step /= float(os.environ.get("FAKE_MACHINE_SPEED", "1"))  # another machine: every step faster
+        if os.environ.get("FAKE_DISTURBED") and not k and len(BOOTS) > 1:
+            step *= 2  # the machine slows down once a second engine is up (another tenant, say)
         lanes, traces, steps = [0.0] * concurrency, [], 0
         for i, p in enumerate(prompts):
             lane = min(range(concurrency), key=lambda j: lanes[j])
@@ -217,6 +220,30 @@ def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monke
     slowed = run(speed_dir, "--specgate-methods", "good", "-k", "speedup")
     slowed.assert_outcomes(passed=2, failed=2)
     slowed.stdout.fnmatch_lines(["*method 'good', C=1: speedup 1.19 ?1.19, 1.19? (n=5) is below the floor 1.42 (stored 1.67*"])
+
+
+def test_speedup_gate_says_when_the_machine_is_not_the_one_that_stored_it(speed_dir, monkeypatch):
+    profile = speed_dir.path / "fake.toml"
+    profile.write_text(profile.read_text() + "[tolerance]\nmachine_rtol = 0.35\n")
+    run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup").assert_outcomes(passed=4)
+    monkeypatch.setenv("FAKE_MACHINE_SPEED", "1.2")  # within machine_rtol: judged as usual
+    run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=4)
+    monkeypatch.setenv("FAKE_MACHINE_SPEED", "2")
+    other = run(speed_dir, "--specgate-methods", "good", "-k", "speedup")
+    other.assert_outcomes(passed=2, skipped=2)
+    other.stdout.fnmatch_lines(["*C=1: the baseline engine runs at * tok/s here against * stored (2.00x, outside machine_rtol 0.35*"])
+    strict = run(speed_dir, "--specgate-methods", "good", "-k", "speedup", "--specgate-strict")
+    strict.assert_outcomes(passed=2, failed=2)
+
+
+def test_a_measurement_the_machine_disturbed_is_neither_judged_nor_stored(speed_dir, monkeypatch):
+    profile = speed_dir.path / "fake.toml"
+    profile.write_text(profile.read_text() + "[speedup]\ninterleave_baseline = true\n[tolerance]\nmachine_rtol = 0.35\n")
+    monkeypatch.setenv("FAKE_DISTURBED", "1")
+    result = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup")
+    result.assert_outcomes(passed=2, skipped=2)
+    result.stdout.fnmatch_lines(["*method 'good', C=1: the baseline engine's trials paired with this method ran at * tok/s against * on their own*(0.50x*"])
+    assert "good" not in json.loads(baseline_file(speed_dir).read_text())["methods"]
 
 
 def test_results_directory_holds_table_report_and_outcomes(speed_dir):
