@@ -376,7 +376,7 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
     for i, m in enumerate(methods):
         for j, c in enumerate(cats):
             if (m, c) not in cells:
-                ax.text(j, i, "not run", ha="center", va="center", fontsize=8, color="#777777")
+                ax.text(j, i, "no data", ha="center", va="center", fontsize=8, color="#777777")
                 continue
             row = cells[m, c]
             base = row["baseline"]
