@@ -371,7 +371,11 @@ class GateSession:
             f"no stored {kind} baseline for method '{method}', {key} in {path}; create it with "
             f"`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` and commit the file"
         )
-        return GateOutcome(failures=[msg + " (--specgate-strict)"]) if self.strict else GateOutcome(skip=msg)
+        return self._skip_unless_strict(msg)
+
+    def _skip_unless_strict(self, why: str) -> GateOutcome:
+        """Nothing to judge against: a skip that says why, or a failure under --specgate-strict."""
+        return GateOutcome(failures=[why + " (--specgate-strict)"]) if self.strict else GateOutcome(skip=why)
 
     def check_acceptance(self, name: str, category: str) -> GateOutcome:
         """Acceptance of (method, category) against its stored baseline and the profile's floors."""
@@ -489,17 +493,18 @@ class GateSession:
             self.record(name, "speedup", key, {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)})
             return GateOutcome()
         result = self.speedup(name, concurrency, repeat)
-        disturbed = self._disturbed(result)
+        alone = stats.median(self.load_trials(BASELINE, concurrency).throughputs)  # the baseline's own trials
+        disturbed = self._disturbed(result, alone)
         if disturbed:  # not recorded either: an update keeps the stored value
-            return self._not_comparable(f"method '{name}', " + disturbed)
+            return self._skip_unless_strict(f"method '{name}', " + disturbed)
         self.record(name, "speedup", key, result.record())
         method = self._by_name[name]
         ref = method.canary_of.get("speedup", name)
         stored_file = self.baseline_file()
         stored = stored_file.entry(ref, "speedup", key)
-        mismatch = self._other_machine(concurrency)
+        mismatch = self._other_machine(concurrency, alone)
         if mismatch and not self.update_baselines:
-            return self._not_comparable(mismatch)
+            return self._skip_unless_strict(mismatch)
         failures = []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - self.profile.tolerance.speedup_rtol)
@@ -514,21 +519,17 @@ class GateSession:
             return self._canary(name, ref, "speedup", key, stored, failures)
         return self._verdict(name, "speedup", key, stored, [], failures)
 
-    def _not_comparable(self, why: str) -> GateOutcome:
-        return GateOutcome(failures=[why + " (--specgate-strict)"]) if self.strict else GateOutcome(skip=why)
-
     def _within_machine_rtol(self, ratio: float) -> bool:
         rtol = self.profile.tolerance.machine_rtol
         return not rtol or 1 - rtol <= ratio <= 1 / (1 - rtol)
 
-    def _disturbed(self, result: SpeedupResult) -> str | None:
+    def _disturbed(self, result: SpeedupResult, alone: float) -> str | None:
         """Why this interleaved measurement says nothing, if it does not: the baseline engine's trials
         paired with the method's ran far off its own trials of this run, so the machine changed under
         the measurement (seen on cpu-tiny: 212 tok/s paired with ngram against 382 alone, which
         stored an ngram speedup 30 % above every later run's)."""
         if (result.method, result.concurrency) not in self._paired:
             return None
-        alone = stats.median(self.load_trials(BASELINE, result.concurrency).throughputs)
         ratio = result.baseline_throughput / alone
         if self._within_machine_rtol(ratio):
             return None
@@ -539,7 +540,7 @@ class GateSession:
             f"the speedup {result.estimate.describe()} is neither judged nor stored. Rerun on a quiet machine"
         )
 
-    def _other_machine(self, concurrency: int) -> str | None:
+    def _other_machine(self, concurrency: int, now: float) -> str | None:
         """Why this run's speedup ratios cannot be held against the stored ones, if they cannot.
 
         A ratio of two throughputs still depends on the machine: on a CPU twice as fast, a fixed
@@ -550,7 +551,6 @@ class GateSession:
         stored = self.baseline_file().entry(BASELINE, "speedup", f"C={concurrency}")
         if not stored or not stored.get("throughput_tok_s"):
             return None
-        now = stats.median(self.load_trials(BASELINE, concurrency).throughputs)
         ratio = now / stored["throughput_tok_s"]
         if self._within_machine_rtol(ratio):
             return None
