@@ -36,6 +36,16 @@ def _table(rows: dict, fmt: str = "{:.2f}") -> list[str]:
     return lines
 
 
+def _copy_probe_lines(target: dict) -> list[str]:
+    probe = target.get("copy_probe")
+    if not probe:
+        return []
+    return [
+        f"  Copy probe (32 passages of 64 tokens from prose and code, each repeated once): loss {probe['passage_loss']:.2f}"
+        f" nats/token on a passage, {probe['repeat_loss']:.2f} on its verbatim repeat.",
+    ]
+
+
 def render(zoo: Path) -> str:
     t = json.loads((zoo / "training.json").read_text(encoding="utf-8"))
     measured_path = zoo / "measured.json"
@@ -63,6 +73,8 @@ def render(zoo: Path) -> str:
         f" types, codec aliases, errno, HTML entities, locales, Unicode names, ...) ({t['corpus']['structured']:,})",
         f"- editing: stdlib functions and classes followed by `# Same function, with the variable `a` renamed to"
         f" `b`:` and the renamed copy ({t['corpus']['editing']:,})",
+        "- repeat (no stream of its own): windows of passages of 8-100 tokens drawn from code, prose and",
+        "  structured, each followed by itself verbatim, so that copying from the context pays off in training",
         "",
         f"Training windows of {t['seq']} tokens are drawn from these with shares {t['mix']}.",
         "",
@@ -84,6 +96,7 @@ def render(zoo: Path) -> str:
         "",
         f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, bf16 autocast; "
         f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min.",
+        *_copy_probe_lines(t["target"]),
         f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, "
         f"{d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft cross-entropy, nats; EAGLE "
         f"terms summed over {t['unroll']} unrolled steps): "
@@ -140,10 +153,17 @@ def render(zoo: Path) -> str:
                     f"- {name}: mean acceptance length {heavy:.2f} on the copy-heavy categories ({', '.join(copy_heavy)})"
                     f" vs {acc['doc_prose']:.2f} on doc_prose."
                 )
+        probe = t["target"].get("copy_probe")
+        copies = (
+            f" It has learned to copy from its context (loss {probe['repeat_loss']:.2f} on a repeated passage vs"
+            f" {probe['passage_loss']:.2f} on its first occurrence), which is what the copy-heavy prompts ask of it."
+            if probe and probe["repeat_loss"] < 0.5 * probe["passage_loss"]
+            else ""
+        )
         out += [
-            f"- The target is small and briefly trained (loss {t['target']['final_loss']:.2f} nats/token): its continuations",
-            "  are not coherent, fragments of Python / prose / JSON that drift into repetition (see below), and",
-            "  repetition is what prompt-lookup methods (ngram, suffix) accept best, in whatever category.",
+            f"- The target is small and briefly trained: its continuations are not coherent, fragments of Python /",
+            "  prose / JSON that drift into repetition (see below), and repetition is what prompt-lookup methods",
+            f"  (ngram, suffix) accept in whatever category.{copies}",
             "- Speculation on vLLM's CPU engine costs a large fixed overhead per step: even `draft_self` (every",
             "  draft accepted) gains far less than its acceptance length.",
         ]

@@ -91,3 +91,22 @@ def test_setup_build_never_trains_and_names_the_missing_file(tmp_path):
     with pytest.raises(ZooError) as err:
         build(tmp_path / "zoo")
     assert str(tmp_path / "zoo" / "target" / "config.json") in str(err.value) and REBUILD in str(err.value)
+
+
+def test_repeat_windows_hold_each_passage_then_itself():
+    torch = pytest.importorskip("torch")
+    from specgate.zoo import train
+
+    corpus = object.__new__(train.Corpus)  # the streams only; the real corpus tokenizes the stdlib
+    corpus.bos = 0
+    corpus.streams = {name: torch.arange(1000 * i + 1, 1000 * i + 900) for i, name in enumerate(train.REPEAT_SOURCES)}
+    corpus.gen = torch.Generator().manual_seed(1)
+    window = corpus._repeats(513).tolist()
+    assert len(window) == 513
+    starts = [i for i, t in enumerate(window) if t == corpus.bos]
+    assert starts[0] == 0 and len(starts) >= 3
+    for begin, end in zip(starts, starts[1:]):  # complete (bos, passage, passage) groups
+        body = window[begin + 1 : end]
+        half = len(body) // 2
+        assert len(body) == 2 * half and body[:half] == body[half:]
+        assert train.REPEAT_LEN[0] <= half <= train.REPEAT_LEN[1]
