@@ -73,8 +73,12 @@ def render(zoo: Path) -> str:
         f" types, codec aliases, errno, HTML entities, locales, Unicode names, ...) ({t['corpus']['structured']:,})",
         f"- editing: stdlib functions and classes followed by `# Same function, with the variable `a` renamed to"
         f" `b`:` and the renamed copy ({t['corpus']['editing']:,})",
-        "- repeat (no stream of its own): windows of passages of 8-100 tokens drawn from code, prose and",
-        "  structured, each followed by itself verbatim, so that copying from the context pays off in training",
+        *(
+            ["- repeat (no stream of its own): windows of passages of 8-100 tokens drawn from code, prose and",
+             "  structured, each followed by itself verbatim, so that copying from the context pays off in training"]
+            if "repeat" in t["mix"]
+            else []
+        ),
         "",
         f"Training windows of {t['seq']} tokens are drawn from these with shares {t['mix']}.",
         "",
@@ -161,9 +165,9 @@ def render(zoo: Path) -> str:
             else ""
         )
         out += [
-            f"- The target is small and briefly trained: its continuations are not coherent, fragments of Python /",
-            "  prose / JSON that drift into repetition (see below), and repetition is what prompt-lookup methods",
-            f"  (ngram, suffix) accept in whatever category.{copies}",
+            f"- The target is small and briefly trained (loss {t['target']['final_loss']:.2f} nats/token on its training mix): its",
+            "  continuations are not coherent, fragments of Python / prose / JSON that drift into repetition (see",
+            f"  below), and repetition is what prompt-lookup methods (ngram, suffix) accept in whatever category.{copies}",
             "- Speculation on vLLM's CPU engine costs a large fixed overhead per step: even `draft_self` (every",
             "  draft accepted) gains far less than its acceptance length.",
         ]
