@@ -41,10 +41,11 @@ SEQ = 512
 BATCH = 8
 # 700 steps left the target at 3.89 nats/token; 2100 (13 min on 2 cores) reach 2.71, but it never
 # learns to copy from its context (copy probe: 3.34 on a repeated passage vs 3.75 on its first
-# occurrence) and loops in prose. `--repeat-share 0.15 --target-lr 1.5e-3 --target-steps 4000
-# --draft-steps 800` (38 min) gives one that copies (0.76 vs 3.02), but in vLLM it raised ngram's
-# acceptance on prose as much as on the copy-heavy categories, and the drafters that imitate it
-# accept less, so no learned method beat the baseline at C=1: not adopted (MODEL_CARD.md, Limits).
+# occurrence) and loops in prose. 15 % repeat windows (other shares code .35 / prose .15 /
+# structured .1 / editing .25), lr 1.5e-3, 4000 target and 800 drafter steps (38 min) gave one that
+# copies (0.76 vs 3.02), but in vLLM it raised ngram's acceptance on prose as much as on the
+# copy-heavy categories, and the drafters that imitate it accept less, so no learned method beat the
+# baseline at C=1: not adopted (README, "The embedded zoo").
 TARGET_STEPS = 2100
 TARGET_LR = 3e-3
 DRAFT_STEPS = 450
