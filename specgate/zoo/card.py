@@ -36,18 +36,18 @@ def _table(rows: dict, fmt: str = "{:.2f}") -> list[str]:
     return lines
 
 
-def _copy_probe_lines(target: dict) -> list[str]:
-    probe = target.get("copy_probe")
+def _copy_probe_lines(probe: dict | None) -> list[str]:
     if not probe:
         return []
     return [
-        f"  Copy probe (32 passages of 64 tokens from prose and code, each repeated once): loss {probe['passage_loss']:.2f}"
-        f" nats/token on a passage, {probe['repeat_loss']:.2f} on its verbatim repeat.",
+        f"  Copy probe ({probe['passages']} passages of {probe['tokens']} tokens from prose and code, each repeated once):"
+        f" loss {probe['passage_loss']:.2f} nats/token on a passage, {probe['repeat_loss']:.2f} on its verbatim repeat.",
     ]
 
 
 def render(zoo: Path) -> str:
     t = json.loads((zoo / "training.json").read_text(encoding="utf-8"))
+    probe = t["target"].get("copy_probe")  # absent in zoos trained before the probe existed
     measured_path = zoo / "measured.json"
     m = json.loads(measured_path.read_text(encoding="utf-8")) if measured_path.is_file() else None
     total = sum(f.stat().st_size for f in zoo.rglob("*") if f.is_file() and not f.is_symlink())
@@ -74,7 +74,7 @@ def render(zoo: Path) -> str:
         f"- editing: stdlib functions and classes followed by `# Same function, with the variable `a` renamed to"
         f" `b`:` and the renamed copy ({t['corpus']['editing']:,})",
         *(
-            ["- repeat (no stream of its own): windows of passages of 8-100 tokens drawn from code, prose and",
+            [f"- repeat (no stream of its own): windows of passages of {t['repeat_len'][0]}-{t['repeat_len'][1]} tokens drawn from code, prose and",
              "  structured, each followed by itself verbatim, so that copying from the context pays off in training"]
             if "repeat" in t["mix"]
             else []
@@ -100,7 +100,7 @@ def render(zoo: Path) -> str:
         "",
         f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, bf16 autocast; "
         f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min.",
-        *_copy_probe_lines(t["target"]),
+        *_copy_probe_lines(probe),
         f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, "
         f"{d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft cross-entropy, nats; EAGLE "
         f"terms summed over {t['unroll']} unrolled steps): "
@@ -157,7 +157,6 @@ def render(zoo: Path) -> str:
                     f"- {name}: mean acceptance length {heavy:.2f} on the copy-heavy categories ({', '.join(copy_heavy)})"
                     f" vs {acc['doc_prose']:.2f} on doc_prose."
                 )
-        probe = t["target"].get("copy_probe")
         copies = (
             f" It has learned to copy from its context (loss {probe['repeat_loss']:.2f} on a repeated passage vs"
             f" {probe['passage_loss']:.2f} on its first occurrence), which is what the copy-heavy prompts ask of it."

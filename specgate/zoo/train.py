@@ -245,10 +245,10 @@ class Corpus:
             rows.append(self._repeats(seq + 1) if name == "repeat" else self._window(self.streams[name], seq + 1))
         return torch.stack(rows)
 
-    def _window(self, stream, n: int):
+    def _window(self, stream, n: int, gen=None):
         import torch
 
-        start = int(torch.randint(0, stream.numel() - n, (1,), generator=self.gen))
+        start = int(torch.randint(0, stream.numel() - n, (1,), generator=gen or self.gen))
         return stream[start : start + n]
 
     def _repeats(self, n: int):
@@ -269,9 +269,7 @@ class Corpus:
         gen = torch.Generator().manual_seed(7)
         rows = []
         for i in range(count):
-            stream = self.streams[("prose", "code")[i % 2]]
-            start = int(torch.randint(0, stream.numel() - length, (1,), generator=gen))
-            passage = stream[start : start + length]
+            passage = self._window(self.streams[("prose", "code")[i % 2]], length, gen)
             rows.append(torch.cat((torch.tensor([self.bos]), passage, passage)))
         return torch.stack(rows)
 
@@ -307,7 +305,7 @@ def round_to_storage(module) -> None:
             p.copy_(p.to(torch.float16).float())
 
 
-def train_target(corpus: Corpus, steps: int, seed: int, lr: float | None = None):
+def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
     import torch
     import torch.nn.functional as F
 
@@ -316,7 +314,6 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float | None = None)
     torch.manual_seed(seed)
     model = Llama(build.TARGET, build.VOCAB_SIZE)
     build.init_weights(model)
-    lr = lr or TARGET_LR
     opt = _optimizer(model.parameters(), lr)
     probe = corpus.copy_probe()
     losses = []
@@ -341,7 +338,8 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float | None = None)
     round_to_storage(model)
     first, second = copy_losses(model, probe)
     stats = {"steps": steps, "lr": lr, "final_loss": sum(losses[-50:]) / len(losses[-50:]), "seconds": time.monotonic() - start}
-    return model, dict(stats, copy_probe={"passage_loss": first, "repeat_loss": second})
+    count, length = probe.shape[0], (probe.shape[1] - 1) // 2
+    return model, dict(stats, copy_probe={"passages": count, "tokens": length, "passage_loss": first, "repeat_loss": second})
 
 
 def copy_losses(model, probe) -> tuple[float, float]:
@@ -622,6 +620,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat-share", type=float, default=0.0, help="share of 'repeat' windows (default: 0)")
     parser.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help=f"drafter training steps (default: {DRAFT_STEPS})")
     args = parser.parse_args(argv)
+    if not 0 <= args.repeat_share < 1:
+        parser.error("--repeat-share must be in [0, 1)")
     if args.quick and args.out.resolve() == zoo_dir(Path.cwd()).resolve():
         parser.error("--quick makes an unusable zoo; give it another --out than the committed fixtures/zoo")
     torch.set_num_threads(args.threads)
@@ -636,8 +636,6 @@ def main(argv: list[str] | None = None) -> int:
     log("tokenizer")
     tokenizer = build.build_tokenizer(tmp / "target")
     log("corpus")
-    if not 0 <= args.repeat_share < 1:
-        parser.error("--repeat-share must be in [0, 1)")
     mix = {k: v * (1 - args.repeat_share) for k, v in MIX.items()}
     if args.repeat_share:
         mix["repeat"] = args.repeat_share
@@ -671,6 +669,7 @@ def main(argv: list[str] | None = None) -> int:
     stats = dict(
         corpus=corpus.sizes(),
         mix=corpus.mix,
+        repeat_len=REPEAT_LEN,
         seq=SEQ,
         batch=BATCH,
         unroll=UNROLL,
