@@ -30,6 +30,19 @@ def test_embedded_set_is_raw_text_in_several_categories():
     assert len({p.category for p in prompts}) >= 5
 
 
+def test_embedded_prompts_stop_on_their_last_character():
+    # The zoo's BPE, like most code tokenizers, merges a newline with the next line's indentation
+    # ("\n    " is one token). A prompt ending in a bare newline hands the model a token it only ever
+    # saw before unindented lines, so it closed the function it was asked to continue (the target
+    # then started a new "# Same function" header instead of the body).
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(ROOT / "fixtures" / "zoo" / "target" / "tokenizer.json"))
+    assert "\n   " in [tok.decode([i]) for i in tok.encode("if x:\n    return y").ids]
+    ragged = [p.id for p in load_prompt_set(PROMPTS / "embedded.jsonl") if p.text != p.text.rstrip()]
+    assert not ragged, f"embedded prompts ending in whitespace: {ragged}"
+
+
 def write_set(tmp_path, texts, name="salad.jsonl"):
     path = tmp_path / name
     path.write_text("".join(json.dumps({"id": f"p{i}", "category": "c", "text": t}) + "\n" for i, t in enumerate(texts)))
