@@ -208,6 +208,8 @@ class Change:
 
 def _flatten(values: dict) -> Iterator[tuple[str, float]]:
     for field, value in sorted(values.items()):
+        if value is None:  # stored as null: not measured (e.g. no acceptance when nothing was drafted)
+            continue
         if isinstance(value, list):
             for i, x in enumerate(value):
                 yield f"{field}[{i}]", float(x)

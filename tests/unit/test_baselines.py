@@ -88,6 +88,14 @@ def test_diff_table_shows_old_new_and_relative_change(tmp_path):
     assert len(changes) == 3  # per_position[0] did not move
 
 
+def test_diff_skips_values_stored_as_null(tmp_path):
+    # a method that drafted nothing at some concurrency stores its mean acceptance length as null
+    old = stored(tmp_path, {"canary": {"speedup": {"C=4": {"speedup": 0.8, "mean_acceptance_length": None}}}})
+    new = baselines.merge(old, {"canary": {"speedup": {"C=4": {"speedup": 0.7, "mean_acceptance_length": None}}}}, PROV)
+    changes = baselines.diff(old, new)
+    assert [(c.field, c.old, c.new) for c in changes] == [("speedup", 0.8, 0.7)]
+
+
 def test_hardware_keys_separate_devices():
     assert baselines.hardware_key("NVIDIA H100 80GB HBM3", 1) == "nvidia-h100-80gb-hbm3-x1"
     assert baselines.hardware_key("NVIDIA A100-SXM4-80GB", 4) == "nvidia-a100-sxm4-80gb-x4"
