@@ -7,6 +7,7 @@ zoo imports no torch.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import struct
 from pathlib import Path
@@ -25,12 +26,19 @@ ZOO_MODELS = {
     "target_perturbed": "the target with relative weight noise, ~80% greedy agreement: a worse drafter (the gate's canary)",
 }
 REBUILD = "python -m specgate.zoo.train"
+# The prompts train.py's offline checks and measure.py run on (the cpu-tiny profile's set).
+EVAL_PROMPTS = Path("fixtures/prompts/embedded.jsonl")
 # mtp_target/ holds this symlink to ../target/model.safetensors (its main weights, stored once).
 TARGET_LINK = "target.safetensors"
 
 
 def zoo_dir(root: Path | str) -> Path:
     return Path(root) / "fixtures" / "zoo"
+
+
+def prompts_digest(root: Path | str) -> str:
+    """sha256 of the embedded prompt file: tells whether stored figures were computed on today's prompts."""
+    return hashlib.sha256((Path(root) / EVAL_PROMPTS).read_bytes()).hexdigest()
 
 
 def resolve(ref: str, root: Path | str) -> str:
@@ -45,7 +53,7 @@ def resolve(ref: str, root: Path | str) -> str:
 
 def check_model_dir(path: Path) -> None:
     """Raise ZooError naming the file and the rebuild command if a zoo model is missing or corrupt."""
-    fix = f"rebuild the zoo with `{REBUILD}` (seeded, local data only, ~21 min on 2 cores)"
+    fix = f"rebuild the zoo with `{REBUILD}` (seeded, local data only, ~50 min on 2 cores)"
     config = path / "config.json"
     weights = path / "model.safetensors"
     for f in (config, weights):

@@ -45,6 +45,16 @@ def _copy_probe_lines(probe: dict | None) -> list[str]:
     ]
 
 
+def _unlikelihood_lines(ul: dict | None) -> list[str]:
+    if not ul or not ul["weight"]:
+        return []
+    return [
+        f"  From step {ul['from_step']} on, {' / '.join(ul['sources'])} windows also pay {ul['weight']:g} x token-level"
+        " unlikelihood (Welleck et al. 2019) on repeating a context token that is not the next one"
+        + (f" (last 50 steps: {ul['final']:.3f})." if ul["final"] is not None else "."),
+    ]
+
+
 def render(zoo: Path) -> str:
     t = json.loads((zoo / "training.json").read_text(encoding="utf-8"))
     probe = t["target"].get("copy_probe")  # absent in zoos trained before the probe existed
@@ -100,6 +110,7 @@ def render(zoo: Path) -> str:
         "",
         f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, bf16 autocast; "
         f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min.",
+        *_unlikelihood_lines(t["target"].get("unlikelihood")),
         *_copy_probe_lines(probe),
         f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, "
         f"{d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft cross-entropy, nats; EAGLE "
@@ -140,9 +151,12 @@ def render(zoo: Path) -> str:
             s = r["speedup_c1"]
             out.append(f"| {k} | {s['median']:.2f} [{s['p10']:.2f}, {s['p90']:.2f}] | {'yes' if r['outputs_equal_baseline'] else 'NO'} |")
         out.append("")
+    stale = m is not None and t.get("prompts_sha256") != m.get("prompts_sha256")
     out += [
         "Offline estimate at training time (teacher-forced on the target's float32 greedy continuations of the",
-        "embedded prompts, every continuation position taken as a verification point):",
+        "embedded prompts, every continuation position taken as a verification point"
+        + ("; computed on an earlier version of the prompt set, which has changed since: the trainer recomputes"
+           " it):" if stale else "):"),
         "",
     ]
     out += _table({k: v for k, v in t["offline"].items() if k != "perturbed_agreement"})
@@ -165,15 +179,24 @@ def render(zoo: Path) -> str:
         )
         out += [
             f"- The target is small and briefly trained (loss {t['target']['final_loss']:.2f} nats/token on its training mix): its",
-            "  continuations are not coherent, fragments of Python / prose / JSON that drift into repetition (see",
-            f"  below), and repetition is what prompt-lookup methods (ngram, suffix) accept in whatever category.{copies}",
-            "- Speculation on vLLM's CPU engine costs a large fixed overhead per step: even `draft_self` (every",
-            "  draft accepted) gains far less than its acceptance length.",
+            "  continuations are locally plausible fragments of Python / prose / JSON that often fall into repetition",
+            f"  (see below), and prompt-lookup methods (ngram, suffix) accept repetition in whatever category.{copies}",
         ]
-    out += ["", "## What the target writes", "", "Greedy continuation (48 tokens) of the first prompt of each category:", ""]
+        own = m["methods"].get("draft_self")
+        if own:
+            length = max(own["acceptance"].values())
+            out += [
+                "- Speculation on vLLM's CPU engine costs a large fixed overhead per step: `draft_self` (the target",
+                f"  drafting for itself, acceptance length up to {length:.2f}) runs at {own['speedup_c1']['median']:.2f}x the baseline's"
+                " speed at C=1, so a drafter needs an acceptance length near 2 to pay off here.",
+            ]
+    # vLLM's baseline engine's output when measured (the prompts of today), else the trainer's own
+    samples, source = (m["samples"], "vLLM's baseline engine") if m and "samples" in m else (t["samples"], "the trainer")
+    out += ["", "## What the target writes", "",
+            f"Greedy continuation (48 tokens) of the first prompt of each category, from {source}:", ""]
     for cat in CATEGORIES:
-        if cat in t["samples"]:
-            out += [f"- {cat}:", "", "  ```", *["  " + line for line in t["samples"][cat].splitlines()], "  ```", ""]
+        if cat in samples:
+            out += [f"- {cat}:", "", "  ```", *["  " + line for line in samples[cat].splitlines()], "  ```", ""]
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -6,6 +6,7 @@ Boots one engine per method (the baseline first and again last), one at a time, 
 - mean acceptance length per prompt category (the engine's spec-decode counters around each
   category's batch, as the acceptance gate measures it) and whether every greedy output equals the
   baseline's;
+- the baseline engine's greedy output for the first prompt of each category (the card shows it);
 - speed at concurrency 1: the wall time of the timing set (2 prompts per category, sent one at a
   time, `max_tokens` each), repeated `--rounds` times. The speedup is baseline time / method time
   with the median over all pairs of rounds and its 10th-90th percentile spread.
@@ -20,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from specgate.zoo import zoo_dir
+from specgate.zoo import prompts_digest, zoo_dir
 
 PROFILE = "fixtures/profiles/cpu-tiny.toml"
 DEFAULT_METHODS = ["ngram", "suffix", "draft_model", "eagle", "eagle3", "medusa", "mtp", "draft_self", "draft_perturbed"]
@@ -67,8 +68,10 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
                     acc = AcceptanceResult.from_batch(batch.counters, batch.tokens_per_step, method.num_speculative_tokens)
                     rec["acceptance"][cat] = acc.counters.mean_acceptance_length
                     rec["per_position"][cat] = list(acc.counters.per_position_rates)
-            if name == "baseline":
-                baseline_outputs = baseline_outputs or outputs
+            if name == "baseline" and not baseline_outputs:
+                baseline_outputs = outputs
+                firsts = {c: next(p for p in prompts if p.category == c) for c in categories}
+                results["samples"] = {c: tokenizer.decode(outputs[p.id]) for c, p in firsts.items()}
             rec["outputs_equal_baseline"] = outputs == baseline_outputs
             engine.run_batch(timing[:1], profile.max_tokens)  # warm-up
             times = []
@@ -103,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     root = Path.cwd()
     results = measure(root, [m for m in args.methods.split(",") if m], args.rounds, args.logs)
     results["date"] = time.strftime("%Y-%m-%d")
+    results["prompts_sha256"] = prompts_digest(root)
     (zoo_dir(root) / "measured.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
     write_card(zoo_dir(root))
     return 0

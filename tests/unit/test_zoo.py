@@ -110,3 +110,58 @@ def test_repeat_windows_hold_each_passage_then_itself():
         half = len(body) // 2
         assert len(body) == 2 * half and body[:half] == body[half:]
         assert train.REPEAT_LEN[0] <= half <= train.REPEAT_LEN[1]
+
+
+@pytest.fixture
+def zoo_copy(tmp_path):
+    """The committed zoo's card inputs (weights linked, not copied)."""
+    zoo = tmp_path / "zoo"
+    zoo.mkdir()
+    for name in ZOO_MODELS:
+        (zoo / name).symlink_to(zoo_dir(ROOT) / name, target_is_directory=True)
+    shutil.copy(zoo_dir(ROOT) / "training.json", zoo / "training.json")
+    shutil.copy(zoo_dir(ROOT) / "measured.json", zoo / "measured.json")
+    return zoo
+
+
+def _edit_json(path, **changes):
+    data = json.loads(path.read_text())
+    data.update(changes)
+    path.write_text(json.dumps(data))
+
+
+def test_card_marks_offline_figures_of_an_older_prompt_set(zoo_copy):
+    from specgate.zoo.card import render
+
+    _edit_json(zoo_copy / "training.json", prompts_sha256="a" * 64)
+    _edit_json(zoo_copy / "measured.json", prompts_sha256="a" * 64)
+    assert "earlier version of the prompt set" not in render(zoo_copy)
+    _edit_json(zoo_copy / "measured.json", prompts_sha256="b" * 64)
+    assert "earlier version of the prompt set" in render(zoo_copy)
+
+
+def test_card_shows_what_the_measured_baseline_engine_wrote(zoo_copy):
+    from specgate.zoo.card import render
+
+    samples = {"doc_prose": "written by the engine"}
+    _edit_json(zoo_copy / "measured.json", samples=samples)
+    card = render(zoo_copy)
+    assert "from vLLM's baseline engine" in card and "  written by the engine" in card
+    (zoo_copy / "measured.json").unlink()
+    assert "from the trainer" in render(zoo_copy)
+
+
+def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token():
+    torch = pytest.importorskip("torch")
+    from specgate.zoo.train import unlikelihood
+
+    inputs, targets = torch.tensor([[5, 6, 7]]), torch.tensor([[6, 7, 5]])  # the text then repeats 5
+
+    def confident(tokens):  # logits that put ~all mass on one token per position
+        logits = torch.full((1, 3, 10), -20.0)
+        logits[0, torch.arange(3), torch.tensor(tokens)] = 20.0
+        return logits
+
+    assert unlikelihood(confident([6, 7, 5]), inputs, targets) < 1e-3  # right, even where right = copy 5
+    assert unlikelihood(confident([9, 9, 9]), inputs, targets) < 1e-3  # wrong, but nothing seen before
+    assert unlikelihood(confident([5, 5, 6]), inputs, targets) > 5  # repeats the context where it does not repeat
