@@ -164,12 +164,14 @@ def _schema_problem(data: Any) -> str | None:
 
 def merge(stored: BaselineFile, measured: dict[str, dict[str, dict[str, dict]]], prov: dict[str, Any]) -> BaselineFile:
     """A new BaselineFile: `measured` (method -> kind -> key -> values) replaces what it covers,
-    everything it did not measure is kept as stored."""
+    everything it did not measure is kept as stored. A value measured as None (e.g. the acceptance
+    length of a method that drafted nothing) is left out: the schema stores numbers only."""
     methods = json.loads(json.dumps(stored.methods))  # deep copy
     for method, kinds in measured.items():
         entry = methods.setdefault(method, {})
         for kind, values in kinds.items():
-            entry.setdefault(kind, {}).update(values)
+            kept = {key: {f: v for f, v in vals.items() if v is not None} for key, vals in values.items()}
+            entry.setdefault(kind, {}).update(kept)
         entry["provenance"] = prov
     return BaselineFile(stored.path, stored.profile, stored.hardware, methods)
 
@@ -208,8 +210,6 @@ class Change:
 
 def _flatten(values: dict) -> Iterator[tuple[str, float]]:
     for field, value in sorted(values.items()):
-        if value is None:  # stored as null: not measured (e.g. no acceptance when nothing was drafted)
-            continue
         if isinstance(value, list):
             for i, x in enumerate(value):
                 yield f"{field}[{i}]", float(x)
