@@ -75,6 +75,11 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+def recent_mean(values: list[float], n: int = 50) -> float:
+    """Mean of the last n values: the loss the logs and training.json report (one step is noisy)."""
+    return sum(values[-n:]) / len(values[-n:])
+
+
 # --------------------------------------------------------------------------------------------------
 # Corpus
 
@@ -350,8 +355,8 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
         opt.step()
         losses.append(ce.item())
         if step % 50 == 0 or step == steps - 1:
-            ul_note = f" unlikelihood {sum(ul_terms[-50:]) / len(ul_terms[-50:]):.3f}" if step >= ul_from and ul_terms else ""
-            log(f"target step {step}/{steps} loss {sum(losses[-50:]) / len(losses[-50:]):.3f}{ul_note} ({time.monotonic() - start:.0f} s)")
+            ul_note = f" unlikelihood {recent_mean(ul_terms):.3f}" if ul_terms else ""
+            log(f"target step {step}/{steps} loss {recent_mean(losses):.3f}{ul_note} ({time.monotonic() - start:.0f} s)")
         if step % 250 == 0 or step == steps - 1:
             first, second = copy_losses(model, probe)
             log(f"target step {step}: copy probe, loss on a passage {first:.2f}, on its verbatim repeat {second:.2f}")
@@ -360,9 +365,9 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
     stats = {
         "steps": steps,
         "lr": lr,
-        "final_loss": sum(losses[-50:]) / len(losses[-50:]),  # next-token cross-entropy alone
+        "final_loss": recent_mean(losses),  # next-token cross-entropy alone
         "unlikelihood": dict(weight=UNLIKELIHOOD, sources=list(UNLIKELIHOOD_SOURCES), from_step=ul_from,
-                             final=sum(ul_terms[-50:]) / len(ul_terms[-50:]) if ul_terms else None),
+                             final=recent_mean(ul_terms) if ul_terms else None),
         "seconds": time.monotonic() - start,
     }
     count, length = probe.shape[0], (probe.shape[1] - 1) // 2
@@ -507,11 +512,11 @@ class Students:
                 self.opts[name].step()
                 history[name].append(losses[name].item())
             if step % 50 == 0 or step == steps - 1:
-                avg = {k: sum(v[-50:]) / len(v[-50:]) for k, v in history.items()}
+                avg = {k: recent_mean(v) for k, v in history.items()}
                 log(f"drafters step {step}/{steps} " + " ".join(f"{k} {v:.3f}" for k, v in avg.items()) + f" ({time.monotonic() - start:.0f} s)")
         for model in self.models.values():
             round_to_storage(model)
-        return {k: sum(v[-50:]) / len(v[-50:]) for k, v in history.items()}, time.monotonic() - start
+        return {k: recent_mean(v) for k, v in history.items()}, time.monotonic() - start
 
 
 # --------------------------------------------------------------------------------------------------
