@@ -10,6 +10,16 @@ from specgate.zoo import REBUILD, ZOO_MODELS
 CATEGORIES = ["code_continuation", "code_editing", "doc_prose", "structured_output", "repetitive_lists"]
 
 
+def _self_distillation_lines(sd: dict | None) -> list[str]:
+    if not sd:
+        return []
+    return [
+        f"  {sd['share']:.0%} of their windows come from the target's own greedy continuations ({sd['tokens']} tokens each,"
+        f" in vLLM's CPU engine) of {sd['prompts']} corpus windows of {sd['prompt_len'][0]}-{sd['prompt_len'][1]} tokens"
+        f" ({sd['stream_tokens']} tokens, {sd['seconds']:.0f} s): what they draft at test time.",
+    ]
+
+
 def _params(zoo: Path, name: str) -> tuple[int, int]:
     """(parameters, bytes) of the model's own files (links to other models' files not counted)."""
     params = size = 0
@@ -109,7 +119,9 @@ def render(zoo: Path) -> str:
         "## Training",
         "",
         f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, bf16 autocast; "
-        f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min.",
+        f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min"
+        + (" (trained by an earlier run of the same recipe; this run reused it with `--target-from` and trained what follows)."
+           if t.get("target_reused_from") else "."),
         *_unlikelihood_lines(t["target"].get("unlikelihood")),
         *_copy_probe_lines(probe),
         f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, "
@@ -117,6 +129,7 @@ def render(zoo: Path) -> str:
         f"terms summed over {t['unroll']} unrolled steps): "
         + ", ".join(f"{k} {v:.3f}" for k, v in d["final_loss"].items())
         + ".",
+        *_self_distillation_lines(d.get("self_distillation")),
         "  EAGLE-1 / EAGLE-3 are unrolled over the profile's 3 speculative steps, each step reading the previous",
         "  step's own output state as vLLM feeds it; EAGLE-1 also regresses the target's next hidden state.",
         "  Medusa head k on the target's last state predicts the token k+2 ahead; the MTP layer (MiMo) predicts",
@@ -182,13 +195,14 @@ def render(zoo: Path) -> str:
             "  continuations are locally plausible fragments of Python / prose / JSON that often fall into repetition",
             f"  (see below), and prompt-lookup methods (ngram, suffix) accept repetition in whatever category.{copies}",
         ]
-        own = m["methods"].get("draft_self")
-        if own:
-            length = max(own["acceptance"].values())
+        mtp = m["methods"].get("mtp")
+        if mtp and mtp["acceptance"]:
+            length = sum(mtp["acceptance"].values()) / len(mtp["acceptance"])
+            speed = mtp["speedup_c1"]["median"]
             out += [
-                "- Speculation on vLLM's CPU engine costs a large fixed overhead per step: `draft_self` (the target",
-                f"  drafting for itself, acceptance length up to {length:.2f}) runs at {own['speedup_c1']['median']:.2f}x the baseline's"
-                " speed at C=1, so a drafter needs an acceptance length near 2 to pay off here.",
+                "- A speculative step costs more than a plain one on vLLM's CPU engine: with MTP (one draft token per",
+                f"  step from a one-layer head) it costs about {length / speed:.2f} baseline steps (mean acceptance length"
+                f" {length:.2f} / speedup {speed:.2f}), so a drafter pays off here only above that acceptance length.",
             ]
     # vLLM's baseline engine's output when measured (the prompts of today), else the trainer's own
     samples, source = (m["samples"], "vLLM's baseline engine") if m and "samples" in m else (t["samples"], "the trainer")

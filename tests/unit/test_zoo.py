@@ -93,14 +93,22 @@ def test_setup_build_never_trains_and_names_the_missing_file(tmp_path):
     assert str(tmp_path / "zoo" / "target" / "config.json") in str(err.value) and REBUILD in str(err.value)
 
 
+def _stream_corpus(torch, train):
+    corpus = object.__new__(train.Corpus)  # the streams only; the real corpus tokenizes the stdlib
+    corpus.bos = 0
+    corpus.streams = {name: torch.arange(1000 * i + 1, 1000 * i + 900) for i, name in enumerate(train.REPEAT_SOURCES)}
+    corpus.mix = {name: 1 / len(corpus.streams) for name in corpus.streams}
+    corpus.names = sorted(corpus.mix)
+    corpus.weights = torch.tensor([corpus.mix[n] for n in corpus.names])
+    corpus.gen = torch.Generator().manual_seed(1)
+    return corpus
+
+
 def test_repeat_windows_hold_each_passage_then_itself():
     torch = pytest.importorskip("torch")
     from specgate.zoo import train
 
-    corpus = object.__new__(train.Corpus)  # the streams only; the real corpus tokenizes the stdlib
-    corpus.bos = 0
-    corpus.streams = {name: torch.arange(1000 * i + 1, 1000 * i + 900) for i, name in enumerate(train.REPEAT_SOURCES)}
-    corpus.gen = torch.Generator().manual_seed(1)
+    corpus = _stream_corpus(torch, train)
     window = corpus._repeats(513).tolist()
     assert len(window) == 513
     starts = [i for i, t in enumerate(window) if t == corpus.bos]
@@ -110,6 +118,38 @@ def test_repeat_windows_hold_each_passage_then_itself():
         half = len(body) // 2
         assert len(body) == 2 * half and body[:half] == body[half:]
         assert train.REPEAT_LEN[0] <= half <= train.REPEAT_LEN[1]
+
+
+def test_a_stream_added_for_the_drafters_gets_its_share_and_leaves_the_target_corpus_alone():
+    torch = pytest.importorskip("torch")
+    from specgate.zoo import train
+
+    corpus = _stream_corpus(torch, train)
+    before = dict(corpus.mix)
+    generated = torch.arange(5001, 5900)
+    drafters = corpus.with_stream("selfgen", generated, 0.7, seed=3)
+    assert corpus.mix == before and "selfgen" not in corpus.streams
+    assert drafters.mix["selfgen"] == 0.7 and sum(drafters.mix.values()) == pytest.approx(1.0)
+    rows, names = drafters.tagged_batch(batch=400, seq=16)
+    share = names.count("selfgen") / len(names)
+    assert 0.6 < share < 0.8
+    for row, name in zip(rows.tolist(), names):
+        assert (row[0] >= 5001) == (name == "selfgen")
+    # its own generator: the same seed gives the same batches however many the target drew
+    corpus.batch(batch=50, seq=16)
+    again = corpus.with_stream("selfgen", generated, 0.7, seed=3).tagged_batch(batch=400, seq=16)[0]
+    assert torch.equal(rows, again)
+
+
+def test_generation_prompts_are_one_bos_then_a_window_of_the_asked_length():
+    torch = pytest.importorskip("torch")
+    from specgate.zoo import train
+
+    corpus = _stream_corpus(torch, train)
+    prompts = corpus.prompts(50, (5, 9), seed=4)
+    assert len(prompts) == 50 and prompts == corpus.prompts(50, (5, 9), seed=4)
+    for p in prompts:
+        assert p[0] == corpus.bos and corpus.bos not in p[1:] and 6 <= len(p) <= 10
 
 
 @pytest.fixture
