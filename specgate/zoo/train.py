@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 from specgate.errors import ZooError
+from specgate.prompts import load_prompt_set
 from specgate.zoo import EVAL_PROMPTS, ZOO_MODELS, check_model_dir, prompts_digest, zoo_dir
 from specgate.zoo import build
 from specgate.zoo.card import write_card
@@ -249,10 +250,16 @@ class Corpus:
                 ids.extend(enc)
             self.streams[name] = torch.tensor(ids, dtype=torch.long)
         self.bos = tokenizer.bos_token_id
+        self.use_mix(mix)
+        self.gen = torch.Generator().manual_seed(seed)
+
+    def use_mix(self, mix: dict[str, float]) -> None:
+        """Draw windows from the sources in `mix` with those shares."""
+        import torch
+
         self.mix = mix
         self.names = sorted(mix)
         self.weights = torch.tensor([mix[n] for n in self.names])
-        self.gen = torch.Generator().manual_seed(seed)
 
     def sizes(self) -> dict[str, int]:
         return {k: int(v.numel()) for k, v in self.streams.items()}
@@ -266,9 +273,7 @@ class Corpus:
 
         other = copy.copy(self)
         other.streams = dict(self.streams, **{name: ids})
-        other.mix = {**{k: v * (1 - share) for k, v in self.mix.items()}, name: share}
-        other.names = sorted(other.mix)
-        other.weights = torch.tensor([other.mix[n] for n in other.names])
+        other.use_mix({**{k: v * (1 - share) for k, v in self.mix.items()}, name: share})
         other.gen = torch.Generator().manual_seed(seed)
         return other
 
@@ -613,8 +618,8 @@ class Students:
 
 
 def load_eval_prompts(tokenizer, root: Path):
-    rows = [json.loads(line) for line in (root / EVAL_PROMPTS).read_text(encoding="utf-8").splitlines() if line.strip()]
-    return [(r["category"], [tokenizer.bos_token_id, *tokenizer.encode(r["text"], add_special_tokens=False)]) for r in rows]
+    return [(p.category, [tokenizer.bos_token_id, *tokenizer.encode(p.text, add_special_tokens=False)])
+            for p in load_prompt_set(root / EVAL_PROMPTS)]
 
 
 def greedy_continuations(target, prompts, max_tokens: int = EVAL_MAX_TOKENS):

@@ -97,9 +97,7 @@ def _stream_corpus(torch, train):
     corpus = object.__new__(train.Corpus)  # the streams only; the real corpus tokenizes the stdlib
     corpus.bos = 0
     corpus.streams = {name: torch.arange(1000 * i + 1, 1000 * i + 900) for i, name in enumerate(train.REPEAT_SOURCES)}
-    corpus.mix = {name: 1 / len(corpus.streams) for name in corpus.streams}
-    corpus.names = sorted(corpus.mix)
-    corpus.weights = torch.tensor([corpus.mix[n] for n in corpus.names])
+    corpus.use_mix({name: 1 / len(corpus.streams) for name in corpus.streams})
     corpus.gen = torch.Generator().manual_seed(1)
     return corpus
 
