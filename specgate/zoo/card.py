@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 
 from specgate.zoo import REBUILD, ZOO_MODELS
@@ -62,6 +63,18 @@ def _unlikelihood_lines(ul: dict | None) -> list[str]:
         f"  From step {ul['from_step']} on, {' / '.join(ul['sources'])} windows also pay {ul['weight']:g} x token-level"
         " unlikelihood (Welleck et al. 2019) on repeating a context token that is not the next one"
         + (f" (last 50 steps: {ul['final']:.3f})." if ul["final"] is not None else "."),
+    ]
+
+
+def _machine_lines(m: dict) -> list[str]:
+    """Where the speeds were measured: the same weights run at other speeds on another machine."""
+    if "machine" not in m or "timing_tokens" not in m:
+        return []
+    per_token = statistics.median(m["baseline_rounds_s"]) / m["timing_tokens"] * 1000
+    return [
+        f"Measured on `{m['machine']}` ({m['cpu']}): the baseline engine took {per_token:.1f} ms per output token"
+        " (median round, prefill included). Machines sold under one CPU name run it at quite different"
+        " speeds (README, *Speedup gate*): compare speedups measured in one run, not across cards."
     ]
 
 
@@ -153,16 +166,18 @@ def render(zoo: Path) -> str:
             "",
             "### Speed at concurrency 1",
             "",
-            f"{m['timing_prompts']} prompts (2 per category) sent one at a time, {m['rounds']} rounds per engine; the"
-            " baseline engine ran first and last. Speedup = baseline time / method time: median over all pairs"
-            " of rounds, [10th, 90th percentile]. Every method's greedy outputs equal the baseline's unless noted.",
+            f"{m['timing_prompts']} prompts (2 per category) sent one at a time; {m['rounds']} pairs of rounds per"
+            " method, each a round of the baseline engine (kept alive next to the method's) right before the"
+            " method's. Speedup = baseline time / method time: median over the pairs [95 % bootstrap interval]."
+            " Every method's greedy outputs equal the baseline's unless noted.",
+            *_machine_lines(m),
             "",
             "| method | speedup at C=1 | outputs equal baseline |",
             "| --- | --- | --- |",
         ]
         for k, r in m["methods"].items():
             s = r["speedup_c1"]
-            out.append(f"| {k} | {s['median']:.2f} [{s['p10']:.2f}, {s['p90']:.2f}] | {'yes' if r['outputs_equal_baseline'] else 'NO'} |")
+            out.append(f"| {k} | {s['median']:.2f} [{s['low']:.2f}, {s['high']:.2f}] | {'yes' if r['outputs_equal_baseline'] else 'NO'} |")
         out.append("")
     stale = m is not None and t.get("prompts_sha256") != m.get("prompts_sha256")
     out += [

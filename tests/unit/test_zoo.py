@@ -178,6 +178,19 @@ def test_card_marks_offline_figures_of_an_older_prompt_set(zoo_copy):
     assert "earlier version of the prompt set" in render(zoo_copy)
 
 
+def test_card_says_which_machine_measured_the_speeds_and_how_fast_its_baseline_ran(zoo_copy):
+    from specgate.zoo.card import render
+
+    data = json.loads((zoo_copy / "measured.json").read_text())
+    for key in ("machine", "cpu", "timing_tokens"):  # a record from before measure.py kept them
+        data.pop(key, None)
+    (zoo_copy / "measured.json").write_text(json.dumps(data))
+    assert "Measured on" not in render(zoo_copy)
+    _edit_json(zoo_copy / "measured.json", machine="cpu-some-cpu-2c", cpu="Some CPU", timing_tokens=400,
+               baseline_rounds_s=[1.0, 2.0, 9.0])  # median 2 s over 400 tokens
+    assert "Measured on `cpu-some-cpu-2c` (Some CPU): the baseline engine took 5.0 ms per output token" in render(zoo_copy)
+
+
 def test_card_shows_what_the_measured_baseline_engine_wrote(zoo_copy):
     from specgate.zoo.card import render
 
