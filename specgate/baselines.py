@@ -177,16 +177,19 @@ def merge(stored: BaselineFile, measured: dict[str, dict[str, dict[str, dict]]],
 
 
 def write_atomic(baseline: BaselineFile) -> None:
+    write_text_atomic(baseline.path, json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
     """Write via a temporary file in the same directory and rename: never a half-written file."""
-    baseline.path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(baseline.to_json(), indent=2, sort_keys=True) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=baseline.path.name + ".", suffix=".tmp", dir=baseline.path.parent)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, baseline.path)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -1,6 +1,6 @@
 """Measure the zoo in vLLM's CPU engine, as the `cpu-tiny` profile runs it, for the model card.
 
-    python -m specgate.zoo.measure [--methods a,b] [--rounds 6]
+    python -m specgate.zoo.measure [--methods a,b] [--rounds 6] [--merge]
 
 Boots the baseline engine, keeps it alive, and boots one method engine at a time next to it
 (two engines alive, ~3.3 GiB each), recording:
@@ -13,6 +13,8 @@ Boots the baseline engine, keeps it alive, and boots one method engine at a time
   speedup is the median of the pairs' baseline time / method time with its 95 % bootstrap interval
   (specgate.stats.ratio_estimate, as the speedup gate computes it).
 Writes fixtures/zoo/measured.json and re-renders fixtures/zoo/MODEL_CARD.md. Took 37 min on 2 cores (12 ms per baseline token).
+With --merge, only the methods measured are replaced in the existing measured.json (after retraining one
+drafter); it must have been measured on the same machine type, prompt set and number of rounds.
 """
 
 from __future__ import annotations
@@ -101,6 +103,7 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
                 "rounds_s": method_s,
                 "baseline_rounds_s": base_s,
                 "speedup_c1": {"median": speed.value, "low": speed.low, "high": speed.high, "n": speed.n},
+                "date": time.strftime("%Y-%m-%d"),
             }
             print(f"{name}: acceptance {json.dumps({c: round(v or 0, 3) for c, v in acceptance.items()})} "
                   f"speedup at C=1 {speed.describe()}, outputs equal: {outputs == baseline_outputs}", flush=True)
@@ -109,19 +112,46 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
     return results
 
 
+def pooled_baseline_rounds(record: dict) -> list[float]:
+    """Every method's paired baseline rounds, in method order (the card's ms per baseline token)."""
+    return [s for r in record["methods"].values() for s in r["baseline_rounds_s"]]
+
+
+def merge_into(previous: dict, new: dict, path: Path) -> dict:
+    """`previous` with `new`'s methods replaced or added; the two must describe comparable runs."""
+    for key in ("machine", "prompts_sha256", "rounds", "timing_prompts", "timing_tokens"):
+        if previous.get(key) != new.get(key):
+            raise SystemExit(f"--merge: {path} was measured with {key} = {previous.get(key)!r}, this run with "
+                             f"{new.get(key)!r}; its figures would not compare. Measure every method without --merge.")
+    merged = dict(previous, methods={**previous["methods"], **new["methods"]}, date=new["date"])
+    merged["baseline_rounds_s"] = pooled_baseline_rounds(merged)
+    return merged
+
+
 def main(argv: list[str] | None = None) -> int:
+    from specgate.baselines import write_text_atomic
     from specgate.zoo.card import write_card
 
     parser = argparse.ArgumentParser(prog="python -m specgate.zoo.measure", description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="methods of cpu-tiny to measure")
     parser.add_argument("--rounds", type=int, default=6, help="paired timing rounds per method (default: 6)")
+    parser.add_argument("--merge", action="store_true", help="replace only these methods in the existing measured.json")
     parser.add_argument("--logs", type=Path, default=Path("results/zoo-measure"), help="engine logs (default: results/zoo-measure)")
     args = parser.parse_args(argv)
     root = Path.cwd()
+    path = zoo_dir(root) / "measured.json"
+    previous = None
+    if args.merge:  # read before measuring: a missing or broken file should not cost a 30-minute run
+        try:
+            previous = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"--merge: cannot read {path} ({exc}); measure every method without --merge.") from None
     results = measure(root, [m for m in args.methods.split(",") if m], args.rounds, args.logs)
     results["date"] = time.strftime("%Y-%m-%d")
     results["prompts_sha256"] = prompts_digest(root)
-    (zoo_dir(root) / "measured.json").write_text(json.dumps(results, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    if previous is not None:
+        results = merge_into(previous, results, path)
+    write_text_atomic(path, json.dumps(results, indent=1, sort_keys=True) + "\n")
     write_card(zoo_dir(root))
     return 0
 

@@ -75,3 +75,46 @@ def test_measure_pairs_each_method_round_with_a_baseline_round_so_drift_cancels(
         assert speed["high"] - speed["low"] < 0.02
     assert results["timing_tokens"] == 3 * results["timing_prompts"]
     assert results["methods"]["eagle3"]["acceptance"]["doc_prose"] == pytest.approx(2.0)
+
+
+def _record(date, methods, **extra):
+    rec = {"machine": "cpu-amd-epyc-2c", "prompts_sha256": "abc", "rounds": 6, "timing_prompts": 10,
+           "timing_tokens": 480, "date": date, "samples": {"doc_prose": "text"}}
+    rec["methods"] = {name: {"baseline_rounds_s": [base] * 2, "speedup_c1": {"median": speed}} for name, (base, speed) in methods.items()}
+    rec["baseline_rounds_s"] = [s for r in rec["methods"].values() for s in r["baseline_rounds_s"]]
+    return {**rec, **extra}
+
+
+def test_merge_replaces_only_the_methods_measured_again(tmp_path):
+    from specgate.zoo.measure import merge_into
+
+    previous = _record("2026-11-01", {"ngram": (5.0, 1.4), "mtp": (5.0, 1.06)})
+    merged = merge_into(previous, _record("2026-11-24", {"mtp": (6.0, 1.2)}), tmp_path / "measured.json")
+    assert merged["methods"]["ngram"] == previous["methods"]["ngram"]
+    assert merged["methods"]["mtp"]["speedup_c1"]["median"] == 1.2
+    # the card's ms per baseline token reads every kept round, old and new
+    assert sorted(merged["baseline_rounds_s"]) == [5.0, 5.0, 6.0, 6.0]
+    assert merged["date"] == "2026-11-24" and merged["samples"] == previous["samples"]
+
+
+@pytest.mark.parametrize("key, value", [("machine", "cpu-intel-xeon-2c"), ("prompts_sha256", "def"), ("rounds", 3)])
+def test_merge_refuses_figures_that_would_not_compare(tmp_path, key, value):
+    from specgate.zoo.measure import merge_into
+
+    path = tmp_path / "measured.json"
+    with pytest.raises(SystemExit) as err:
+        merge_into(_record("2026-11-01", {"ngram": (5.0, 1.4)}), _record("2026-11-24", {"mtp": (6.0, 1.2)}, **{key: value}), path)
+    assert str(path) in str(err.value) and key in str(err.value) and "without --merge" in str(err.value)
+
+
+def test_merge_with_a_broken_measured_file_stops_before_measuring(monkeypatch, tmp_path):
+    from specgate.zoo import measure
+
+    (tmp_path / "fixtures" / "zoo").mkdir(parents=True)
+    (tmp_path / "fixtures" / "zoo" / "measured.json").write_text("{ not json", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(measure, "measure", lambda *a: pytest.fail("measured despite the broken file"))
+    with pytest.raises(SystemExit) as err:
+        measure.main(["--methods", "mtp", "--merge"])
+    assert "measured.json" in str(err.value) and "without --merge" in str(err.value)
+    assert (tmp_path / "fixtures" / "zoo" / "measured.json").read_text(encoding="utf-8") == "{ not json"
