@@ -21,6 +21,19 @@ def _self_distillation_lines(sd: dict | None) -> list[str]:
     ]
 
 
+def _mtp_lines(t: dict) -> list[str]:
+    what = "one token ahead from the target's state and the next token's embedding"
+    mtp = t.get("mtp")
+    if mtp is None:  # zoos before MTP_STEPS trained it with the other drafters
+        return [f"  The MTP layer (MiMo) predicts {what}."]
+    return [
+        f"- MTP layer (MiMo), alone: {mtp['steps']} steps x {t['batch']} x {t['seq']}, {mtp['precision']}, "
+        f"{mtp['seconds'] / 60:.1f} min; loss {mtp['final_loss']:.3f} (the same soft cross-entropy, same data mix).",
+        f"  It predicts {what}. It trains longer than the heads above because its speculative step is",
+        "  the cheapest of the learned methods on the CPU engine, so its acceptance decides whether one beats the baseline.",
+    ]
+
+
 def _params(zoo: Path, name: str) -> tuple[int, int]:
     """(parameters, bytes) of the model's own files (links to other models' files not counted)."""
     params = size = 0
@@ -141,12 +154,12 @@ def render(zoo: Path) -> str:
         f"{d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft cross-entropy, nats; EAGLE "
         f"terms summed over {t['unroll']} unrolled steps): "
         + ", ".join(f"{k} {v:.3f}" for k, v in d["final_loss"].items())
-        + ".",
+        + (". Trained by an earlier run of the same recipe, kept by this one (`--mtp-only`)." if t.get("drafters_reused_from") else "."),
         *_self_distillation_lines(d.get("self_distillation")),
         "  EAGLE-1 / EAGLE-3 are unrolled over the profile's 3 speculative steps, each step reading the previous",
         "  step's own output state as vLLM feeds it; EAGLE-1 also regresses the target's next hidden state.",
-        "  Medusa head k on the target's last state predicts the token k+2 ahead; the MTP layer (MiMo) predicts",
-        "  one token ahead from the target's state and the next token's embedding.",
+        "  Medusa head k on the target's last state predicts the token k+2 ahead.",
+        *_mtp_lines(t),
         f"- target_perturbed: the trained target + {t['perturb']['scale']:.4f} x (per-matrix std) Gaussian noise; greedy",
         f"  agreement with the target {t['perturb']['agreement']:.1%} (teacher-forced on its own greedy continuations of",
         "  the embedded prompts). The gate's canary: it must fail `draft_self`'s acceptance baseline.",

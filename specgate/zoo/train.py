@@ -1,6 +1,6 @@
 """Train the embedded zoo from local text only (no hub, no download), seeded.
 
-    python -m specgate.zoo.train [--out fixtures/zoo] [--quick] [--target-from ZOO]
+    python -m specgate.zoo.train [--out fixtures/zoo] [--quick] [--target-from ZOO [--mtp-only]]
 
 1. Corpus, all from the running interpreter: the standard library's sources (code), the documentation
    that ships with it (pydoc_data topics) and its docstrings (prose), JSON/CSV/INI renderings of
@@ -9,12 +9,13 @@
 2. The target (a Llama, tokenizer from build.py) is trained on it with next-token loss, plus windows in
    which a passage repeats itself (so it learns to copy) and, late in training, unlikelihood on prose
    (so its greedy prose loops less).
-3. Every drafter is trained on the target's outputs, jointly (one target forward feeds all of them),
+3. The drafters are trained on the target's outputs, jointly (one target forward feeds all of them),
    over the same stream mixed with the target's own greedy continuations of corpus windows (generated
    by vLLM's CPU engine): the draft model (distilled), EAGLE-1 and EAGLE-3 heads (unrolled over the
-   profile's 3 speculative steps, each step reading the previous step's own state, as vLLM runs them),
-   Medusa heads and MiMo's MTP layer (the target's weights kept verbatim). `--target-from ZOO` reuses
-   a trained target and runs steps 3-5 only (~17 min instead of ~60).
+   profile's 3 speculative steps, each step reading the previous step's own state, as vLLM runs them)
+   and Medusa heads. Then MiMo's MTP layer (the target's weights kept verbatim) alone, longer, in
+   float32 (MTP_STEPS). `--target-from ZOO` reuses a trained target and runs steps 3-5 only;
+   `--mtp-only` also keeps ZOO's other drafters and target_perturbed and retrains the MTP layer.
 4. target_perturbed = the trained target plus relative noise, tuned to ~80 % greedy agreement.
 5. Offline checks on fixtures/prompts/embedded.jsonl (teacher-forced against the target's own greedy
    continuations) go into fixtures/zoo/training.json and MODEL_CARD.md next to the weights; then
@@ -65,6 +66,12 @@ SELFGEN_SHARE = 0.7  # share of the drafters' training windows
 UNROLL = 3  # speculative steps the heads are trained for (the profile's num_speculative_tokens)
 STEP_WEIGHTS = (1.0, 0.8, 0.6)
 EAGLE_REGRESSION = 1.0  # EAGLE-1 also regresses the target's next state (its output feeds the next step)
+# The MTP layer trains on its own, longer and in float32. Its speculative step is the cheapest of the
+# learned methods on vLLM's CPU engine (one layer, one draft token: 1.33-1.38 baseline steps, against
+# 1.61 for EAGLE-3 at k = 3), so its acceptance decides whether a learned drafter beats the baseline at
+# C = 1. Trained jointly for 1000 steps it accepted 1.53 tokens per step (offline mean). float32: on a CPU
+# without native bf16 (AMD EPYC without AVX512-BF16) a bf16-autocast MTP step took 5.3 s, float32 0.52 s.
+MTP_STEPS = 3000
 # Corpus mix (share of training windows).
 MIX = {"code": 0.35, "prose": 0.2, "structured": 0.15, "editing": 0.3}
 # Windows of passages from these sources, each followed by itself verbatim, so that copying from
@@ -79,6 +86,7 @@ UNLIKELIHOOD_SOURCES = ("prose",)
 UNLIKELIHOOD_FROM = 0.6  # share of the target's steps before it starts
 PERTURB_AGREEMENT = 0.80  # target_perturbed's greedy agreement with the target (teacher-forced)
 EVAL_MAX_TOKENS = 48  # the profile's max_tokens
+KEPT_WITH_MTP_ONLY = ("target_perturbed", "draft", "eagle", "eagle3", "medusa", "mlp_speculator")
 MIN_FUNC_LINES, MAX_FUNC_LINES = 4, 40
 
 
@@ -350,6 +358,16 @@ def _optimizer(params, lr):
     return torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.05)
 
 
+def _update(opt, model, loss) -> None:
+    """One optimizer step on `loss`, the gradient norm clipped to 1."""
+    import torch
+
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+
+
 def _autocast():
     import torch
 
@@ -393,10 +411,7 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
             ul = unlikelihood(logits[rows], inputs[rows], targets[rows]) * len(rows) / len(names)
             ul_terms.append(ul.item())
             loss = loss + UNLIKELIHOOD * ul
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        _update(opt, model, loss)
         losses.append(ce.item())
         if step % 50 == 0 or step == steps - 1:
             ul_note = f" unlikelihood {recent_mean(ul_terms):.3f}" if ul_terms else ""
@@ -536,8 +551,11 @@ class Students:
             "eagle": EagleHead(dict(build.TARGET, num_hidden_layers=1)),
             "eagle3": Eagle3Head(dict(build.TARGET, num_hidden_layers=1), build.VOCAB_SIZE, len(build.EAGLE3_AUX_LAYERS)),
             "medusa": MedusaHeads(h, build.VOCAB_SIZE, build.MEDUSA_HEADS),
-            "mtp": MtpLayer(build.TARGET),
         }
+        # The MTP layer trains on its own now (train_mtp), but building one here still draws from the
+        # RNG before the init below, as when it trained jointly: the committed draft / EAGLE weights
+        # were initialised after that draw (without it, two steps already give other weights).
+        MtpLayer(build.TARGET)
         for model in self.models.values():
             build.init_weights(model)
         with torch.no_grad():  # heads with their own LM head start from the target's
@@ -582,8 +600,6 @@ class Students:
         # Medusa: head k on h_i predicts x_{i+2+k}
         med = self.models["medusa"](states)
         losses["medusa"] = sum(_soft_ce(lg[:, : n - 1 - k], teacher[:, 1 + k :]) for k, lg in enumerate(med))
-        # MTP: one step, target lm_head on its normed output
-        losses["mtp"] = _soft_ce(t.lm_head(self.models["mtp"](nxt_embeds, cur_states, pos)), tgt)
         return losses
 
     def train(self, corpus: Corpus, steps: int):
@@ -611,6 +627,41 @@ class Students:
         for model in self.models.values():
             round_to_storage(model)
         return {k: recent_mean(v) for k, v in history.items()}, time.monotonic() - start
+
+
+def train_mtp(target, corpus: Corpus, steps: int, seed: int):
+    """MiMo's MTP layer alone (see MTP_STEPS), float32: soft cross-entropy of the target's lm_head on
+    its output against the target's distribution one token further on. Returns (model, stats)."""
+    import torch
+    import torch.nn.functional as F
+
+    from specgate.zoo.modules import MtpLayer
+
+    for p in target.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(seed)
+    model = MtpLayer(build.TARGET)
+    build.init_weights(model)
+    opt = _optimizer(model.parameters(), DRAFT_LR)
+    start, losses = time.monotonic(), []
+    for step in range(steps):
+        for g in opt.param_groups:
+            g["lr"] = DRAFT_LR * _schedule(step, steps)
+        ids = corpus.batch()[:, :-1]
+        with torch.no_grad():
+            states, _ = target.hidden(ids)
+            teacher = F.log_softmax(target.lm_head(states), dim=-1)
+            embeds = target.model.embed_tokens(ids)
+        out = model(embeds[:, 1:], states[:, :-1], torch.arange(ids.shape[1] - 1))
+        loss = _soft_ce(target.lm_head(out), teacher[:, 1:])  # (x_{i+1}, h_i) predicts x_{i+2}
+        _update(opt, model, loss)
+        losses.append(loss.item())
+        if step % 100 == 0 or step == steps - 1:
+            log(f"mtp step {step}/{steps} loss {recent_mean(losses):.3f} ({time.monotonic() - start:.0f} s)")
+    round_to_storage(model)
+    model.eval()
+    return model, {"steps": steps, "lr": DRAFT_LR, "precision": "float32", "final_loss": recent_mean(losses),
+                   "seconds": time.monotonic() - start}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -698,15 +749,62 @@ def offline_acceptance(target, students: dict, perturbed, sequences) -> dict:
                 idx = torch.arange(plen - 1, n - 2 - k)
                 correct.append(pred[idx] == x[idx + 2 + k])
             res["medusa"] = _chain_length(correct)
-            mtp = target.lm_head(students["mtp"](nxt, cur, pos))[0].argmax(-1)
-            idx = torch.arange(plen - 1, n - 2)
-            res["mtp"] = 1.0 + (mtp[idx] == x[idx + 2]).float().mean().item()
             if perturbed is not None:
                 idx = torch.arange(plen - 1, n - 1)
                 res["perturbed_agreement"] = (perturbed(ids)[0].argmax(-1)[idx] == x[idx + 1]).float().mean().item()
             for k, v in res.items():
                 per.setdefault(k, {}).setdefault(cat, []).append(v)
     return {k: {c: sum(v) / len(v) for c, v in cats.items()} for k, cats in per.items()}
+
+
+def offline_mtp(target, mtp, sequences) -> dict:
+    """The MTP layer's estimated acceptance length (one draft per step) per category, as above."""
+    import torch
+
+    per = {}
+    with torch.no_grad():
+        for cat, seq, plen in sequences:
+            ids = seq[None]
+            n = ids.shape[1]
+            states, _ = target.hidden(ids)
+            pred = target.lm_head(mtp(target.model.embed_tokens(ids)[:, 1:], states[:, :-1], torch.arange(n - 1)))[0].argmax(-1)
+            idx = torch.arange(plen - 1, n - 2)
+            per.setdefault(cat, []).append(1.0 + (pred[idx] == seq[idx + 2]).float().mean().item())
+    return {c: sum(v) / len(v) for c, v in per.items()}
+
+
+def kept_drafters(zoo: Path) -> dict:
+    """--mtp-only: the stats of the jointly trained drafters and target_perturbed in `zoo`, which are kept."""
+    try:
+        for name in KEPT_WITH_MTP_ONLY:
+            check_model_dir(zoo / name)
+        stats = json.loads((zoo / "training.json").read_text(encoding="utf-8"))
+        kept = {k: stats[k] for k in ("drafters", "perturb", "offline")}
+    except (ZooError, OSError, ValueError, KeyError) as exc:
+        reason = str(exc).split(";")[0] if isinstance(exc, ZooError) else f"{zoo / 'training.json'}: {exc!r}"
+        raise SystemExit(f"--mtp-only: {zoo} has no usable drafters to keep ({reason}). Run without --mtp-only to train them.") from None
+    kept["drafters"]["final_loss"].pop("mtp", None)  # zoos before MTP_STEPS trained it jointly
+    kept["offline"].pop("mtp", None)
+    return kept
+
+
+def forget_measured(path: Path, methods: list[str] | None) -> None:
+    """Drop what vLLM measured on weights that just changed: `methods` (None: all) of measured.json."""
+    from specgate.baselines import write_text_atomic
+    from specgate.zoo.measure import pooled_baseline_rounds
+
+    if methods is None or not path.exists():
+        path.unlink(missing_ok=True)
+        return
+    try:
+        measured = json.loads(path.read_text(encoding="utf-8"))
+        for name in methods:
+            measured["methods"].pop(name, None)
+        measured["baseline_rounds_s"] = pooled_baseline_rounds(measured)
+    except (ValueError, KeyError, TypeError):
+        path.unlink()  # unreadable: `python -m specgate.zoo.measure` writes a new one
+        return
+    write_text_atomic(path, json.dumps(measured, indent=1, sort_keys=True) + "\n")
 
 
 def perturb_for_agreement(target, sequences, want: float, seed: int):
@@ -762,16 +860,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help=f"drafter training steps (default: {DRAFT_STEPS})")
     parser.add_argument("--target-from", type=Path, metavar="ZOO",
                         help="reuse the target (weights and stats) of this zoo and train everything after it (same result as a full run)")
+    parser.add_argument("--mtp-only", action="store_true",
+                        help="with --target-from: also keep that zoo's jointly trained drafters and target_perturbed; train the MTP layer only")
     args = parser.parse_args(argv)
     if not 0 <= args.repeat_share < 1:
         parser.error("--repeat-share must be in [0, 1)")
     if args.quick and args.out.resolve() == zoo_dir(Path.cwd()).resolve():
         parser.error("--quick makes an unusable zoo; give it another --out than the committed fixtures/zoo")
+    if args.mtp_only and not args.target_from:
+        parser.error("--mtp-only needs --target-from ZOO, the zoo whose other models it keeps")
     reused_stats = reused_target_stats(args.target_from) if args.target_from else None
+    kept = kept_drafters(args.target_from) if args.mtp_only else None
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     root = Path.cwd()
-    target_steps, draft_steps = (20, 20) if args.quick else (args.target_steps, args.draft_steps)
+    target_steps, draft_steps, mtp_steps = (20, 20, 20) if args.quick else (args.target_steps, args.draft_steps, MTP_STEPS)
     start = time.monotonic()
 
     tmp = args.out.with_name(args.out.name + ".building")
@@ -798,24 +901,36 @@ def main(argv: list[str] | None = None) -> int:
     selfgen = self_generated(tmp / "target", corpus.prompts(selfgen_count, SELFGEN_PROMPT_LEN, SEED + 4), SELFGEN_TOKENS)
     selfgen_s = time.monotonic() - selfgen_start
     log(f"self-distillation data: {selfgen.numel()} tokens in {selfgen_s:.0f} s")
-    students = Students(target, SEED + 2)
-    draft_losses, draft_s = students.train(corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 5), draft_steps)
-    for m in students.models.values():
-        m.eval()
     log("greedy continuations of the embedded prompts")
     sequences = greedy_continuations(target, load_eval_prompts(tokenizer, root))
-    log("tuning target_perturbed")
-    scale, agreement, perturbed = perturb_for_agreement(target, sequences, PERTURB_AGREEMENT, SEED + 3)
-    log("offline acceptance")
-    offline = offline_acceptance(target, students.models, perturbed, sequences)
-
-    build.write_llama(tmp / "target_perturbed", build.TARGET, tokenizer, perturbed.state_dict())
-    build.write_llama(tmp / "draft", build.DRAFT, tokenizer, students.models["draft"].state_dict())
-    build.write_eagle(tmp / "eagle", tokenizer, students.models["eagle"].state_dict())
-    build.write_eagle3(tmp / "eagle3", tokenizer, students.models["eagle3"].state_dict())
-    build.write_medusa(tmp / "medusa", students.models["medusa"].state_dict())
-    build.write_mlp_speculator(tmp / "mlp_speculator", build.random_mlp_speculator(build.SEED + 5))
-    build.write_mtp_target(tmp / "mtp_target", tokenizer, students.models["mtp"].state_dict())
+    if kept:
+        for name in KEPT_WITH_MTP_ONLY:
+            shutil.copytree(args.target_from / name, tmp / name)
+        drafter_stats, perturb_stats, offline = kept["drafters"], kept["perturb"], kept["offline"]
+        log(f"drafters and target_perturbed kept from {args.target_from}")
+    else:
+        students = Students(target, SEED + 2)
+        draft_losses, draft_s = students.train(corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 5), draft_steps)
+        for m in students.models.values():
+            m.eval()
+        log("tuning target_perturbed")
+        scale, agreement, perturbed = perturb_for_agreement(target, sequences, PERTURB_AGREEMENT, SEED + 3)
+        log("offline acceptance")
+        offline = offline_acceptance(target, students.models, perturbed, sequences)
+        drafter_stats = dict(steps=draft_steps, seconds=draft_s, final_loss=draft_losses,
+                             self_distillation=dict(prompts=selfgen_count, prompt_len=SELFGEN_PROMPT_LEN, tokens=SELFGEN_TOKENS,
+                                                    share=SELFGEN_SHARE, stream_tokens=int(selfgen.numel()), seconds=selfgen_s))
+        perturb_stats = dict(scale=scale, agreement=agreement)
+        build.write_llama(tmp / "target_perturbed", build.TARGET, tokenizer, perturbed.state_dict())
+        build.write_llama(tmp / "draft", build.DRAFT, tokenizer, students.models["draft"].state_dict())
+        build.write_eagle(tmp / "eagle", tokenizer, students.models["eagle"].state_dict())
+        build.write_eagle3(tmp / "eagle3", tokenizer, students.models["eagle3"].state_dict())
+        build.write_medusa(tmp / "medusa", students.models["medusa"].state_dict())
+        build.write_mlp_speculator(tmp / "mlp_speculator", build.random_mlp_speculator(build.SEED + 5))
+    # its own generator: the MTP layer's batches do not depend on how many the joint phase drew
+    mtp, mtp_stats = train_mtp(target, corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 6), mtp_steps, SEED + 6)
+    offline["mtp"] = offline_mtp(target, mtp, sequences)
+    build.write_mtp_target(tmp / "mtp_target", tokenizer, mtp.state_dict())
 
     samples = {}
     for cat, seq, plen in sequences:
@@ -828,25 +943,26 @@ def main(argv: list[str] | None = None) -> int:
         batch=BATCH,
         unroll=UNROLL,
         target=target_stats,
-        drafters=dict(steps=draft_steps, seconds=draft_s, final_loss=draft_losses,
-                      self_distillation=dict(prompts=selfgen_count, prompt_len=SELFGEN_PROMPT_LEN, tokens=SELFGEN_TOKENS,
-                                             share=SELFGEN_SHARE, stream_tokens=int(selfgen.numel()), seconds=selfgen_s)),
-        perturb=dict(scale=scale, agreement=agreement),
+        drafters=drafter_stats,
+        mtp=mtp_stats,
+        perturb=perturb_stats,
         offline=offline,
         samples=samples,
         prompts_sha256=prompts_digest(root),
-        # a reused target counts with the time it took, so this is what a full run takes
-        total_seconds=time.monotonic() - start + (target_stats["seconds"] if args.target_from else 0),
+        # reused models count with the time they took, so this is what a full run takes
+        total_seconds=time.monotonic() - start + (target_stats["seconds"] if args.target_from else 0)
+        + (drafter_stats["seconds"] if kept else 0),
         target_reused_from=str(args.target_from) if args.target_from else None,
+        drafters_reused_from=str(args.target_from) if kept else None,
         torch=torch.__version__,
         python=sys.version.split()[0],
     )
     (tmp / "training.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     build.install(tmp, args.out, list(ZOO_MODELS), extra=["training.json"])
-    (args.out / "measured.json").unlink(missing_ok=True)  # measured on the previous weights
+    forget_measured(args.out / "measured.json", ["mtp"] if kept else None)
     write_card(args.out)
     log(f"zoo trained and written to {args.out} in {time.monotonic() - start:.0f} s")
-    print(json.dumps({k: stats[k] for k in ("target", "drafters", "perturb", "offline")}, indent=2))
+    print(json.dumps({k: stats[k] for k in ("target", "drafters", "mtp", "perturb", "offline")}, indent=2))
     return 0
 
 

@@ -216,3 +216,44 @@ def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token()
     assert unlikelihood(confident([6, 7, 5]), inputs, targets) < 1e-3  # right, even where right = copy 5
     assert unlikelihood(confident([9, 9, 9]), inputs, targets) < 1e-3  # wrong, but nothing seen before
     assert unlikelihood(confident([5, 5, 6]), inputs, targets) > 5  # repeats the context where it does not repeat
+
+
+def test_mtp_only_needs_the_zoo_whose_drafters_it_keeps(capsys):
+    from specgate.zoo import train
+
+    with pytest.raises(SystemExit):
+        train.main(["--mtp-only", "--out", "/nonexistent/zoo"])
+    assert "--mtp-only needs --target-from" in capsys.readouterr().err
+
+
+def test_mtp_only_names_the_drafter_it_cannot_keep(tmp_path):
+    from specgate.zoo import train
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(zoo_dir(ROOT), zoo, symlinks=True)
+    shutil.rmtree(zoo / "eagle3")
+    with pytest.raises(SystemExit) as err:
+        train.kept_drafters(zoo)
+    assert str(zoo / "eagle3") in str(err.value) and "without --mtp-only" in str(err.value)
+
+
+def test_mtp_only_keeps_the_joint_drafters_stats_without_the_old_joint_mtp(tmp_path):
+    from specgate.zoo import train
+
+    kept = train.kept_drafters(zoo_dir(ROOT))
+    assert set(kept) == {"drafters", "perturb", "offline"}
+    assert "mtp" not in kept["drafters"]["final_loss"] and "mtp" not in kept["offline"]
+    assert {"draft", "eagle", "eagle3", "medusa"} <= set(kept["drafters"]["final_loss"])
+
+
+def test_retraining_the_mtp_layer_forgets_only_its_own_measurements(tmp_path):
+    from specgate.zoo import train
+
+    path = tmp_path / "measured.json"
+    methods = {"ngram": {"baseline_rounds_s": [5.0]}, "mtp": {"baseline_rounds_s": [6.0]}}
+    path.write_text(json.dumps({"methods": methods, "baseline_rounds_s": [5.0, 6.0], "machine": "m"}), encoding="utf-8")
+    train.forget_measured(path, ["mtp"])
+    kept = json.loads(path.read_text(encoding="utf-8"))
+    assert list(kept["methods"]) == ["ngram"] and kept["baseline_rounds_s"] == [5.0] and kept["machine"] == "m"
+    train.forget_measured(path, None)  # a full retrain: everything was measured on other weights
+    assert not path.exists()
