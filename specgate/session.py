@@ -620,10 +620,43 @@ class GateSession:
         device, count = baselines.detect_device(self.profile.hardware)
         with FileLock(str(path) + ".lock", timeout=600):
             stored = baselines.load(path, self.profile.name, self.hardware)
-            updated = baselines.merge(stored, self.measured, baselines.provenance(self.root, device, count))
+            held_back, why = self._speedups_from_another_machine(stored)
+            measured = {
+                method: {kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)} for kind, entries in kinds.items()}
+                for method, kinds in self.measured.items()
+            }
+            updated = baselines.merge(stored, measured, baselines.provenance(self.root, device, count))
             baselines.write_atomic(updated)
         # self._baseline_file stays the file this run was judged against (the report shows old vs new).
-        return baselines.format_diff(baselines.diff(stored, updated), f"baselines written to {stored.path}")
+        text = baselines.format_diff(baselines.diff(stored, updated), f"baselines written to {stored.path}")
+        return text + (f"\n{why}" if why else "")
+
+    def _speedups_from_another_machine(self, stored: baselines.BaselineFile) -> tuple[set[str], str]:
+        """The concurrency keys whose speedups this run must not write, and why. The baseline engine's
+        stored throughput stamps every method's stored speedup with the machine it was measured on
+        (_other_machine); rewriting it from another machine while other methods keep their ratios
+        would leave those ratios judged as this machine's. Acceptance and memory do not depend on it."""
+        run = {BASELINE, *(m.name for m in self.methods)}
+        keys, here, there, others = [], [], [], set()
+        for key, now in self.measured.get(BASELINE, {}).get("speedup", {}).items():
+            before = stored.entry(BASELINE, "speedup", key)
+            if not before or not before.get("throughput_tok_s") or not now.get("throughput_tok_s"):
+                continue
+            left = {m for m, kinds in stored.methods.items() if m not in run and key in kinds.get("speedup", {})}
+            if left and not self._within_machine_rtol(now["throughput_tok_s"] / before["throughput_tok_s"]):
+                keys.append(key)
+                here.append(f"{now['throughput_tok_s']:.1f}")
+                there.append(f"{before['throughput_tok_s']:.1f}")
+                others |= left
+        if not keys:
+            return set(), ""
+        return set(keys), (
+            f"speedups at {', '.join(keys)} not written: the baseline engine ran at {' / '.join(here)} tok/s here against "
+            f"{' / '.join(there)} stored (outside machine_rtol {self.profile.tolerance.machine_rtol}), and the stored "
+            f"speedups of {', '.join(sorted(others))} were measured on that other machine; storing this run's would mix "
+            f"two machines' ratios in {stored.path}. To move the speedup baselines to this machine, update every method "
+            f"at once (`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` without --specgate-methods)."
+        )
 
     def equivalence(self, name: str) -> list[EquivalenceFinding]:
         """Every prompt whose output differs from the baseline's, classified; records the counts."""

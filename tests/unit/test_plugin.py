@@ -236,6 +236,25 @@ def test_speedup_gate_says_when_the_machine_is_not_the_one_that_stored_it(speed_
     strict.assert_outcomes(passed=2, failed=2)
 
 
+def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir, monkeypatch):
+    profile = speed_dir.path / "fake.toml"
+    profile.write_text(profile.read_text() + "[tolerance]\nmachine_rtol = 0.35\n")
+    both = ("--specgate-methods", "good,also_good", "--update-baselines", "-k", "speedup or acceptance")
+    run(speed_dir, *both).assert_outcomes(passed=6 + 10)
+    before = json.loads(baseline_file(speed_dir).read_text())["methods"]
+    monkeypatch.setenv("FAKE_MACHINE_SPEED", "2")
+    partial = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or acceptance")
+    partial.stdout.fnmatch_lines(["*speedups at C=1, C=4 not written: the baseline engine ran at * tok/s here against * stored (outside machine_rtol 0.35), and the stored speedups of also_good*without --specgate-methods*"])
+    after = json.loads(baseline_file(speed_dir).read_text())["methods"]
+    for method in ("baseline", "good", "also_good"):  # every ratio keeps the machine stamp it was stored with
+        assert after[method]["speedup"] == before[method]["speedup"]
+    assert after["good"]["provenance"] != before["good"]["provenance"]  # acceptance was written
+    run(speed_dir, *both).assert_outcomes(passed=6 + 10)  # every method at once moves the stamp
+    moved = json.loads(baseline_file(speed_dir).read_text())["methods"]
+    ratio = moved["baseline"]["speedup"]["C=1"]["throughput_tok_s"] / before["baseline"]["speedup"]["C=1"]["throughput_tok_s"]
+    assert ratio > 1.5
+
+
 def test_a_measurement_the_machine_disturbed_is_neither_judged_nor_stored(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[speedup]\ninterleave_baseline = true\n[tolerance]\nmachine_rtol = 0.35\n")
