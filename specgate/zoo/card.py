@@ -107,6 +107,9 @@ def render(zoo: Path) -> str:
         "",
         f"Rebuild: `{REBUILD}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
         f"torch {t['torch']}; no download). Measure: `python -m specgate.zoo.measure` (boots vLLM engines).",
+        "The target and the drafters trained jointly run in bf16 autocast, which is fast only on a CPU with native",
+        "bf16: on an AMD EPYC without AVX512-BF16 it ran about 10x slower than float32 (an MTP step 5.3 s vs",
+        "0.52 s), so a full rebuild there takes hours. `--mtp-only` (float32) is not affected.",
         "",
         "## Data",
         "",

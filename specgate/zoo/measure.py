@@ -1,6 +1,6 @@
 """Measure the zoo in vLLM's CPU engine, as the `cpu-tiny` profile runs it, for the model card.
 
-    python -m specgate.zoo.measure [--methods a,b] [--rounds 6] [--merge]
+    python -m specgate.zoo.measure [--methods a,b] [--rounds 15] [--merge]
 
 Boots the baseline engine, keeps it alive, and boots one method engine at a time next to it
 (two engines alive, ~3.3 GiB each), recording:
@@ -12,7 +12,7 @@ Boots the baseline engine, keeps it alive, and boots one method engine at a time
   time, `max_tokens` each), in `--rounds` pairs: a baseline round, then the method's round. The
   speedup is the median of the pairs' baseline time / method time with its 95 % bootstrap interval
   (specgate.stats.ratio_estimate, as the speedup gate computes it).
-Writes fixtures/zoo/measured.json and re-renders fixtures/zoo/MODEL_CARD.md. Took 37 min on 2 cores (12 ms per baseline token).
+Writes fixtures/zoo/measured.json and re-renders fixtures/zoo/MODEL_CARD.md. Took 37 min on 2 cores with 6 rounds, 49 min with 15 (12-13 ms per baseline token).
 With --merge, only the methods measured are replaced in the existing measured.json (after retraining one
 drafter); it must have been measured on the same machine type, prompt set and number of rounds.
 """
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m specgate.zoo.measure", description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="methods of cpu-tiny to measure")
-    parser.add_argument("--rounds", type=int, default=6, help="paired timing rounds per method (default: 6)")
+    parser.add_argument("--rounds", type=int, default=15, help="paired timing rounds per method (default: 15)")
     parser.add_argument("--merge", action="store_true", help="replace only these methods in the existing measured.json")
     parser.add_argument("--logs", type=Path, default=Path("results/zoo-measure"), help="engine logs (default: results/zoo-measure)")
     args = parser.parse_args(argv)
