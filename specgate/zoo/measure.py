@@ -24,6 +24,7 @@ import json
 import time
 from pathlib import Path
 
+from specgate.baselines import write_text_atomic
 from specgate.zoo import prompts_digest, zoo_dir
 
 PROFILE = "fixtures/profiles/cpu-tiny.toml"
@@ -117,6 +118,11 @@ def pooled_baseline_rounds(record: dict) -> list[float]:
     return [s for r in record["methods"].values() for s in r["baseline_rounds_s"]]
 
 
+def write_measured(path: Path, record: dict) -> None:
+    """measured.json, atomically (a run that stops half-way leaves the previous file)."""
+    write_text_atomic(path, json.dumps(record, indent=1, sort_keys=True) + "\n")
+
+
 def merge_into(previous: dict, new: dict, path: Path) -> dict:
     """`previous` with `new`'s methods replaced or added; the two must describe comparable runs."""
     for key in ("machine", "prompts_sha256", "rounds", "timing_prompts", "timing_tokens"):
@@ -129,7 +135,6 @@ def merge_into(previous: dict, new: dict, path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specgate.baselines import write_text_atomic
     from specgate.zoo.card import write_card
 
     parser = argparse.ArgumentParser(prog="python -m specgate.zoo.measure", description=__doc__.split("\n")[0])
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     results["prompts_sha256"] = prompts_digest(root)
     if previous is not None:
         results = merge_into(previous, results, path)
-    write_text_atomic(path, json.dumps(results, indent=1, sort_keys=True) + "\n")
+    write_measured(path, results)
     write_card(zoo_dir(root))
     return 0
 

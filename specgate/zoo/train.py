@@ -352,6 +352,12 @@ def _schedule(step: int, total: int, warmup: int = 30) -> float:
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
+def _set_lr(opt, lr: float, step: int, total: int) -> None:
+    """`lr` scaled by the warmup + cosine schedule at `step` of `total`."""
+    for g in opt.param_groups:
+        g["lr"] = lr * _schedule(step, total)
+
+
 def _optimizer(params, lr):
     import torch
 
@@ -398,8 +404,7 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
     ul_from = int(UNLIKELIHOOD_FROM * steps)
     start = time.monotonic()
     for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = lr * _schedule(step, steps)
+        _set_lr(opt, lr, step, steps)
         batch, names = corpus.tagged_batch()
         inputs, targets = batch[:, :-1], batch[:, 1:]
         with _autocast():
@@ -609,8 +614,7 @@ class Students:
         history = {k: [] for k in self.models}
         for step in range(steps):
             for opt in self.opts.values():
-                for g in opt.param_groups:
-                    g["lr"] = DRAFT_LR * _schedule(step, steps)
+                _set_lr(opt, DRAFT_LR, step, steps)
             batch = corpus.batch()[:, :-1]
             with _autocast():
                 losses = self.forward(batch)
@@ -645,8 +649,7 @@ def train_mtp(target, corpus: Corpus, steps: int, seed: int):
     opt = _optimizer(model.parameters(), DRAFT_LR)
     start, losses = time.monotonic(), []
     for step in range(steps):
-        for g in opt.param_groups:
-            g["lr"] = DRAFT_LR * _schedule(step, steps)
+        _set_lr(opt, DRAFT_LR, step, steps)
         ids = corpus.batch()[:, :-1]
         with torch.no_grad():
             states, _ = target.hidden(ids)
@@ -790,8 +793,7 @@ def kept_drafters(zoo: Path) -> dict:
 
 def forget_measured(path: Path, methods: list[str] | None) -> None:
     """Drop what vLLM measured on weights that just changed: `methods` (None: all) of measured.json."""
-    from specgate.baselines import write_text_atomic
-    from specgate.zoo.measure import pooled_baseline_rounds
+    from specgate.zoo.measure import pooled_baseline_rounds, write_measured
 
     if methods is None or not path.exists():
         path.unlink(missing_ok=True)
@@ -804,7 +806,7 @@ def forget_measured(path: Path, methods: list[str] | None) -> None:
     except (ValueError, KeyError, TypeError):
         path.unlink()  # unreadable: `python -m specgate.zoo.measure` writes a new one
         return
-    write_text_atomic(path, json.dumps(measured, indent=1, sort_keys=True) + "\n")
+    write_measured(path, measured)
 
 
 def perturb_for_agreement(target, sequences, want: float, seed: int):
