@@ -1,6 +1,6 @@
 """Train the embedded zoo from local text only (no hub, no download), seeded.
 
-    python -m specgate.zoo.train [--out fixtures/zoo] [--quick] [--target-from ZOO [--mtp-only]]
+    python -m specgate.zoo.train [--out fixtures/zoo] [--quick] [--precision float32|bfloat16] [--target-from ZOO [--mtp-only]]
 
 1. Corpus, all from the running interpreter: the standard library's sources (code), the documentation
    that ships with it (pydoc_data topics) and its docstrings (prose), JSON/CSV/INI renderings of
@@ -69,9 +69,13 @@ EAGLE_REGRESSION = 1.0  # EAGLE-1 also regresses the target's next state (its ou
 # The MTP layer trains on its own, longer and in float32. Its speculative step is the cheapest of the
 # learned methods on vLLM's CPU engine (one layer, one draft token: 1.33-1.38 baseline steps, against
 # 1.61 for EAGLE-3 at k = 3), so its acceptance decides whether a learned drafter beats the baseline at
-# C = 1. Trained jointly for 1000 steps it accepted 1.53 tokens per step (offline mean). float32: on a CPU
-# without native bf16 (AMD EPYC without AVX512-BF16) a bf16-autocast MTP step took 5.3 s, float32 0.52 s.
+# C = 1. Trained jointly for 1000 steps it accepted 1.53 tokens per step (offline mean).
 MTP_STEPS = 3000
+# float32 by default: the profile computes in float32, and bf16 autocast is fast only on a CPU with native
+# bf16. On an AMD EPYC without AVX512-BF16 (2 threads) a target step took 15.8 s in bf16 autocast against
+# 1.22 s in float32, a joint drafter step 35-68 s against 2.2 s, an MTP step 5.3 s against 0.52 s.
+# The committed target and joint drafters were trained with --precision bfloat16 on a CPU with native bf16.
+PRECISIONS = ("float32", "bfloat16")
 # Corpus mix (share of training windows).
 MIX = {"code": 0.35, "prose": 0.2, "structured": 0.15, "editing": 0.3}
 # Windows of passages from these sources, each followed by itself verbatim, so that copying from
@@ -374,10 +378,13 @@ def _update(opt, model, loss) -> None:
     opt.step()
 
 
-def _autocast():
+def _autocast(precision: str):
+    """The context the target and the joint drafters train in: plain float32, or bf16 autocast."""
+    import contextlib
+
     import torch
 
-    return torch.autocast("cpu", dtype=torch.bfloat16)
+    return torch.autocast("cpu", dtype=torch.bfloat16) if precision == "bfloat16" else contextlib.nullcontext()
 
 
 def round_to_storage(module) -> None:
@@ -389,7 +396,7 @@ def round_to_storage(module) -> None:
             p.copy_(p.to(torch.float16).float())
 
 
-def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
+def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR, precision: str = "float32"):
     import torch
     import torch.nn.functional as F
 
@@ -407,7 +414,7 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
         _set_lr(opt, lr, step, steps)
         batch, names = corpus.tagged_batch()
         inputs, targets = batch[:, :-1], batch[:, 1:]
-        with _autocast():
+        with _autocast(precision):
             logits = model(inputs)
         ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
         loss = ce
@@ -429,6 +436,7 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR):
     stats = {
         "steps": steps,
         "lr": lr,
+        "precision": precision,
         "final_loss": recent_mean(losses),  # next-token cross-entropy alone
         "unlikelihood": dict(weight=UNLIKELIHOOD, sources=list(UNLIKELIHOOD_SOURCES), from_step=ul_from,
                              final=recent_mean(ul_terms) if ul_terms else None),
@@ -607,7 +615,7 @@ class Students:
         losses["medusa"] = sum(_soft_ce(lg[:, : n - 1 - k], teacher[:, 1 + k :]) for k, lg in enumerate(med))
         return losses
 
-    def train(self, corpus: Corpus, steps: int):
+    def train(self, corpus: Corpus, steps: int, precision: str = "float32"):
         import torch
 
         start = time.monotonic()
@@ -616,7 +624,7 @@ class Students:
             for opt in self.opts.values():
                 _set_lr(opt, DRAFT_LR, step, steps)
             batch = corpus.batch()[:, :-1]
-            with _autocast():
+            with _autocast(precision):
                 losses = self.forward(batch)
             for name, loss in losses.items():
                 self.opts[name].zero_grad(set_to_none=True)
@@ -860,6 +868,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-lr", type=float, default=TARGET_LR, help=f"target peak learning rate (default: {TARGET_LR})")
     parser.add_argument("--repeat-share", type=float, default=REPEAT_SHARE, help=f"share of 'repeat' windows (default: {REPEAT_SHARE})")
     parser.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help=f"drafter training steps (default: {DRAFT_STEPS})")
+    parser.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0],
+                        help="the target's and the joint drafters' training: float32 (default) or bf16 autocast, "
+                        "fast only on a CPU with native bf16 (the MTP layer always trains in float32)")
     parser.add_argument("--target-from", type=Path, metavar="ZOO",
                         help="reuse the target (weights and stats) of this zoo and train everything after it (same result as a full run)")
     parser.add_argument("--mtp-only", action="store_true",
@@ -895,7 +906,7 @@ def main(argv: list[str] | None = None) -> int:
         target, target_stats = load_target(args.target_from, tokenizer), reused_stats
         log(f"target loaded from {args.target_from}")
     else:
-        target, target_stats = train_target(corpus, target_steps, SEED + 1, args.target_lr)
+        target, target_stats = train_target(corpus, target_steps, SEED + 1, args.target_lr, args.precision)
     build.write_llama(tmp / "target", build.TARGET, tokenizer, target.state_dict())
     selfgen_count = 32 if args.quick else SELFGEN_PROMPTS
     log(f"self-distillation data: the target's greedy continuations of {selfgen_count} corpus windows (vLLM)")
@@ -912,14 +923,14 @@ def main(argv: list[str] | None = None) -> int:
         log(f"drafters and target_perturbed kept from {args.target_from}")
     else:
         students = Students(target, SEED + 2)
-        draft_losses, draft_s = students.train(corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 5), draft_steps)
+        draft_losses, draft_s = students.train(corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 5), draft_steps, args.precision)
         for m in students.models.values():
             m.eval()
         log("tuning target_perturbed")
         scale, agreement, perturbed = perturb_for_agreement(target, sequences, PERTURB_AGREEMENT, SEED + 3)
         log("offline acceptance")
         offline = offline_acceptance(target, students.models, perturbed, sequences)
-        drafter_stats = dict(steps=draft_steps, seconds=draft_s, final_loss=draft_losses,
+        drafter_stats = dict(steps=draft_steps, precision=args.precision, seconds=draft_s, final_loss=draft_losses,
                              self_distillation=dict(prompts=selfgen_count, prompt_len=SELFGEN_PROMPT_LEN, tokens=SELFGEN_TOKENS,
                                                     share=SELFGEN_SHARE, stream_tokens=int(selfgen.numel()), seconds=selfgen_s))
         perturb_stats = dict(scale=scale, agreement=agreement)
