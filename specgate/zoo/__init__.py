@@ -53,7 +53,8 @@ def resolve(ref: str, root: Path | str) -> str:
 
 def check_model_dir(path: Path) -> None:
     """Raise ZooError naming the file and the rebuild command if a zoo model is missing or corrupt."""
-    fix = f"rebuild the zoo with `{REBUILD}` (seeded, local data only, ~60 min on 2 cores)"
+    fix = (f"restore the committed zoo with `git checkout -- {zoo_dir('')}`, or rebuild it with `{REBUILD}` (seeded, local"
+           " data only; about 2.5 h on 2 cores)")
     config = path / "config.json"
     weights = path / "model.safetensors"
     for f in (config, weights):

@@ -79,6 +79,28 @@ def _unlikelihood_lines(ul: dict | None) -> list[str]:
     ]
 
 
+def _precision(phase: dict) -> str:
+    """How a phase trained; zoos before --precision trained the target and joint drafters in bf16 autocast."""
+    return phase.get("precision", "bfloat16")
+
+
+def _precision_label(phase: dict) -> str:
+    return {"float32": "float32", "bfloat16": "bf16 autocast"}[_precision(phase)]
+
+
+def _in_bf16(t: dict) -> bool:
+    return "bfloat16" in (_precision(t["target"]), _precision(t["drafters"]))
+
+
+def _precision_lines(t: dict) -> list[str]:
+    if not _in_bf16(t):
+        return []
+    return [
+        "The target and the joint drafters here trained in bf16 autocast on a CPU with native bf16 (the time above); on an",
+        "AMD EPYC without AVX512-BF16 a bf16-autocast target step took 15.8 s against 1.22 s in float32 (the default).",
+    ]
+
+
 def _machine_lines(m: dict) -> list[str]:
     """Where the speeds were measured: the same weights run at other speeds on another machine."""
     if "machine" not in m or "timing_tokens" not in m:
@@ -105,11 +127,9 @@ def render(zoo: Path) -> str:
         "it, acceptance differs by prompt category, speculation can beat the baseline at concurrency 1.",
         "Their numbers describe these toy models only (see Limits).",
         "",
-        f"Rebuild: `{REBUILD}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
+        f"Rebuild: `{REBUILD}{' --precision bfloat16' if _in_bf16(t) else ''}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
         f"torch {t['torch']}; no download). Measure: `python -m specgate.zoo.measure` (boots vLLM engines).",
-        "The target and the drafters trained jointly run in bf16 autocast, which is fast only on a CPU with native",
-        "bf16: on an AMD EPYC without AVX512-BF16 it ran about 10x slower than float32 (an MTP step 5.3 s vs",
-        "0.52 s), so a full rebuild there takes hours. `--mtp-only` (float32) is not affected.",
+        *_precision_lines(t),
         "",
         "## Data",
         "",
@@ -147,13 +167,13 @@ def render(zoo: Path) -> str:
         "",
         "## Training",
         "",
-        f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, bf16 autocast; "
+        f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, {_precision_label(t['target'])}; "
         f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min"
         + (" (trained by an earlier run of the same recipe; this run reused it with `--target-from` and trained what follows)."
            if t.get("target_reused_from") else "."),
         *_unlikelihood_lines(t["target"].get("unlikelihood")),
         *_copy_probe_lines(probe),
-        f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, "
+        f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, {_precision_label(d)}, "
         f"{d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft cross-entropy, nats; EAGLE "
         f"terms summed over {t['unroll']} unrolled steps): "
         + ", ".join(f"{k} {v:.3f}" for k, v in d["final_loss"].items())

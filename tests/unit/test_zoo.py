@@ -202,6 +202,22 @@ def test_card_shows_what_the_measured_baseline_engine_wrote(zoo_copy):
     assert "from the trainer" in render(zoo_copy)
 
 
+def test_card_says_how_the_target_and_drafters_trained_and_rebuilds_with_that_precision(zoo_copy):
+    from specgate.zoo.card import render
+
+    t = json.loads((zoo_copy / "training.json").read_text())
+    for phase in ("target", "drafters"):
+        t[phase]["precision"] = "float32"
+    (zoo_copy / "training.json").write_text(json.dumps(t))
+    card = render(zoo_copy)
+    assert "`python -m specgate.zoo.train` (seeded" in card and "bf16" not in card
+    assert "AdamW, float32;" in card and "1000 steps x 8 x 512, float32," in card
+    t["drafters"].pop("precision")  # a zoo from before --precision: bf16 autocast
+    (zoo_copy / "training.json").write_text(json.dumps(t))
+    card = render(zoo_copy)
+    assert "`python -m specgate.zoo.train --precision bfloat16` (seeded" in card and "512, bf16 autocast," in card
+
+
 def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token():
     torch = pytest.importorskip("torch")
     from specgate.zoo.train import unlikelihood
