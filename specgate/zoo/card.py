@@ -52,8 +52,8 @@ def _params(zoo: Path, name: str) -> tuple[int, int]:
     return params, size
 
 
-def _table(rows: dict, fmt: str = "{:.2f}") -> list[str]:
-    lines = ["| method | " + " | ".join(CATEGORIES) + " |", "| --- |" + " --- |" * len(CATEGORIES)]
+def _table(rows: dict, fmt: str = "{:.2f}", first: str = "method") -> list[str]:
+    lines = [f"| {first} | " + " | ".join(CATEGORIES) + " |", "| --- |" + " --- |" * len(CATEGORIES)]
     for name, per_cat in rows.items():
         cells = [fmt.format(per_cat[c]) if per_cat.get(c) is not None else "-" for c in CATEGORIES]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -110,6 +110,19 @@ def _machine_lines(m: dict) -> list[str]:
         f"Measured on `{m['machine']}` ({m['cpu']}): the baseline engine took {per_token:.1f} ms per output token"
         " (median round, prefill included). Machines sold under one CPU name run it at quite different"
         " speeds (README, *Speedup gate*): compare speedups measured in one run, not across cards."
+    ]
+
+
+def _loop_lines(m: dict) -> list[str]:
+    from specgate.zoo.measure import LOOP_MAX_PERIOD, LOOP_MIN_TURNS
+
+    return [
+        f"Share of its greedy output tokens (baseline engine, every prompt) that only repeat, verbatim, a cycle of at most"
+        f" {LOOP_MAX_PERIOD} tokens the output ends in (turned {LOOP_MIN_TURNS}+ times); the same measure on the last 48"
+        " tokens of the prompts themselves (real text) for comparison:",
+        "",
+        *_table({"target output": m["looped_share"], "prompts' own text": m["looped_share_prompts"]}, "{:.0%}", "text"),
+        "",
     ]
 
 
@@ -257,8 +270,10 @@ def render(zoo: Path) -> str:
             ]
     # vLLM's baseline engine's output when measured (the prompts of today), else the trainer's own
     samples, source = (m["samples"], "vLLM's baseline engine") if m and "samples" in m else (t["samples"], "the trainer")
-    out += ["", "## What the target writes", "",
-            f"Greedy continuation (48 tokens) of the first prompt of each category, from {source}:", ""]
+    out += ["", "## What the target writes", ""]
+    if m and "looped_share" in m:
+        out += _loop_lines(m)
+    out += [f"Greedy continuation (48 tokens) of the first prompt of each category, from {source}:", ""]
     for cat in CATEGORIES:
         if cat in samples:
             out += [f"- {cat}:", "", "  ```", *["  " + line for line in samples[cat].splitlines()], "  ```", ""]

@@ -8,6 +8,8 @@ Boots the baseline engine, keeps it alive, and boots one method engine at a time
   category's batch, as the acceptance gate measures it) and whether every greedy output equals the
   baseline's;
 - the baseline engine's greedy output for the first prompt of each category (the card shows it);
+- how much of the baseline engine's greedy output per category only repeats a loop it ends in (looped_share),
+  and the same on the prompts' own text;
 - speed at concurrency 1: the wall time of the timing set (2 prompts per category, sent one at a
   time, `max_tokens` each), in `--rounds` pairs: a baseline round, then the method's round. The
   speedup is the median of the pairs' baseline time / method time with its 95 % bootstrap interval
@@ -30,6 +32,11 @@ from specgate.zoo import prompts_digest, zoo_dir
 PROFILE = "fixtures/profiles/cpu-tiny.toml"
 DEFAULT_METHODS = ["ngram", "suffix", "draft_model", "eagle", "eagle3", "medusa", "mtp", "draft_self", "draft_perturbed"]
 TIMING_PROMPTS_PER_CATEGORY = 2
+# A greedy loop: the output ends in a cycle of at most LOOP_MAX_PERIOD tokens turned at least
+# LOOP_MIN_TURNS times, over at least LOOP_MIN_TOKENS tokens (so ")))" or a blank-line run is not one).
+# Every 48-token window of the embedded prompts (real text) scores 0 with these; 3 turns missed the
+# target's prose loop ("A string containing the ... recurmended to the data stream.", twice in 48 tokens).
+LOOP_MAX_PERIOD, LOOP_MIN_TURNS, LOOP_MIN_TOKENS = 24, 2, 16
 
 
 def _timed_round(engine, timing: list, max_tokens: int) -> tuple[float, int]:
@@ -37,6 +44,27 @@ def _timed_round(engine, timing: list, max_tokens: int) -> tuple[float, int]:
     start = time.perf_counter()
     tokens = sum(len(o.token_ids) for p in timing for o in engine.run_batch([p], max_tokens).outputs.values())
     return time.perf_counter() - start, tokens
+
+
+def looped_share(tokens: list[int]) -> float:
+    """Share of `tokens` that only repeat, verbatim, the cycle they end in: the longest p-periodic tail
+    (p <= LOOP_MAX_PERIOD) that qualifies as a loop, less its first period. 0.0 for text that does not loop."""
+    n, best = len(tokens), 0
+    for period in range(1, min(LOOP_MAX_PERIOD, n) + 1):
+        tail = period
+        while tail < n and tokens[n - 1 - tail] == tokens[n - 1 - tail + period]:
+            tail += 1
+        if tail >= max(LOOP_MIN_TURNS * period, LOOP_MIN_TOKENS):
+            best = max(best, tail - period)
+    return best / n if n else 0.0
+
+
+def looped_shares(outputs: dict, prompts: list) -> dict[str, float]:
+    """Mean looped_share of `outputs` (prompt id -> tokens) per prompt category."""
+    per: dict[str, list[float]] = {}
+    for p in prompts:
+        per.setdefault(p.category, []).append(looped_share(list(outputs[p.id])))
+    return {c: sum(v) / len(v) for c, v in sorted(per.items())}
 
 
 def _generate(engine, prompts: list, categories: list[str], max_tokens: int, k: int) -> tuple[dict, dict, dict]:
@@ -77,6 +105,9 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
         baseline_outputs, _, _ = _generate(baseline, prompts, categories, profile.max_tokens, 0)
         firsts = {c: next(p for p in prompts if p.category == c) for c in categories}
         results["samples"] = {c: tokenizer.decode(baseline_outputs[p.id]) for c, p in firsts.items()}
+        results["looped_share"] = looped_shares(baseline_outputs, prompts)
+        # the same measure on real text of each category: the prompts' own last max_tokens tokens
+        results["looped_share_prompts"] = looped_shares({p.id: p.token_ids[-profile.max_tokens:] for p in prompts}, prompts)
         baseline.run_batch(timing[:1], profile.max_tokens)  # warm-up
         for name in methods:
             method = profile.methods[name]
