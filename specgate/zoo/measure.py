@@ -34,8 +34,9 @@ DEFAULT_METHODS = ["ngram", "suffix", "draft_model", "eagle", "eagle3", "medusa"
 TIMING_PROMPTS_PER_CATEGORY = 2
 # A greedy loop: the output ends in a cycle of at most LOOP_MAX_PERIOD tokens turned at least
 # LOOP_MIN_TURNS times, over at least LOOP_MIN_TOKENS tokens (so ")))" or a blank-line run is not one).
-# 48-token windows of the embedded prompts (real text, one every 16 tokens) all score 0 with these; 3 turns missed the
-# target's prose loop ("A string containing the ... recurmended to the data stream.", twice in 48 tokens).
+# 48-token windows of the embedded prompts (real text, one every 16 tokens) all score 0 with these;
+# 3 turns missed the target's prose loop ("A string containing the ... recurmended to the data
+# stream.", twice in 48 tokens).
 LOOP_MAX_PERIOD, LOOP_MIN_TURNS, LOOP_MIN_TOKENS = 24, 2, 16
 
 
