@@ -133,28 +133,3 @@ def test_looped_share_counts_the_verbatim_repeats_of_the_cycle_an_output_ends_in
     assert looped_share(list(range(100, 108)) + sentence * 2 + [1]) == 0.0  # it went on with something else
     assert looped_share(list(range(100, 140)) + loop * 2) == 0.0  # two turns of a short cycle: 8 tokens only
     assert looped_share([]) == 0.0
-
-
-def test_card_shows_how_much_of_the_targets_output_loops_next_to_real_text(tmp_path):
-    import json
-    import shutil
-
-    from specgate.zoo import ZOO_MODELS, zoo_dir
-    from specgate.zoo.card import render
-
-    zoo = tmp_path / "zoo"
-    zoo.mkdir()
-    for name in ZOO_MODELS:
-        (zoo / name).symlink_to(zoo_dir(ROOT) / name, target_is_directory=True)
-    shutil.copy(zoo_dir(ROOT) / "training.json", zoo / "training.json")
-    measured = json.loads((zoo_dir(ROOT) / "measured.json").read_text())
-    measured.pop("looped_share", None)
-    measured.pop("looped_share_prompts", None)
-    (zoo / "measured.json").write_text(json.dumps(measured))
-    assert "only repeat, verbatim" not in render(zoo)
-    cats = ["code_continuation", "code_editing", "doc_prose", "structured_output", "repetitive_lists"]
-    measured["looped_share"] = dict(zip(cats, [0.25, 0.5, 0.75, 0.0, 1.0]))
-    measured["looped_share_prompts"] = dict.fromkeys(cats, 0.0)
-    (zoo / "measured.json").write_text(json.dumps(measured))
-    card = render(zoo)
-    assert "| target output | 25% | 50% | 75% | 0% | 100% |" in card and "| prompts' own text | 0% | 0% | 0% | 0% | 0% |" in card
