@@ -203,16 +203,15 @@ def test_card_shows_what_the_measured_baseline_engine_wrote(zoo_copy):
 
 
 def test_card_shows_how_much_of_the_targets_output_loops_next_to_real_text(zoo_copy):
-    from specgate.zoo.card import render
+    from specgate.zoo.card import CATEGORIES, render
 
     measured = json.loads((zoo_copy / "measured.json").read_text())
     measured.pop("looped_share", None)
     measured.pop("looped_share_prompts", None)
     (zoo_copy / "measured.json").write_text(json.dumps(measured))
     assert "only repeat, verbatim" not in render(zoo_copy)
-    cats = ["code_continuation", "code_editing", "doc_prose", "structured_output", "repetitive_lists"]
-    _edit_json(zoo_copy / "measured.json", looped_share=dict(zip(cats, [0.25, 0.5, 0.75, 0.0, 1.0])),
-               looped_share_prompts=dict.fromkeys(cats, 0.0))
+    _edit_json(zoo_copy / "measured.json", looped_share=dict(zip(CATEGORIES, [0.25, 0.5, 0.75, 0.0, 1.0])),
+               looped_share_prompts=dict.fromkeys(CATEGORIES, 0.0))
     card = render(zoo_copy)
     assert "| target output | 25% | 50% | 75% | 0% | 100% |" in card and "| prompts' own text | 0% | 0% | 0% | 0% | 0% |" in card
 
