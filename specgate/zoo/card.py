@@ -92,6 +92,11 @@ def _in_bf16(t: dict) -> bool:
     return "bfloat16" in (_precision(t["target"]), _precision(t["drafters"]))
 
 
+def _rebuild_command(t: dict) -> str:
+    """training.json records the recipe's command; zoos before it differed from the defaults in precision only."""
+    return t.get("command") or REBUILD + (" --precision bfloat16" if _in_bf16(t) else "")
+
+
 def _precision_lines(t: dict) -> list[str]:
     if not _in_bf16(t):
         return []
@@ -140,7 +145,7 @@ def render(zoo: Path) -> str:
         "it, acceptance differs by prompt category, speculation can beat the baseline at concurrency 1.",
         "Their numbers describe these toy models only (see Limits).",
         "",
-        f"Rebuild: `{REBUILD}{' --precision bfloat16' if _in_bf16(t) else ''}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
+        f"Rebuild: `{_rebuild_command(t)}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
         f"torch {t['torch']}; no download). Measure: `python -m specgate.zoo.measure` (boots vLLM engines).",
         *_precision_lines(t),
         "",

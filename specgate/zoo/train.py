@@ -1,6 +1,6 @@
 """Train the embedded zoo from local text only (no hub, no download), seeded.
 
-    python -m specgate.zoo.train [--out fixtures/zoo] [--quick] [--precision float32|bfloat16] [--target-from ZOO [--mtp-only]]
+    python -m specgate.zoo.train [--out fixtures/zoo] [--quick] [--precision float32|bfloat16] [--target-steps N --draft-steps N --mtp-steps N ...] [--target-from ZOO [--mtp-only]]
 
 1. Corpus, all from the running interpreter: the standard library's sources (code), the documentation
    that ships with it (pydoc_data topics) and its docstrings (prose), JSON/CSV/INI renderings of
@@ -14,7 +14,7 @@
    by vLLM's CPU engine): the draft model (distilled), EAGLE-1 and EAGLE-3 heads (unrolled over the
    profile's 3 speculative steps, each step reading the previous step's own state, as vLLM runs them)
    and Medusa heads. Then MiMo's MTP layer (the target's weights kept verbatim) alone, longer, in
-   float32 (MTP_STEPS). `--target-from ZOO` reuses a trained target and runs steps 3-5 only;
+   float32 (MTP_STEPS, --mtp-steps). `--target-from ZOO` reuses a trained target and runs steps 3-5 only;
    `--mtp-only` also keeps ZOO's other drafters and target_perturbed and retrains the MTP layer.
 4. target_perturbed = the trained target plus relative noise, tuned to ~80 % greedy agreement.
 5. Offline checks on fixtures/prompts/embedded.jsonl (teacher-forced against the target's own greedy
@@ -39,7 +39,7 @@ from pathlib import Path
 
 from specgate.errors import ZooError
 from specgate.prompts import load_prompt_set
-from specgate.zoo import EVAL_PROMPTS, ZOO_MODELS, check_model_dir, prompts_digest, zoo_dir
+from specgate.zoo import EVAL_PROMPTS, REBUILD, ZOO_MODELS, check_model_dir, prompts_digest, zoo_dir
 from specgate.zoo import build
 from specgate.zoo.card import write_card
 
@@ -857,9 +857,15 @@ def perturb_for_agreement(target, sequences, want: float, seed: int):
 # --------------------------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
-    import torch
+def rebuild_command(args, parser) -> str:
+    """The command that trains this recipe from scratch: the recipe flags that differ from their defaults
+    (not --out, --threads or the reuse flags: a run with --target-from gives what a full run gives)."""
+    flags = ("target_steps", "target_lr", "repeat_share", "draft_steps", "mtp_steps", "precision")
+    changed = [f"--{f.replace('_', '-')} {getattr(args, f)}" for f in flags if getattr(args, f) != parser.get_default(f)]
+    return " ".join([REBUILD, *changed, *(["--quick"] if args.quick else [])])
 
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specgate.zoo.train", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=zoo_dir(Path.cwd()), help="zoo directory (default: fixtures/zoo)")
     parser.add_argument("--quick", action="store_true", help="a few steps only: checks the pipeline, not a usable zoo")
@@ -868,6 +874,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target-lr", type=float, default=TARGET_LR, help=f"target peak learning rate (default: {TARGET_LR})")
     parser.add_argument("--repeat-share", type=float, default=REPEAT_SHARE, help=f"share of 'repeat' windows (default: {REPEAT_SHARE})")
     parser.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help=f"drafter training steps (default: {DRAFT_STEPS})")
+    parser.add_argument("--mtp-steps", type=int, default=MTP_STEPS, help=f"MTP layer training steps (default: {MTP_STEPS})")
     parser.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0],
                         help="the target's and the joint drafters' training: float32 (default) or bf16 autocast, "
                         "fast only on a CPU with native bf16 (the MTP layer always trains in float32)")
@@ -875,6 +882,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="reuse the target (weights and stats) of this zoo and train everything after it (same result as a full run)")
     parser.add_argument("--mtp-only", action="store_true",
                         help="with --target-from: also keep that zoo's jointly trained drafters and target_perturbed; train the MTP layer only")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = _parser()
     args = parser.parse_args(argv)
     if not 0 <= args.repeat_share < 1:
         parser.error("--repeat-share must be in [0, 1)")
@@ -887,7 +901,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     root = Path.cwd()
-    target_steps, draft_steps, mtp_steps = (20, 20, 20) if args.quick else (args.target_steps, args.draft_steps, MTP_STEPS)
+    target_steps, draft_steps, mtp_steps = (20, 20, 20) if args.quick else (args.target_steps, args.draft_steps, args.mtp_steps)
     start = time.monotonic()
 
     tmp = args.out.with_name(args.out.name + ".building")
@@ -969,6 +983,7 @@ def main(argv: list[str] | None = None) -> int:
         drafters_reused_from=str(args.target_from) if kept else None,
         torch=torch.__version__,
         python=sys.version.split()[0],
+        command=rebuild_command(args, parser),
     )
     (tmp / "training.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     build.install(tmp, args.out, list(ZOO_MODELS), extra=["training.json"])

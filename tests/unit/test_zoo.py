@@ -232,6 +232,23 @@ def test_card_says_how_the_target_and_drafters_trained_and_rebuilds_with_that_pr
     assert "`python -m specgate.zoo.train --precision bfloat16` (seeded" in card and "512, bf16 autocast," in card
 
 
+def test_the_recorded_rebuild_command_names_only_the_recipe_flags_that_differ_from_the_defaults():
+    from specgate.zoo import train
+
+    parser = train._parser()
+    args = parser.parse_args(["--out", "/tmp/z", "--threads", "1", "--target-from", "/tmp/old", "--mtp-steps", "800",
+                              "--target-lr", str(train.TARGET_LR), "--precision", "bfloat16"])
+    assert train.rebuild_command(args, parser) == f"{REBUILD} --mtp-steps 800 --precision bfloat16"
+    assert train.rebuild_command(parser.parse_args([]), parser) == REBUILD
+
+
+def test_card_rebuilds_with_the_recorded_command(zoo_copy):
+    from specgate.zoo.card import render
+
+    _edit_json(zoo_copy / "training.json", command=f"{REBUILD} --target-steps 1200")
+    assert f"Rebuild: `{REBUILD} --target-steps 1200` (seeded" in render(zoo_copy)
+
+
 def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token():
     torch = pytest.importorskip("torch")
     from specgate.zoo.train import unlikelihood
