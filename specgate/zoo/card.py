@@ -88,17 +88,17 @@ def _precision_label(phase: dict) -> str:
     return {"float32": "float32", "bfloat16": "bf16 autocast"}[_precision(phase)]
 
 
-def _in_bf16(t: dict) -> bool:
+def in_bf16(t: dict) -> bool:
     return "bfloat16" in (_precision(t["target"]), _precision(t["drafters"]))
 
 
 def _rebuild_command(t: dict) -> str:
     """training.json records the recipe's command; zoos before it differed from the defaults in precision only."""
-    return t.get("command") or REBUILD + (" --precision bfloat16" if _in_bf16(t) else "")
+    return t.get("command") or REBUILD + (" --precision bfloat16" if in_bf16(t) else "")
 
 
 def _precision_lines(t: dict) -> list[str]:
-    if not _in_bf16(t):
+    if not in_bf16(t):
         return []
     return [
         "The target and the joint drafters here trained in bf16 autocast on a CPU with native bf16 (the time above); on an",

@@ -41,7 +41,7 @@ from specgate.errors import ZooError
 from specgate.prompts import load_prompt_set
 from specgate.zoo import EVAL_PROMPTS, REBUILD, ZOO_MODELS, check_model_dir, prompts_digest, zoo_dir
 from specgate.zoo import build
-from specgate.zoo.card import write_card
+from specgate.zoo.card import in_bf16, write_card
 
 SEED = 20240601
 SEQ = 512
@@ -857,12 +857,21 @@ def perturb_for_agreement(target, sequences, want: float, seed: int):
 # --------------------------------------------------------------------------------------------------
 
 
-def rebuild_command(args, parser) -> str:
-    """The command that trains this recipe from scratch: the recipe flags that differ from their defaults
-    (not --out, --threads or the reuse flags: a run with --target-from gives what a full run gives)."""
-    flags = ("target_steps", "target_lr", "repeat_share", "draft_steps", "mtp_steps", "precision")
-    changed = [f"--{f.replace('_', '-')} {getattr(args, f)}" for f in flags if getattr(args, f) != parser.get_default(f)]
-    return " ".join([REBUILD, *changed, *(["--quick"] if args.quick else [])])
+def rebuild_command(stats: dict, quick: bool) -> str:
+    """The command that trains this zoo's recipe from scratch: the recipe flags whose recorded values differ
+    from the defaults. Read from the stats, not the arguments, so that a target or drafters reused with
+    --target-from / --mtp-only count with the steps they were trained with."""
+    if quick:
+        return f"{REBUILD} --quick"
+    recipe = {
+        "--target-steps": (stats["target"]["steps"], TARGET_STEPS),
+        "--target-lr": (stats["target"]["lr"], TARGET_LR),
+        "--repeat-share": (stats["mix"].get("repeat", 0), REPEAT_SHARE),
+        "--draft-steps": (stats["drafters"]["steps"], DRAFT_STEPS),
+        "--mtp-steps": (stats["mtp"]["steps"], MTP_STEPS),
+        "--precision": ("bfloat16" if in_bf16(stats) else "float32", PRECISIONS[0]),
+    }
+    return " ".join([REBUILD, *(f"{flag} {value}" for flag, (value, default) in recipe.items() if value != default)])
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -983,8 +992,8 @@ def main(argv: list[str] | None = None) -> int:
         drafters_reused_from=str(args.target_from) if kept else None,
         torch=torch.__version__,
         python=sys.version.split()[0],
-        command=rebuild_command(args, parser),
     )
+    stats["command"] = rebuild_command(stats, args.quick)
     (tmp / "training.json").write_text(json.dumps(stats, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     build.install(tmp, args.out, list(ZOO_MODELS), extra=["training.json"])
     forget_measured(args.out / "measured.json", ["mtp"] if kept else None)

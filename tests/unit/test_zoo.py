@@ -232,14 +232,16 @@ def test_card_says_how_the_target_and_drafters_trained_and_rebuilds_with_that_pr
     assert "`python -m specgate.zoo.train --precision bfloat16` (seeded" in card and "512, bf16 autocast," in card
 
 
-def test_the_recorded_rebuild_command_names_only_the_recipe_flags_that_differ_from_the_defaults():
+def test_the_recorded_rebuild_command_names_the_recipe_values_that_differ_from_the_defaults():
     from specgate.zoo import train
 
-    parser = train._parser()
-    args = parser.parse_args(["--out", "/tmp/z", "--threads", "1", "--target-from", "/tmp/old", "--mtp-steps", "800",
-                              "--target-lr", str(train.TARGET_LR), "--precision", "bfloat16"])
-    assert train.rebuild_command(args, parser) == f"{REBUILD} --mtp-steps 800 --precision bfloat16"
-    assert train.rebuild_command(parser.parse_args([]), parser) == REBUILD
+    stats = json.loads((zoo_dir(ROOT) / "training.json").read_text())  # bf16-trained target and drafters
+    assert train.rebuild_command(stats, quick=False) == f"{REBUILD} --precision bfloat16"
+    stats["mtp"]["steps"] = 800  # e.g. a run that reused a 1200-step target and retrained the MTP layer
+    stats["target"].update(steps=1200, precision="float32")
+    stats["drafters"]["precision"] = "float32"
+    assert train.rebuild_command(stats, quick=False) == f"{REBUILD} --target-steps 1200 --mtp-steps 800"
+    assert train.rebuild_command(stats, quick=True) == f"{REBUILD} --quick"
 
 
 def test_card_rebuilds_with_the_recorded_command(zoo_copy):
