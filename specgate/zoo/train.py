@@ -74,6 +74,7 @@ MTP_STEPS = 3000
 # float32 by default: the profile computes in float32, and bf16 autocast is fast only on a CPU with native
 # bf16. On an AMD EPYC without AVX512-BF16 (2 threads) a target step took 15.8 s in bf16 autocast against
 # 1.22 s in float32, a joint drafter step 35-68 s against 2.2 s, an MTP step 5.3 s against 0.52 s.
+# On one with it, a target step took 0.66 s in bf16 autocast against 0.92 s in float32.
 # The committed target and joint drafters were trained with --precision bfloat16 on a CPU with native bf16.
 PRECISIONS = ("float32", "bfloat16")
 # Corpus mix (share of training windows).
