@@ -79,6 +79,12 @@ def _unlikelihood_lines(ul: dict | None) -> list[str]:
     ]
 
 
+def _schedule_label(target: dict) -> str:
+    stable = target.get("stable_share", 0.0)  # absent in zoos from before --target-stable: a cosine
+    held = f"held for {stable:.0%} of the steps, then" if stable else "with"
+    return f"lr {target['lr']:g} {held} a cosine to 0.1 x"
+
+
 def _precision(phase: dict) -> str:
     """How a phase trained; zoos before --precision trained the target and joint drafters in bf16 autocast."""
     return phase.get("precision", "bfloat16")
@@ -185,7 +191,8 @@ def render(zoo: Path) -> str:
         "",
         "## Training",
         "",
-        f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, {_precision_label(t['target'])}; "
+        f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, {_schedule_label(t['target'])}, "
+        f"{_precision_label(t['target'])}; "
         f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min"
         + (" (trained by an earlier run of the same recipe; this run reused it with `--target-from` and trained what follows)."
            if t.get("target_reused_from") else "."),

@@ -225,7 +225,7 @@ def test_card_says_how_the_target_and_drafters_trained_and_rebuilds_with_that_pr
     (zoo_copy / "training.json").write_text(json.dumps(t))
     card = render(zoo_copy)
     assert "`python -m specgate.zoo.train` (seeded" in card and "bf16" not in card
-    assert "AdamW, float32;" in card and "1000 steps x 8 x 512, float32," in card
+    assert "a cosine to 0.1 x, float32;" in card and f"{t['drafters']['steps']} steps x 8 x 512, float32," in card
     t["drafters"].pop("precision")  # a zoo from before --precision: bf16 autocast
     (zoo_copy / "training.json").write_text(json.dumps(t))
     card = render(zoo_copy)
@@ -242,6 +242,28 @@ def test_the_recorded_rebuild_command_names_the_recipe_values_that_differ_from_t
     stats["drafters"]["precision"] = "float32"
     assert train.rebuild_command(stats, quick=False) == f"{REBUILD} --target-steps 1200 --mtp-steps 800"
     assert train.rebuild_command(stats, quick=True) == f"{REBUILD} --quick"
+
+
+def test_the_target_schedule_holds_the_peak_lr_for_its_stable_share_then_decays_to_a_tenth():
+    from specgate.zoo.train import _schedule
+
+    assert _schedule(0, 3000, stable=0.75) == _schedule(0, 3000) == 1 / 30  # the same warmup
+    assert _schedule(2249, 3000, stable=0.75) == 1.0 and _schedule(2249, 3000) < 0.5
+    assert _schedule(2250, 3000, stable=0.75) == 1.0 > _schedule(2251, 3000, stable=0.75)
+    assert _schedule(2999, 3000, stable=0.75) == pytest.approx(0.1, abs=1e-5) == _schedule(2999, 3000)
+
+
+def test_a_held_peak_is_part_of_the_recorded_rebuild_command_and_must_leave_steps_to_decay(capsys):
+    from specgate.zoo import train
+
+    stats = json.loads((zoo_dir(ROOT) / "training.json").read_text())
+    stats["target"]["stable_share"] = 0.6
+    assert "--target-stable 0.6" in train.rebuild_command(stats, quick=False)
+    stats["target"]["stable_share"] = train.TARGET_STABLE
+    assert "--target-stable" not in train.rebuild_command(stats, quick=False)
+    with pytest.raises(SystemExit):
+        train.main(["--target-stable", "1", "--out", "/nonexistent/zoo"])
+    assert "--target-stable must be in [0, 1)" in capsys.readouterr().err
 
 
 def test_card_rebuilds_with_the_recorded_command(zoo_copy):
