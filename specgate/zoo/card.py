@@ -79,8 +79,13 @@ def _unlikelihood_lines(ul: dict | None) -> list[str]:
     ]
 
 
+def stable_share(target: dict) -> float:
+    """The share of the target's steps at the peak lr; zoos before --target-stable used a plain cosine."""
+    return target.get("stable_share", 0.0)
+
+
 def _schedule_label(target: dict) -> str:
-    stable = target.get("stable_share", 0.0)  # absent in zoos from before --target-stable: a cosine
+    stable = stable_share(target)
     held = f"held for {stable:.0%} of the steps, then" if stable else "with"
     return f"lr {target['lr']:g} {held} a cosine to 0.1 x"
 

@@ -41,7 +41,7 @@ from specgate.errors import ZooError
 from specgate.prompts import load_prompt_set
 from specgate.zoo import EVAL_PROMPTS, REBUILD, ZOO_MODELS, check_model_dir, prompts_digest, zoo_dir
 from specgate.zoo import build
-from specgate.zoo.card import in_bf16, write_card
+from specgate.zoo.card import in_bf16, stable_share, write_card
 
 SEED = 20240601
 SEQ = 512
@@ -881,7 +881,7 @@ def rebuild_command(stats: dict, quick: bool) -> str:
     recipe = {
         "--target-steps": (stats["target"]["steps"], TARGET_STEPS),
         "--target-lr": (stats["target"]["lr"], TARGET_LR),
-        "--target-stable": (stats["target"].get("stable_share", 0.0), TARGET_STABLE),
+        "--target-stable": (stable_share(stats["target"]), TARGET_STABLE),
         "--repeat-share": (stats["mix"].get("repeat", 0), REPEAT_SHARE),
         "--draft-steps": (stats["drafters"]["steps"], DRAFT_STEPS),
         "--mtp-steps": (stats["mtp"]["steps"], MTP_STEPS),
