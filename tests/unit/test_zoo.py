@@ -329,3 +329,17 @@ def test_retraining_the_mtp_layer_forgets_only_its_own_measurements(tmp_path):
     assert list(kept["methods"]) == ["ngram"] and kept["baseline_rounds_s"] == [5.0] and kept["machine"] == "m"
     train.forget_measured(path, None)  # a full retrain: everything was measured on other weights
     assert not path.exists()
+
+
+def test_bf16_training_is_refused_on_a_cpu_that_would_emulate_it(capsys, monkeypatch, tmp_path):
+    from specgate.zoo import train
+
+    def started(*_):
+        raise AssertionError("training started")
+
+    monkeypatch.setattr(train, "native_bf16", lambda: False)
+    monkeypatch.setattr(train.build, "build_tokenizer", started)  # the first step after the argument checks
+    with pytest.raises(SystemExit):
+        train.main(["--precision", "bfloat16", "--out", str(tmp_path / "zoo")])
+    err = capsys.readouterr().err
+    assert "no native bf16" in err and "--precision float32" in err
