@@ -399,7 +399,14 @@ def native_bf16() -> bool:
 
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return True
-    return torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    checks = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if None in checks:  # private torch helpers: fall back to the flags the README tells users to look for
+        try:
+            flags = Path("/proc/cpuinfo").read_text(encoding="utf-8").split()
+        except OSError:
+            return True
+        return "avx512_bf16" in flags or "amx_bf16" in flags
+    return any(check() for check in checks)
 
 
 def _autocast(precision: str):

@@ -343,3 +343,17 @@ def test_bf16_training_is_refused_on_a_cpu_that_would_emulate_it(capsys, monkeyp
         train.main(["--precision", "bfloat16", "--out", str(tmp_path / "zoo")])
     err = capsys.readouterr().err
     assert "no native bf16" in err and "--precision float32" in err
+
+
+@pytest.mark.parametrize("flags, native", [("fpu avx2 avx512f", False), ("fpu avx2 avx512f avx512_bf16", True)])
+def test_native_bf16_falls_back_to_the_cpu_flags_without_torchs_private_helpers(monkeypatch, flags, native):
+    import platform
+    import types
+
+    torch = pytest.importorskip("torch")
+    from specgate.zoo import train
+
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
+    monkeypatch.setattr(train, "Path", lambda _: types.SimpleNamespace(read_text=lambda encoding: f"flags\t: {flags}\n"))
+    assert train.native_bf16() is native
