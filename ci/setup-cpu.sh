@@ -7,7 +7,7 @@ PY=${PYTHON:-python3}
 VENV=${SPECGATE_VENV:-.venv}
 stamp="$VENV/.specgate-setup"
 want=$(cat pyproject.toml ci/setup-cpu.sh | sha256sum | cut -d' ' -f1)
-build_zoo() { "$VENV/bin/python" -m specgate.zoo.build; }
+build_zoo() { "$VENV/bin/python" -m specgate.models; }
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: $VENV is up to date"
   build_zoo

@@ -16,7 +16,6 @@ COUNTER_NAMES = {
     "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
 }
 PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
-ROUNDING = 1e-6
 
 
 @dataclass(frozen=True)
@@ -101,47 +100,3 @@ class AcceptanceResult:
             rec["acceptance_rate"] = round(c.acceptance_rate or 0.0, 6)
             rec["per_position"] = [round(r, 6) for r in c.per_position_rates]
         return rec
-
-
-@dataclass(frozen=True)
-class Check:
-    """One threshold: `fails()` is None when the measurement holds, else the failure message."""
-
-    what: str
-    measured: float | None
-    floor: float
-    baseline: float | None = None
-    source: str = ""  # where the baseline came from
-
-    def fails(self) -> str | None:
-        # Stored values are rounded to 6 decimals: an unchanged rerun must not fail on that rounding.
-        if self.measured is not None and self.measured >= self.floor - ROUNDING:
-            return None
-        measured = "none (no drafts were proposed)" if self.measured is None else f"{self.measured:.4g}"
-        base = f"baseline {self.baseline:.4g} ({self.source}), " if self.baseline is not None else ""
-        return f"{self.what}: measured {measured}, {base}floor {self.floor:.4g}"
-
-
-def acceptance_checks(
-    result: AcceptanceResult,
-    stored: dict | None,
-    acceptance_rtol: float,
-    position_rtol: float,
-    floors: dict[str, float],
-    source: str = "",
-) -> list[Check]:
-    """Checks of one (method, category) against its stored baseline and the profile's absolute floors."""
-    c = result.counters
-    checks = []
-    if stored is not None and "mean_acceptance_length" in stored:
-        base = float(stored["mean_acceptance_length"])
-        checks.append(Check("mean acceptance length", c.mean_acceptance_length, base * (1 - acceptance_rtol), base, source))
-        measured_rates = c.per_position_rates
-        for i, base_rate in enumerate(stored.get("per_position", [])):
-            rate = measured_rates[i] if i < len(measured_rates) else None
-            checks.append(Check(f"acceptance rate at position {i + 1}", rate, base_rate * (1 - position_rtol), base_rate, source))
-    if "acceptance_rate" in floors:
-        checks.append(Check("acceptance rate (profile floor)", c.acceptance_rate, floors["acceptance_rate"]))
-    if "mean_acceptance_length" in floors:
-        checks.append(Check("mean acceptance length (profile floor)", c.mean_acceptance_length, floors["mean_acceptance_length"]))
-    return checks

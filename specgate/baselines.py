@@ -265,3 +265,85 @@ def _diff_row(c: Change) -> tuple[str, ...]:
 
 def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
+
+
+class BaselineStore:
+    """This run's stored baselines: which file, its entries (read once; BaselineError when the file
+    is bad), the message for a missing entry, and the locked, merging, atomic write with its
+    machine-stamp policy."""
+
+    def __init__(self, root: Path, profile, hardware: str | None = None):
+        self.root, self.profile = Path(root), profile
+        self.hardware = hardware or hardware_key(*detect_device(profile.hardware))
+        self.path = baseline_path(self.root, profile.name, self.hardware)
+        self._file: BaselineFile | None = None
+
+    def file(self) -> BaselineFile:
+        if self._file is None:
+            self._file = load(self.path, self.profile.name, self.hardware)
+        return self._file
+
+    def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
+        return self.file().entry(method, kind, key)
+
+    def source(self, method: str) -> str:
+        return self.file().source(method)
+
+    def missing(self, method: str, kind: str, key: str) -> str:
+        return (
+            f"no stored {kind} baseline for method '{method}', {key} in {self.path}; create it with "
+            f"`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` and commit the file"
+        )
+
+    def write(self, measured: dict[str, dict[str, dict[str, dict]]], run_methods: set[str]) -> str:
+        """Merge `measured` into the stored file, atomically and under a file lock: other pytest-xdist
+        workers may be merging theirs at the same moment, so the file is re-read inside the lock and
+        only what this process measured is replaced. Returns the old -> new table."""
+        from filelock import FileLock
+
+        self.file()  # a corrupt file fails here, before anything is written
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        device, count = detect_device(self.profile.hardware)
+        with FileLock(str(self.path) + ".lock", timeout=600):
+            stored = load(self.path, self.profile.name, self.hardware)
+            held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
+            kept = {
+                method: {kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)}
+                         for kind, entries in kinds.items()}
+                for method, kinds in measured.items()
+            }
+            updated = merge(stored, kept, provenance(self.root, device, count))
+            write_atomic(updated)
+        # self._file stays the file this run was judged against (the report shows old vs new).
+        text = format_diff(diff(stored, updated), f"baselines written to {stored.path}")
+        return text + (f"\n{why}" if why else "")
+
+    def _speedups_from_another_machine(self, stored: BaselineFile, measured: dict, run_methods: set[str]) -> tuple[set[str], str]:
+        """The concurrency keys whose speedups this run must not write, and why. The baseline engine's
+        stored throughput stamps every method's stored speedup with the machine it was measured on;
+        rewriting it from another machine while other methods keep their ratios would leave those
+        ratios judged as this machine's. Acceptance and memory do not depend on it."""
+        from specgate.profile import BASELINE
+        from specgate.stats import within_rtol
+
+        rtol = self.profile.tolerance.machine_rtol
+        keys, here, there, others = [], [], [], set()
+        for key, now in measured.get(BASELINE, {}).get("speedup", {}).items():
+            before = stored.entry(BASELINE, "speedup", key)
+            if not before or not before.get("throughput_tok_s") or not now.get("throughput_tok_s"):
+                continue
+            left = {m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get("speedup", {})}
+            if left and not within_rtol(now["throughput_tok_s"] / before["throughput_tok_s"], rtol):
+                keys.append(key)
+                here.append(f"{now['throughput_tok_s']:.1f}")
+                there.append(f"{before['throughput_tok_s']:.1f}")
+                others |= left
+        if not keys:
+            return set(), ""
+        return set(keys), (
+            f"speedups at {', '.join(keys)} not written: the baseline engine ran at {' / '.join(here)} tok/s here against "
+            f"{' / '.join(there)} stored (outside machine_rtol {rtol}), and the stored "
+            f"speedups of {', '.join(sorted(others))} were measured on that other machine; storing this run's would mix "
+            f"two machines' ratios in {stored.path}. To move the speedup baselines to this machine, update every method "
+            f"at once (`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` without --specgate-methods)."
+        )

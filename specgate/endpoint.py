@@ -14,9 +14,9 @@ import json
 from dataclasses import dataclass, field
 
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
+from specgate.backend import StreamingBackend
 from specgate.engine import EventLoopThread
 from specgate.errors import SpecgateError
-from specgate.load import Streamer
 
 REQUEST_TIMEOUT_S = 600.0
 
@@ -60,15 +60,19 @@ def counters_from_prometheus(text: str) -> SpecCounters:
 
 
 @dataclass
-class Endpoint(Streamer):
+class Endpoint(StreamingBackend):
     """A running server, driven like an in-process Engine (run_batch, closed_loop, counters)."""
 
-    method_name: str
+    name: str
     url: str
     loop: EventLoopThread = field(default_factory=EventLoopThread)
     model: str | None = None
     alive: bool = True
     _requests: int = 0
+
+    @property
+    def method_name(self) -> str:
+        return self.name
 
     def run(self, coro):
         return self.loop.run(coro)
@@ -147,11 +151,10 @@ class Endpoint(Streamer):
         self.served_model()
         return super().closed_loop(prompts, concurrency, max_tokens, temperature)
 
-    def timed_steps(self, work):
-        work()
-        return None  # the server's workers are not ours to instrument
-
-    def close(self) -> None:
+    def shutdown(self) -> None:
+        """Close the client (the server is not ours to stop); its workers are not ours to time either."""
         if self.alive:
             self.alive = False
             self.loop.close()
+
+    close = shutdown

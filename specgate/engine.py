@@ -1,9 +1,10 @@
-"""The only module that talks to vLLM: boot, generate, stream, metrics, memory, shutdown.
+"""The only module that drives a vLLM engine: boot, generate, stream, metrics, memory, shutdown.
 
 The engine is vLLM's AsyncLLM in this process, on an event loop thread of its own, so the load
 generator can keep exactly C requests in flight and see every streamed step. `boot_engine(...)`
-returns a live `Engine`; `Engine.shutdown()` stops it and verifies that its
-processes are gone and the machine's memory came back. The engine's own log (it runs in child
+returns a live `Engine` (a backend.StreamingBackend); `Engine.shutdown()` stops it and verifies that
+its processes are gone and the machine's memory came back; `running(...)` is both as one context
+manager. The engine's own log (it runs in child
 processes) goes to a file per method, so a boot failure can quote its tail instead of a stack dump.
 vLLM is imported lazily: the rest of specgate (profiles, reports, unit tests) never needs it.
 """
@@ -24,48 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from specgate.acceptance import SpecCounters, counters_from_metrics
+from specgate.backend import ShutdownReport, StreamingBackend
 from specgate.errors import EngineBootError
-from specgate.load import BatchResult, Streamer
+from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
-from specgate.prompts import TokenizedPrompt
-from specgate.zoo import resolve as resolve_model
 
-GIB = 1024**3
-# After shutdown the engine's processes must be gone and this process's resident memory back within
-# this much of its pre-boot level. (The machine-wide "available" figure is reported too, but other
-# processes move it.) On cpu-tiny an engine's processes hold ~2-3 GiB; what the parent keeps after
-# shutdown (allocator caches, tokenizer) measured < 0.1 GiB; a leaked engine object keeps far more.
-RELEASE_SLACK_BYTES = int(0.25 * GIB)
 SHUTDOWN_WAIT_S = 30.0
 LOG_TAIL_LINES = 25
 MAX_REASON = 400  # characters of the engine's one-line reason kept in messages
-
-
-@dataclass
-class ShutdownReport:
-    method: str
-    shutdown_s: float
-    leftover_pids: list[int]
-    rss_before_boot: int  # this (pytest) process
-    rss_after_shutdown: int
-    footprint: int = 0  # this process + the engine's processes, just before shutdown
-    available_change: int = 0  # machine-wide available memory, after shutdown minus before boot
-
-    @property
-    def memory_not_returned(self) -> int:
-        return max(0, self.rss_after_shutdown - self.rss_before_boot)
-
-    @property
-    def released(self) -> bool:
-        return not self.leftover_pids and self.memory_not_returned <= RELEASE_SLACK_BYTES
-
-    def describe(self) -> str:
-        return (
-            f"engine '{self.method}' (footprint {self.footprint / GIB:.2f} GiB) shut down in {self.shutdown_s:.1f} s; "
-            f"processes left: {self.leftover_pids or 'none'}; memory this process did not give back: "
-            f"{self.memory_not_returned / GIB:.2f} GiB (allowed {RELEASE_SLACK_BYTES / GIB:.2f} GiB); "
-            f"machine-wide available memory changed by {self.available_change / GIB:+.2f} GiB"
-        )
 
 
 def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any]:
@@ -190,7 +157,7 @@ class EventLoopThread:
 
 
 @dataclass
-class Engine(Streamer):
+class Engine(StreamingBackend):
     """A live vLLM engine (AsyncLLM, in this process; its core and workers in child processes)."""
 
     method: Method
@@ -204,6 +171,10 @@ class Engine(Streamer):
     env_before: dict[str, str | None] = field(default_factory=dict)
     alive: bool = True
     _requests: int = 0
+
+    @property
+    def method_name(self) -> str:
+        return self.method.name
 
     def counters(self) -> SpecCounters:
         from vllm.v1.metrics.reader import get_metrics_snapshot
@@ -510,3 +481,13 @@ def _kill(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
+
+
+@contextlib.contextmanager
+def running(profile: Profile, method: Method, root: Path, log_path: Path) -> Iterator[Engine]:
+    """`with running(profile, method, root, log) as engine:` boots the engine and always shuts it down."""
+    engine = boot_engine(profile, method, root, log_path)
+    try:
+        yield engine
+    finally:
+        engine.shutdown()

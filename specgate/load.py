@@ -1,8 +1,8 @@
 """Closed-loop load: exactly C requests in flight, each streamed; per-request and per-run latencies.
 
 A `TokenStream` is anything that, given a prompt's token ids, yields how many new tokens each
-streamed step brought: the in-process engine (`Engine.stream_tokens`) or an OpenAI-compatible
-server (`specgate.endpoint.Endpoint.stream_tokens`). The same driver measures both.
+streamed step brought (backend.StreamingBackend.stream_tokens: the in-process engine or an
+OpenAI-compatible server). The same driver measures both.
 
 Closed loop: C workers each send a request, wait for its last token and send the next, until the
 trial's requests are used up. Throughput is counted over the steady window only: from the C-th
@@ -19,8 +19,6 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specgate.acceptance import SpecCounters
-from specgate.equivalence import GreedyOutput
 from specgate.stats import percentile
 
 
@@ -158,66 +156,3 @@ async def closed_loop(
     started = clock()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     return LoadRun(concurrency, sorted(traces, key=lambda t: t.index), started, clock())
-
-
-@dataclass(frozen=True)
-class BatchResult:
-    outputs: dict[str, GreedyOutput]
-    tokens_per_step: dict[str, list[int]]  # per prompt: tokens each engine step emitted, in order
-    counters: SpecCounters  # spec-decode counters of this batch alone
-
-
-class Streamer:
-    """What the gates need from anything that streams completions step by step: the in-process
-    engine (engine.Engine) or a running server (endpoint.Endpoint). Subclasses provide `run(coro)`
-    (run on their event loop), `counters()` and `steps(...)`, an async iterator of
-    (new token ids, top-logprob dicts) per engine step."""
-
-    def run(self, coro):
-        raise NotImplementedError
-
-    def counters(self) -> SpecCounters:
-        raise NotImplementedError
-
-    def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
-        raise NotImplementedError
-
-    async def stream_tokens(self, token_ids, max_tokens: int, tag: str, temperature: float = 0.0):
-        """For the load generator: how many new tokens each streamed step brought."""
-        async for new, _ in self.steps(token_ids, max_tokens, tag, temperature=temperature):
-            if new:
-                yield len(new)
-
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
-        """Greedy continuations of `prompts`, all submitted at once, streamed step by step: how many
-        tokens each verification step emitted (accepted + 1), and the spec-decode counters read
-        before and after, so the batch's own numbers are the difference."""
-        tokens: dict[str, list[int]] = {p.id: [] for p in prompts}
-        tops: dict[str, list[dict[int, float]]] = {p.id: [] for p in prompts}
-        steps: dict[str, list[int]] = {p.id: [] for p in prompts}
-
-        async def one(p) -> None:
-            async for new, top in self.steps(p.token_ids, max_tokens, p.id, top_logprobs):
-                if new:
-                    steps[p.id].append(len(new))
-                    tokens[p.id].extend(new)
-                    tops[p.id].extend(top)
-
-        async def batch() -> None:
-            await asyncio.gather(*(one(p) for p in prompts))
-
-        before = self.counters()
-        self.run(batch())
-        outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
-        return BatchResult(outputs, steps, self.counters() - before)
-
-    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
-        """One closed-loop trial and the spec-decode counters it moved."""
-
-        async def stream(token_ids, max_new, tag):
-            async for n in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
-                yield n
-
-        before = self.counters()
-        run = self.run(closed_loop(stream, prompts, concurrency, max_tokens))
-        return run, self.counters() - before

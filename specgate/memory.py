@@ -1,4 +1,4 @@
-"""What speculation costs in memory: analytic figures from checkpoints and configs, and the checks.
+"""What speculation costs in memory: readings, and analytic figures from checkpoints and configs.
 
 Static overhead = the drafter's own parameters x bytes per element (zero for ngram / suffix; an
 EAGLE head that shares the target's embedding and LM head does not count them). KV overhead = the
@@ -13,8 +13,6 @@ import json
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-
-from specgate.acceptance import ROUNDING
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2}
 _SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
@@ -108,57 +106,6 @@ def overhead(
     )
 
 
-@dataclass(frozen=True)
-class CeilingCheck:
-    """`measured <= baseline x (1 + rtol) + slack`; `fails()` is the message when it does not hold."""
-
-    what: str
-    measured: float
-    baseline: float
-    rtol: float
-    slack: float
-    unit: str
-    source: str = ""
-
-    @property
-    def ceiling(self) -> float:
-        return self.baseline * (1 + self.rtol) + self.slack
-
-    def fails(self) -> str | None:
-        if self.measured <= self.ceiling + ROUNDING:
-            return None
-        return (
-            f"{self.what}: measured {self.measured:.4g} {self.unit}, baseline {self.baseline:.4g} {self.unit} "
-            f"({self.source}), ceiling {self.ceiling:.4g} {self.unit}"
-        )
-
-
-# quantity in the stored record -> (description, unit, which absolute slack applies)
-GATED = {
-    "static_mib_measured": ("drafter weights (measured in the engine)", "MiB", "memory"),
-    "static_mib_analytic": ("drafter weights (from its checkpoint)", "MiB", "memory"),
-    "kv_tokens_lost": ("KV-cache capacity lost to speculation", "tokens", None),
-    "process_mib": ("engine processes' peak memory above the baseline engine", "MiB", "process"),
-    "device_mib": ("device memory above the baseline engine", "MiB", "memory"),
-}
-
-
-def memory_checks(
-    measured: dict, stored: dict | None, rtol: float, memory_slack_mib: float, process_slack_mib: float, source: str = ""
-) -> list[CeilingCheck]:
-    """Ceilings for every gated quantity present in both the measurement and the baseline. Token
-    counts get the relative tolerance only; MiB figures also an absolute slack from the profile."""
-    if stored is None:
-        return []
-    slacks = {"memory": memory_slack_mib, "process": process_slack_mib, None: 0.0}
-    checks = []
-    for key, (what, unit, slack) in GATED.items():
-        if key in measured and key in stored:
-            base = max(float(stored[key]), 0.0)
-            checks.append(CeilingCheck(what, float(measured[key]), base, rtol, slacks[slack], unit, source))
-    return checks
-
-
 def engine_record(reading: MemoryReading) -> dict[str, float]:
     """The baseline engine's own figures, stored for reference (not gated)."""
     rec: dict[str, float] = {"peak_process_mib": round(reading.peak_process_bytes / MIB, 3)}
@@ -175,7 +122,7 @@ def _config(model_dir: Path) -> dict:
 
 def target_kv_bytes_per_token(profile, root: Path) -> int:
     """The target's KV bytes per token from its config (0 for a hub model not on this disk)."""
-    from specgate.zoo import resolve
+    from specgate.models import resolve
 
     target = Path(resolve(profile.target, root))
     return kv_bytes_per_token(_config(target), DTYPE_BYTES.get(profile.dtype, 2)) if target.is_dir() else 0
@@ -185,7 +132,7 @@ def drafter_footprint(profile, method, root: Path) -> tuple[int, int]:
     """(drafter weight bytes from its checkpoint, drafter KV bytes per token from its config), both
     at the profile's dtype. Model-free methods cost nothing; MTP counts the target's MTP layers.
     Hub models that are not on this disk count as 0 here (the measured figure still gates)."""
-    from specgate.zoo import resolve
+    from specgate.models import resolve
 
     elem = DTYPE_BYTES.get(profile.dtype, 2)
     kind = method.kind
@@ -205,17 +152,3 @@ def drafter_footprint(profile, method, root: Path) -> tuple[int, int]:
     cfg = _config(drafter)
     kv = 0 if kind == "medusa" else kv_bytes_per_token(cfg, elem)
     return checkpoint_params(drafter) * elem, kv
-
-
-def consistency_problem(rec: dict, rtol: float) -> str | None:
-    """Measured vs analytic drafter weights disagreeing beyond `rtol`: the engine loaded more (or less)
-    than the drafter's own checkpoint holds."""
-    measured, analytic = rec.get("static_mib_measured"), rec.get("static_mib_analytic")
-    if measured is None or analytic is None or analytic == 0 and measured == 0:
-        return None
-    if abs(measured - analytic) <= rtol * max(analytic, measured):
-        return None
-    return (
-        f"drafter weights measured in the engine ({measured:.3f} MiB) and computed from its checkpoint "
-        f"({analytic:.3f} MiB) differ by more than {rtol:.0%}: the engine loaded more than the drafter"
-    )

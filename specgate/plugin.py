@@ -1,9 +1,12 @@
-"""pytest wiring: options, the `gate` fixtures, method parametrization and ordering, the summary.
+"""pytest wiring only: options, the `specgate` marker, parametrization, ordering, fixtures, the summary.
 
-Everything it calls is plain Python (session.py and below). Gate tests ask for `method` (the
-speculative methods) or `engine_method` (those plus the baseline); this plugin parametrizes them
-from the profile and orders the items so each method's tests run together, baseline first, which is
-what lets one engine at a time serve them all with one boot per method.
+A gate test declares what it judges with `@pytest.mark.specgate(gate=..., stage=...)` (validated at
+collection) and asks for `method` (the speculative methods) or `engine_method` (those plus the
+baseline), and `category` / `concurrency` where it has one; this plugin parametrizes them from the
+profile and orders the items so each method's tests run together, baseline first, by stage: one
+engine at a time serves them all with one boot per method. The `judge` fixture boots the test's
+engine during setup and returns `judge(method, param) -> Judgement`. Everything else is plain
+Python: session.py and below.
 """
 
 from __future__ import annotations
@@ -11,19 +14,36 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from specgate import scaleout
+from specgate.checks import GATES, key_of
 from specgate.errors import EngineBootError, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
 
+_PLAN_KEY = pytest.StashKey["object"]()
 _SESSION_KEY = pytest.StashKey["object"]()
+_OUT_KEY = pytest.StashKey[Path]()
 _WATCH_KEY = pytest.StashKey["CorrectnessWatch"]()
 _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 _WORKERS_KEY = pytest.StashKey[list]()
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
+DEFAULT_STAGE = 50
+MARKERS = (
+    "gpu: boots an inference engine (real vLLM); the gate itself",
+    "correctness: a failure here blocks --update-baselines",
+    f"specgate(gate, stage={DEFAULT_STAGE}): a gate test; gate is one of {', '.join(GATES)}; lower stages of a "
+    "method run first",
+)
+
+
+def pytest_addhooks(pluginmanager) -> None:
+    from specgate import hooks
+
+    pluginmanager.add_hookspecs(hooks)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -91,19 +111,25 @@ def project_root(config: pytest.Config) -> Path:
     return candidates[0]
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-benchmark reads its --benchmark-json
 def pytest_configure(config: pytest.Config) -> None:
-    # Registered here too (not only in pyproject.toml) for runs where pytest found no ini file.
-    config.addinivalue_line("markers", "gpu: boots an inference engine (real vLLM); the gate itself")
-    config.addinivalue_line("markers", "correctness: a failure here blocks --update-baselines")
-    config.stash[_SESSION_KEY] = None
+    for line in MARKERS:  # here too (not only in pyproject.toml) for runs where pytest found no ini file
+        config.addinivalue_line("markers", line)
+    config.stash[_SESSION_KEY] = config.stash[_PLAN_KEY] = None
     config.stash[_WATCH_KEY] = watch = CorrectnessWatch()
     config.pluginmanager.register(watch, "specgate-correctness-watch")
     config.stash[_OUTCOMES_KEY] = recorder = OutcomeRecorder()
     config.pluginmanager.register(recorder, "specgate-outcomes")
     config.stash[_WORKERS_KEY] = []
-    if getattr(config.option, "numprocesses", None) and not scaleout.worker_id() and not config.getoption("--specgate-out"):
-        # One results directory for the whole run: the workers inherit it through the environment.
-        os.environ.setdefault(scaleout.RUN_OUT_ENV, str(_default_out(project_root(config))))
+    out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or _default_out(project_root(config))
+    config.stash[_OUT_KEY] = Path(out)
+    if getattr(config.option, "numprocesses", None) and not scaleout.worker_id():
+        os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
+    if _selects_gate(config) and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
+        # pytest-benchmark keeps the speedup trials' timings next to the results, where
+        # `pytest-benchmark compare` can read two runs side by side.
+        Path(out).mkdir(parents=True, exist_ok=True)
+        config.option.benchmark_json = Path(out) / "benchmark.json"
     # Options given explicitly are checked now, where a UsageError prints as one clean paragraph;
     # otherwise the profile is parsed only once a gate test is collected.
     explicit = (
@@ -113,17 +139,12 @@ def pytest_configure(config: pytest.Config) -> None:
         or config.getoption("--specgate-endpoint")
     )
     if explicit:
-        gate_session(config)
+        run_plan(config)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """pytest-benchmark keeps the speedup trials' timings; unless told otherwise, its JSON goes into
-    the results directory, where `pytest-benchmark compare` can read two runs side by side."""
-    bench = getattr(session.config, "_benchmarksession", None)
-    gs = session.config.stash.get(_SESSION_KEY, None)
-    if bench is not None and not bench.json and not bench.disabled and gs is not None:
-        gs.out_dir.mkdir(parents=True, exist_ok=True)
-        bench.json = str(gs.out_dir / "benchmark.json")
+def _selects_gate(config: pytest.Config) -> bool:
+    """`-m gpu` (or an expression that asks for gpu, not for its absence)."""
+    return bool(re.search(r"(?<!not )\bgpu\b", config.getoption("markexpr", "") or ""))
 
 
 def _cuda_available() -> bool:
@@ -149,12 +170,13 @@ def _profile_name(config: pytest.Config) -> str:
     return gpu_profile
 
 
-def gate_session(config: pytest.Config):
-    """Build the run session once, on first use, so runs without gate tests never parse a profile."""
-    session = config.stash[_SESSION_KEY]
-    if session is None:
+def run_plan(config: pytest.Config):
+    """The run's plan (profile, methods, flags), built once on first use, so runs without gate tests
+    never parse a profile."""
+    plan = config.stash[_PLAN_KEY]
+    if plan is None:
         from specgate.profile import find_profile, load_profile
-        from specgate.session import GateSession
+        from specgate.session import RunPlan
 
         root = project_root(config)
         try:
@@ -168,28 +190,24 @@ def gate_session(config: pytest.Config):
                 methods = profile.select(served) if served else []
             else:
                 methods = profile.select(config.getoption("--specgate-methods"))
-        except SpecgateError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or _default_out(root)
-        try:
             scaleout.pin_worker(profile)  # before anything in this process touches CUDA
         except SpecgateError as exc:
             raise pytest.UsageError(str(exc)) from None
-        session = GateSession(
-            profile,
-            methods,
-            root,
-            Path(out),
-            update_baselines=config.getoption("--update-baselines"),
-            strict=config.getoption("--specgate-strict"),
-            endpoints=endpoints,
+        out = config.stash[_OUT_KEY]
+        log_dir = out / "engines" / scaleout.worker_id() if scaleout.worker_id() else None
+        plan = RunPlan(
+            profile, methods, root, out, update_baselines=config.getoption("--update-baselines"),
+            strict=config.getoption("--specgate-strict"), endpoints=endpoints, log_dir=log_dir,
         )
-        if scaleout.worker_id():
-            session.log_dir = session.out_dir / "engines" / scaleout.worker_id()
-        config.stash[_SESSION_KEY] = session
-    return session
+        config.stash[_PLAN_KEY] = plan
+    return plan
 
 
+def _default_out(root: Path) -> Path:
+    return root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+
+# -- collection -------------------------------------------------------------------------------------
 def _ours(metafunc: pytest.Metafunc, argname: str) -> bool:
     """A gate argument this plugin fills in, unless the test parametrizes it itself."""
     if argname not in metafunc.fixturenames:
@@ -201,67 +219,95 @@ def _ours(metafunc: pytest.Metafunc, argname: str) -> bool:
     return True
 
 
-def _default_out(root: Path) -> Path:
-    return root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-
-
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for argname, with_baseline in (("method", False), ("engine_method", True)):
         if _ours(metafunc, argname):
-            session = gate_session(metafunc.config)
-            names = [m.name for m in session.methods]
-            if with_baseline:
-                names = [BASELINE, *names]
+            names = run_plan(metafunc.config).method_order[(0 if with_baseline else 1):]
             metafunc.parametrize(argname, names, ids=names)
     if _ours(metafunc, "concurrency"):
-        levels = gate_session(metafunc.config).profile.concurrency
+        levels = run_plan(metafunc.config).profile.concurrency
         metafunc.parametrize("concurrency", levels, ids=[f"C={c}" for c in levels])
     if _ours(metafunc, "category"):
-        session = gate_session(metafunc.config)
         try:
-            categories = session.categories()
+            categories = run_plan(metafunc.config).inputs.categories()
         except SpecgateError as exc:
             raise pytest.UsageError(str(exc)) from None
         metafunc.parametrize("category", categories, ids=categories)
 
 
-def _stage(item: pytest.Item) -> int:
-    return getattr(item.module, "SPECGATE_STAGE", 50) if hasattr(item, "module") else 50
+def gate_of(item: pytest.Item) -> tuple[str, int] | None:
+    """(gate, stage) of a test marked `specgate`, validated; None for other tests."""
+    mark = item.get_closest_marker("specgate")
+    if mark is None:
+        return None
+    kwargs = dict(mark.kwargs)
+    gate, stage = kwargs.pop("gate", mark.args[0] if mark.args else None), kwargs.pop("stage", DEFAULT_STAGE)
+    if gate not in GATES or not isinstance(stage, int) or isinstance(stage, bool) or kwargs:
+        raise pytest.UsageError(
+            f"{item.nodeid}: @pytest.mark.specgate takes gate=<one of {', '.join(GATES)}> and an integer stage=; "
+            f"got gate={gate!r}, stage={stage!r}{f', and unknown {sorted(kwargs)}' if kwargs else ''}."
+        )
+    return gate, stage
 
 
-@pytest.hookimpl(trylast=True)
+def method_of(item: pytest.Item) -> str:
+    """The method a gate test judges: its `method` / `engine_method` parameter, else the baseline."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("method", params.get("engine_method", BASELINE))
+
+
+def _param_of(item: pytest.Item):
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return params.get("category", params.get("concurrency"))
+
+
+@pytest.hookimpl(trylast=True)  # after -m / -k deselection
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group gate items by method (baseline first), then by stage, keeping file order otherwise."""
-    session = config.stash[_SESSION_KEY]
-    if session is None:
+    """Build the session for what was collected, then group gate items by method (baseline first),
+    then by stage, keeping file order otherwise."""
+    gates = {item: gate_of(item) for item in items}
+    if not any(gates.values()):
         return
+    plan = run_plan(config)
     recorder = config.stash[_OUTCOMES_KEY]
-    gates, levels = set(), set()
-    for item in items:
-        described = _gate_item(item)
-        if described:
-            recorder.items[item.nodeid] = described
-            gates.add(described[1])
-            params = getattr(getattr(item, "callspec", None), "params", {})
-            if "concurrency" in params:
-                levels.add(params["concurrency"])
-    session.selected_gates = gates
-    session.selected_levels = [c for c in session.profile.concurrency if c in levels]
-    order = {name: i for i, name in enumerate(session.method_order)}
+    levels = set()
+    for item, gate in gates.items():
+        if gate:
+            method = method_of(item)
+            recorder.items[item.nodeid] = (method, gate[0], key_of(gate[0], method, _param_of(item)))
+            if gate[0] == "speedup":
+                levels.add(_param_of(item))
+    from specgate.session import GateSession, Selection
+
+    selection = Selection(frozenset(g[0] for g in gates.values() if g), tuple(c for c in plan.profile.concurrency if c in levels))
+    session = config.stash[_SESSION_KEY] = GateSession(plan, selection, boot=_booter(config))
+    order = {name: i for i, name in enumerate(plan.method_order)}
 
     def key(indexed):
         index, item = indexed
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        name = params.get("method", params.get("engine_method"))
-        if name is None and hasattr(getattr(item, "module", None), "SPECGATE_STAGE"):
-            name = BASELINE  # a gate test without a method parameter is about the baseline engine
-        if name is None:
-            return (0, 0, 0, index)  # non-gate tests keep their place, first
-        if name == BASELINE and getattr(item.module, "SPECGATE_GATE", "") == "lifecycle" and session.baseline_released_last():
+        if not gates[item]:
+            return (0, 0, 0, index)  # other tests keep their place, first
+        gate, stage = gates[item]
+        name = method_of(item)
+        if name == BASELINE and gate == "lifecycle" and session.baseline_released_last:
             return (2, 0, 0, index)  # the baseline engine serves every method's paired trials first
-        return (1, order.get(name, len(order)), _stage(item), index)
+        return (1, order.get(name, len(order)), stage, index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+
+
+def _booter(config: pytest.Config):
+    """vLLM's engine, unless a conftest answers pytest_specgate_boot_engine (specgate.testing does)."""
+
+    def boot(profile, method, root, log_path):
+        engine = config.hook.pytest_specgate_boot_engine(profile=profile, method=method, root=root, log_path=log_path)
+        if engine is None:
+            from specgate.engine import boot_engine
+
+            engine = boot_engine(profile, method, root, log_path)
+        return engine
+
+    return boot
 
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
@@ -270,66 +316,78 @@ def pytest_xdist_make_scheduler(config, log):
     over workers would boot the method's engine on each. (xdist's own `loadgroup` renames node ids,
     which pytest 9 no longer lets it do, so the scope is read from the test id instead.)"""
     try:
-        methods = gate_session(config).method_order
+        methods = run_plan(config).method_order
     except pytest.UsageError:
         return None  # no profile to group by: xdist's default scheduling
     return scaleout.method_scheduler(config, log, methods)
 
 
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error) -> None:
-    """Controller: keep what each worker measured (see pytest_sessionfinish)."""
-    payload = getattr(node, "workeroutput", {}).get("specgate")
-    if payload:
-        node.config.stash[_WORKERS_KEY].append(json.loads(payload))
+# -- fixtures ---------------------------------------------------------------------------------------
+@pytest.fixture(scope="session")
+def specgate_plan(request: pytest.FixtureRequest):
+    """The run's plan: profile, methods, root, results directory, prompt inputs."""
+    return run_plan(request.config)
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
-    """Worker: shut the engine down, write this worker's baselines (file lock), and hand the
-    controller its summary, outcomes and measurements table for the combined report."""
-    config = session.config
-    if not hasattr(config, "workeroutput"):
-        return
-    gs = config.stash.get(_SESSION_KEY, None)
-    if gs is None or not (gs.engines_booted or gs.endpoints):
-        return
-    from specgate.results import measurement_table
-
-    gs.release_all()
-    outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
-    payload = {
-        "worker": scaleout.worker_id(),
-        "lines": gs.summary_lines(),
-        "outcomes": [o.__dict__ for o in outcomes],
-        "table": measurement_table(gs, outcomes).to_json(orient="records"),
-        "measured": gs.measured,
-        "started": gs.started_wall,
-    }
-    if gs.update_baselines:
-        payload["update"] = _update_baselines(gs, config.stash[_WATCH_KEY].failures)
-    config.workeroutput["specgate"] = json.dumps(payload)
+@pytest.fixture(scope="session")
+def gate(request: pytest.FixtureRequest):
+    """The run session (specgate.session.GateSession), built at collection for the collected tests."""
+    session = request.config.stash[_SESSION_KEY]
+    if session is None:
+        pytest.fail("no specgate session: this fixture serves tests marked @pytest.mark.specgate", pytrace=False)
+    yield session
+    session.release_all()
 
 
-def _gate_item(item: pytest.Item) -> tuple[str, str, str] | None:
-    """(method, gate, key) of a gate test, as the results table names them."""
-    gate = getattr(getattr(item, "module", None), "SPECGATE_GATE", None)
-    if gate is None:
-        return None
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    method = params.get("method", params.get("engine_method", BASELINE))
-    if "category" in params:
-        key = params["category"]
-    elif "concurrency" in params:
-        key = f"C={params['concurrency']}"
-    elif gate == "memory":
-        key = "engine" if method == BASELINE else "overhead"
-    else:
-        key = {"equivalence": "greedy"}.get(gate, gate)
-    return method, gate, key
+def _guard(gate, fn, *args, **kwargs):
+    """Run a session call; what cannot be measured is a skip, a boot failure a skip (expected by the
+    profile) or a one-paragraph failure, any other SpecgateError a failure without a traceback."""
+    try:
+        return fn(*args, **kwargs)
+    except NotMeasurable as exc:
+        pytest.skip(str(exc))
+    except EngineBootError as exc:
+        reason = gate.host.expected_boot_failure(exc.method, exc)
+        if reason:
+            pytest.skip(reason)
+        pytest.fail(f"{exc}\n--- engine log tail ---\n{exc.log_tail}", pytrace=False)
+    except SpecgateError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@pytest.fixture
+def judge(gate, request: pytest.FixtureRequest):
+    """`judge(method, param=None, **options) -> Judgement` for this test's gate. The test's engine
+    boots during setup, so a boot failure shows as an error of this method's tests and nowhere else;
+    a judgement with nothing to compare against skips here, saying why."""
+    gate_name, _ = gate_of(request.node)
+    _guard(gate, gate.boot, method_of(request.node))
+
+    def judge_(method: str, param=None, **options):
+        judgement = _guard(gate, gate.judge, gate_name, method, param, **options)
+        if judgement.verdict.value == "skip":
+            pytest.skip(judgement.message)
+        return judgement
+
+    return judge_
+
+
+# -- outcomes and reporting -------------------------------------------------------------------------
+class CorrectnessWatch:
+    """Collects failed `correctness` tests: --update-baselines refuses to write after any."""
+
+    def __init__(self) -> None:
+        self.failures: list[str] = []
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        # Failures of the test itself; an engine that did not boot (setup error) measured nothing.
+        if report.failed and report.when == "call" and "correctness" in report.keywords:
+            self.failures.append(report.nodeid)
 
 
 class OutcomeRecorder:
-    """Each gate test's outcome and message, for the results table and run.json."""
+    """Each gate test's outcome and message, for run.json and the report."""
 
     def __init__(self) -> None:
         self.items: dict[str, tuple[str, str, str]] = {}
@@ -365,57 +423,42 @@ def _failure_text(text: str, limit: int = 4000) -> str:
     return ("\n".join(lines) if lines else text.strip())[:limit]
 
 
-@pytest.fixture(scope="session")
-def gate(request: pytest.FixtureRequest):
-    """The run session (profile, prompts, engines); see specgate.session.GateSession."""
-    session = gate_session(request.config)
-    yield session
-    session.release_all()
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """Controller: keep what each worker measured (see pytest_sessionfinish)."""
+    payload = getattr(node, "workeroutput", {}).get("specgate")
+    if payload:
+        node.config.stash[_WORKERS_KEY].append(json.loads(payload))
 
 
-def _call(gate, fn, *args):
-    """Run a session call; a boot failure becomes a skip (expected) or a one-paragraph failure."""
-    try:
-        return fn(*args)
-    except NotMeasurable as exc:
-        pytest.skip(str(exc))
-    except EngineBootError as exc:
-        reason = gate.expected_boot_failure(exc.method, exc)
-        if reason:
-            pytest.skip(reason)
-        pytest.fail(f"{exc}\n--- engine log tail ---\n{exc.log_tail}", pytrace=False)
-    except SpecgateError as exc:
-        pytest.fail(str(exc), pytrace=False)
+def _ran(session) -> bool:
+    return session is not None and bool(session.host.engines_booted or session.plan.endpoints)
 
 
-@pytest.fixture
-def gate_call(gate):
-    """`gate_call(fn, *args)`: a session measurement with boot failures reported as above."""
-    return lambda fn, *args: _call(gate, fn, *args)
+def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
+    """Worker: shut the engine down, write this worker's baselines (file lock), and hand the
+    controller its summary, outcomes and measurements table for the combined report."""
+    config = session.config
+    if not hasattr(config, "workeroutput"):
+        return
+    gs = config.stash.get(_SESSION_KEY, None)
+    if not _ran(gs):
+        return
+    from specgate.results import measurement_table
 
-
-@pytest.fixture
-def engine(gate, request):
-    """The live engine of this test's method (baseline when it has none), booted during setup, so a
-    boot failure shows as an error of this method's tests and nowhere else."""
-    params = getattr(getattr(request.node, "callspec", None), "params", {})
-    name = params.get("method", params.get("engine_method", BASELINE))
-    if name == BASELINE and gate.reference_ready:
-        return None  # measured already, before a method's engine booted (xdist worker); no second boot
-    return _call(gate, gate.engine, name)
-
-
-class CorrectnessWatch:
-    """Collects failed `correctness` tests: --update-baselines refuses to write after any."""
-
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # Failures of the test itself; an engine that did not boot (setup error) measured nothing.
-        if report.failed and report.when == "call" and "correctness" in report.keywords:
-            self.failures.append(report.nodeid)
+    gs.release_all()
+    outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
+    payload = {
+        "worker": scaleout.worker_id(),
+        "lines": gs.summary_lines(),
+        "outcomes": [o.__dict__ for o in outcomes],
+        "table": measurement_table(gs.judgements.values()).to_json(orient="records"),
+        "measured": gs.measured,
+        "started": gs.started_wall,
+    }
+    if gs.plan.update_baselines:
+        payload["update"] = _update_baselines(gs, config.stash[_WATCH_KEY].failures)
+    config.workeroutput["specgate"] = json.dumps(payload)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
@@ -424,21 +467,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         _summarize_workers(terminalreporter, config, workers)
         return
     session = config.stash.get(_SESSION_KEY, None)
-    if session is None or not (session.engines_booted or session.endpoints):
+    if not _ran(session):
         return
     session.release_all()
     terminalreporter.section("specgate")
     lines = session.summary_lines()
     for line in lines:
         terminalreporter.write_line(line)
-    if session.update_baselines:
+    if session.plan.update_baselines:
         terminalreporter.write_line(_update_baselines(session, config.stash[_WATCH_KEY].failures))
-    _write_results(terminalreporter, session, list(config.stash[_OUTCOMES_KEY].outcomes.values()), lines)
+    from specgate.results import write_run
+
+    outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
+    _report_written(terminalreporter, session.plan.out_dir, lambda: write_run(session, outcomes, session.started_wall, lines))
 
 
 def _summarize_workers(terminalreporter, config: pytest.Config, workers: list[dict]) -> None:
     """Controller of an xdist run: every worker's summary and baseline update, one combined report."""
     from specgate.results import Outcome, write_combined
+    from specgate.session import GateSession
 
     terminalreporter.section("specgate")
     for w in sorted(workers, key=lambda w: w["worker"]):
@@ -447,24 +494,21 @@ def _summarize_workers(terminalreporter, config: pytest.Config, workers: list[di
             terminalreporter.write_line(line)
         if "update" in w:
             terminalreporter.write_line(w["update"])
-    try:
-        session = gate_session(config)
+
+    def write():
+        session = GateSession(run_plan(config))  # for the profile and paths; boots nothing
         outcomes = [Outcome(**o) for w in workers for o in w["outcomes"]]
         lines = [f"[{w['worker']}] {line}" for w in workers for line in w["lines"]]
-        paths = write_combined(session, workers, outcomes, lines)
-    except Exception as exc:  # the verdicts stand; a report that cannot be written must not hide them
-        terminalreporter.write_line(f"specgate: combined results not written: {type(exc).__name__}: {exc}")
-        return
-    terminalreporter.write_line(f"results: {paths['summary']}, {paths['html']}, {paths['csv']}")
+        return write_combined(session, workers, outcomes, lines)
+
+    _report_written(terminalreporter, config.stash[_OUT_KEY], write)
 
 
-def _write_results(terminalreporter, session, outcomes, lines) -> None:
-    from specgate.results import write_run
-
+def _report_written(terminalreporter, out: Path, write) -> None:
     try:
-        paths = write_run(session, outcomes, session.started_wall, lines)
+        paths = write()
     except Exception as exc:  # the verdicts stand; a report that cannot be written must not hide them
-        terminalreporter.write_line(f"specgate: results not written to {session.out_dir}: {type(exc).__name__}: {exc}")
+        terminalreporter.write_line(f"specgate: results not written to {out}: {type(exc).__name__}: {exc}")
         return
     terminalreporter.write_line(f"results: {paths['summary']}, {paths['html']}, {paths['csv']}")
 
@@ -476,9 +520,10 @@ def _update_baselines(session, correctness_failures: list[str]) -> str:
             f"in this run ({', '.join(correctness_failures[:3])}); a build that changes outputs must not become the "
             "new reference. Fix them and rerun."
         )
-    if not session.measured:
-        return "--update-baselines: nothing was measured in this run; no baseline written."
     try:
+        session.baselines.file()  # a corrupt file is said even when nothing was measured
+        if not session.measured:
+            return "--update-baselines: nothing was measured in this run; no baseline written."
         return session.write_baselines()
     except SpecgateError as exc:
         return f"--update-baselines: not written: {exc}"

@@ -402,7 +402,7 @@ def _check_model_ref(check: _Checker, key: str, ref: Any, root: Path) -> str:
     if not isinstance(ref, str) or not ref:
         raise check.fail(key, f"must be a model reference string, got {ref!r}.")
     if ref.startswith("zoo:"):
-        from specgate.zoo import ZOO_MODELS  # light: no torch import
+        from specgate.models import ZOO_MODELS  # light: no torch import
 
         name = ref[4:]
         if name not in ZOO_MODELS:

@@ -212,3 +212,41 @@ def tokenize(prompts: list[Prompt], tokenizer, max_prompt_tokens: int) -> list[T
             )
         out.append(TokenizedPrompt(p.id, p.category, tuple(int(i) for i in ids)))
     return out
+
+
+class PromptInputs:
+    """A profile's prompts: loaded and validated once (cheap, for collection), tokenized once with the
+    target's tokenizer when an engine first needs them."""
+
+    def __init__(self, profile, root: Path):
+        self.profile, self.root = profile, Path(root)
+        self._loaded: list[Prompt] | None = None
+        self._tokenized: list[TokenizedPrompt] | None = None
+        self._tokenizer = None
+
+    def loaded(self) -> list[Prompt]:
+        if self._loaded is None:
+            self._loaded = load_prompts(self.profile.prompts)
+        return self._loaded
+
+    def categories(self) -> list[str]:
+        """Prompt categories in file order (no tokenizer needed)."""
+        return list(dict.fromkeys(p.category for p in self.loaded()))
+
+    def tokenizer(self):
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            from specgate.models import resolve
+
+            self._tokenizer = AutoTokenizer.from_pretrained(resolve(self.profile.target, self.root))
+        return self._tokenizer
+
+    def tokenized(self) -> list[TokenizedPrompt]:
+        if self._tokenized is None:
+            budget = self.profile.max_model_len - self.profile.max_tokens
+            self._tokenized = tokenize(self.loaded(), self.tokenizer(), budget)
+        return self._tokenized
+
+    def decode(self, token_id: int) -> str:
+        return self.tokenizer().decode([token_id])

@@ -28,17 +28,16 @@ from typing import Any
 
 import pandas as pd
 
+from specgate.checks import GATES, Verdict, worst
 from specgate.errors import SpecgateError
+from specgate.profile import BASELINE
 
 COLUMNS = ("method", "gate", "key", "concurrency", "position", "metric", "value", "baseline", "bound",
            "ci_low", "ci_high", "unit", "verdict", "message")
 _TEXT = ("method", "gate", "key", "metric", "unit", "verdict", "message")
 _NUMBER = ("concurrency", "position", "value", "baseline", "bound", "ci_low", "ci_high")
-GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")
-BASELINE_METHOD = "baseline"
-VERDICTS = ("pass", "fail", "skip", "error")
-_OUTCOME_VERDICT = {"passed": "pass", "failed": "fail", "skipped": "skip", "error": "error"}
-_SEVERITY = {"": 0, "pass": 1, "skip": 2, "fail": 3, "error": 4}
+BASELINE_METHOD = BASELINE
+VERDICTS = tuple(v.value for v in Verdict)
 DPI = 110  # 1650 px wide for four panels: sharp in a browser, ~100 KB per plot
 _MESSAGE_CHARS = 1000  # per message in summary.md; the full text stays in measurements.json
 
@@ -155,8 +154,10 @@ def headline(row: Mapping[str, Any]) -> str:
     return text + (f" ({', '.join(against)})" if against else "")
 
 
-def _worst(verdicts: Iterable[str]) -> str:
-    return max(verdicts, key=lambda v: _SEVERITY.get(v, 0), default="")
+def _verdict_of(outcome: dict) -> str:
+    """A test outcome's verdict ('' when pytest reported something else)."""
+    verdict = Verdict.from_outcome(str(outcome.get("outcome")))
+    return verdict.value if verdict else ""
 
 
 def _ordered(values: Iterable[str], first: str = BASELINE_METHOD) -> list[str]:
@@ -225,7 +226,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
     for method in _ordered(records):
         for key in _key_order(records[method]):
             group = records[method][key]
-            verdict = _worst(r["verdict"] for r in group)
+            verdict = worst(r["verdict"] for r in group)
             line = []
             for metric in metrics:
                 hit = [r for r in group if r["metric"] == metric]
@@ -236,11 +237,11 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
                 line.append(" / ".join(fmt(r["value"]) for r in pos) or "–")
             matching = [o for o in outcomes if o.get("method") == method and o.get("key") == key]
             if not verdict and matching:
-                verdict = _worst(_OUTCOME_VERDICT.get(str(o.get("outcome")), "") for o in matching)
+                verdict = worst(_verdict_of(o) for o in matching)
             messages = [r["message"] for r in group if r["verdict"] in ("fail", "error", "skip") and r["message"]]
             if not messages:
                 messages = [str(o.get("message") or "") for o in matching
-                            if _OUTCOME_VERDICT.get(str(o.get("outcome"))) in ("fail", "error", "skip")]
+                            if _verdict_of(o) in ("fail", "error", "skip")]
             if not metrics and not has_positions:
                 line.append(_one_line(messages[0]) if messages else "")
             for message in dict.fromkeys(m for m in messages if m):
@@ -251,7 +252,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         # a test that covers the whole method (no key): its message only when the table has none
         if method not in noted:
             for o in outcomes:
-                verdict = _OUTCOME_VERDICT.get(str(o.get("outcome")), "")
+                verdict = _verdict_of(o)
                 if o.get("method") == method and not o.get("key") and o.get("message") and verdict in (
                         "fail", "error", "skip"):
                     notes.setdefault((verdict, str(o["message"])), []).append(method)
@@ -263,7 +264,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         method, key = str(o.get("method", "")), str(o.get("key", ""))
         if (method, key) in measured or (not key and method in measured_methods):
             continue
-        verdict = _OUTCOME_VERDICT.get(str(o.get("outcome")), "")
+        verdict = _verdict_of(o)
         message = str(o.get("message") or "")
         blank = ["–"] * (len(out.header) - 3)
         if blank and not metrics and not has_positions:
@@ -292,10 +293,10 @@ def totals(table: pd.DataFrame, run: dict[str, Any]) -> dict[str, int]:
     """Counts per verdict: from the test outcomes when run.json has them, else from the table."""
     outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
     if outcomes:
-        verdicts = [_OUTCOME_VERDICT.get(str(o.get("outcome")), "") for o in outcomes]
+        verdicts = [_verdict_of(o) for o in outcomes]
     else:
         heads = table[table["verdict"] != ""]
-        verdicts = [_worst(g["verdict"]) for _, g in heads.groupby(["method", "gate", "key"], sort=False)]
+        verdicts = [worst(g["verdict"]) for _, g in heads.groupby(["method", "gate", "key"], sort=False)]
     return {v: sum(1 for x in verdicts if x == v) for v in VERDICTS}
 
 

@@ -77,6 +77,11 @@ def ratio_estimate(numerators: Sequence[float], denominators: Sequence[float], s
     return Estimate(median(ratios), low, high, len(ratios))
 
 
+def within_rtol(ratio: float, rtol: float) -> bool:
+    """`ratio` inside [1 - rtol, 1 / (1 - rtol)] (symmetric in log space); rtol 0 = always."""
+    return not rtol or 1 - rtol <= ratio <= 1 / (1 - rtol)
+
+
 def fails_floor(estimate: Estimate, floor: float) -> bool:
     """The gate's decision: the evidence says the speedup is below the floor only when the whole
     interval is."""

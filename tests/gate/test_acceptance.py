@@ -2,13 +2,10 @@
 
 import pytest
 
-pytestmark = pytest.mark.gpu
-SPECGATE_STAGE = 20  # after equivalence: reuses the engine and the same generation pass
-SPECGATE_GATE = "acceptance"
+# after equivalence: reuses the engine and the same generation pass
+pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="acceptance", stage=20)]
 
 
-def test_acceptance_holds_per_category(gate, gate_call, method, category, engine):
-    outcome = gate_call(gate.check_acceptance, method, category)
-    if outcome.skip:
-        pytest.skip(outcome.skip)
-    assert not outcome.failures, "\n".join(outcome.failures)
+def test_acceptance_holds_per_category(judge, method, category):
+    verdict = judge(method, category)
+    assert verdict.passed, verdict.message

@@ -1,7 +1,8 @@
 """Endpoint mode end to end: `vllm serve` of the profile's target with its ngram method on loopback,
 measured by a second pytest run with --specgate-endpoint (started and stopped here).
 
-It runs before any in-process engine boots (no SPECGATE_STAGE), so two engines never share the machine.
+It runs before any in-process engine boots (it has no `specgate` marker, so it keeps its place before
+the gate tests), so two engines never share the machine.
 """
 
 import json
@@ -57,11 +58,11 @@ def _serve_command(model: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def server(gate):
+def server(specgate_plan):
     """`vllm serve` with exactly the engine arguments the in-process gate uses for this method."""
-    if SERVED_METHOD not in gate.profile.methods:
-        pytest.skip(f"profile {gate.profile.name} has no method '{SERVED_METHOD}' to serve")
-    kwargs = engine_kwargs(gate.profile, gate.profile.methods[SERVED_METHOD], gate.root)
+    if SERVED_METHOD not in specgate_plan.profile.methods:
+        pytest.skip(f"profile {specgate_plan.profile.name} has no method '{SERVED_METHOD}' to serve")
+    kwargs = engine_kwargs(specgate_plan.profile, specgate_plan.profile.methods[SERVED_METHOD], specgate_plan.root)
     port = _free_port()
     args = _serve_command(kwargs.pop("model")) + ["--host", "127.0.0.1", "--port", str(port)]
     kwargs.pop("disable_log_stats", None)  # the server logs stats (and exports /metrics) by default
@@ -71,9 +72,9 @@ def server(gate):
             args.append(flag)
         elif value is not False:
             args += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
-    log = gate.out_dir / "engines" / "endpoint-server.log"
+    log = specgate_plan.out_dir / "engines" / "endpoint-server.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **gate.profile.engine_env}
+    env = {**os.environ, **specgate_plan.profile.engine_env}
     with open(log, "wb") as fh:
         proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
@@ -89,11 +90,11 @@ def server(gate):
             proc.wait()
 
 
-def test_load_generator_and_metrics_over_http(gate, server):
+def test_load_generator_and_metrics_over_http(specgate_plan, server):
     client = Endpoint(SERVED_METHOD, server)
     try:
         client.served_model()
-        prompts = trial_prompts(gate.prompts(), 2, 6, gate.profile.seed)
+        prompts = trial_prompts(specgate_plan.inputs.tokenized(), 2, 6, specgate_plan.profile.seed)
         run, moved = client.closed_loop(prompts, 2, 16)
     finally:
         client.close()
@@ -105,15 +106,15 @@ def test_load_generator_and_metrics_over_http(gate, server):
     assert moved.num_drafts > 0 and moved.num_draft_tokens >= moved.num_drafts
 
 
-def test_gate_in_endpoint_mode_reads_acceptance_from_metrics(gate, server, tmp_path):
+def test_gate_in_endpoint_mode_reads_acceptance_from_metrics(specgate_plan, server, tmp_path):
     out = tmp_path / "endpoint-run"
     cmd = [
         sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q",
-        "--specgate-profile", str(gate.profile.path), "--specgate-endpoint", f"{SERVED_METHOD}={server}",
-        "--specgate-out", str(out), "--benchmark-disable", str(gate.root / "tests" / "gate"),
+        "--specgate-profile", str(specgate_plan.profile.path), "--specgate-endpoint", f"{SERVED_METHOD}={server}",
+        "--specgate-out", str(out), "--benchmark-disable", str(specgate_plan.root / "tests" / "gate"),
         "-k", "not endpoint",
     ]
-    done = subprocess.run(cmd, cwd=gate.root, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(cmd, cwd=specgate_plan.root, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     run = json.loads((out / "run.json").read_text())
     by_gate: dict[str, set[str]] = {}
@@ -126,4 +127,4 @@ def test_gate_in_endpoint_mode_reads_acceptance_from_metrics(gate, server, tmp_p
     assert by_gate["memory"] == {"skipped"}
     table = json.loads((out / "measurements.json").read_text())
     lengths = [r["value"] for r in table if r["method"] == SERVED_METHOD and r["metric"] == "mean_acceptance_length"]
-    assert len(lengths) == len(gate.categories()) and all(1.0 < x <= 4.0 for x in lengths), lengths
+    assert len(lengths) == len(specgate_plan.inputs.categories()) and all(1.0 < x <= 4.0 for x in lengths), lengths

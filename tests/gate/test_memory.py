@@ -2,13 +2,10 @@
 
 import pytest
 
-pytestmark = pytest.mark.gpu
-SPECGATE_STAGE = 90  # last before shutdown: reads the live engine once its work is done
-SPECGATE_GATE = "memory"
+# last before shutdown: reads the live engine once its work is done
+pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="memory", stage=90)]
 
 
-def test_memory_overhead_within_baseline(gate, gate_call, engine_method, engine):
-    outcome = gate_call(gate.check_memory, engine_method)
-    if outcome.skip:
-        pytest.skip(outcome.skip)
-    assert not outcome.failures, "\n".join(outcome.failures)
+def test_memory_overhead_within_baseline(judge, engine_method):
+    verdict = judge(engine_method)
+    assert verdict.passed, verdict.message

@@ -2,19 +2,16 @@
 
 import pytest
 
-pytestmark = pytest.mark.gpu
-SPECGATE_STAGE = 60  # after the greedy pass (acceptance), before memory is read
-SPECGATE_GATE = "speedup"
+# after the greedy pass (acceptance), before memory is read
+pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="speedup", stage=60)]
 
 
-def test_speedup_holds_per_concurrency(gate, gate_call, engine_method, concurrency, engine, benchmark):
-    outcome = gate_call(gate.check_speedup, engine_method, concurrency, benchmark_repeat(benchmark))
-    if outcome.skip:
-        pytest.skip(outcome.skip)
-    assert not outcome.failures, "\n".join(outcome.failures)
+def test_speedup_holds_per_concurrency(judge, engine_method, concurrency, benchmark):
+    verdict = judge(engine_method, concurrency, repeat=timed_by(benchmark))
+    assert verdict.passed, verdict.message
 
 
-def benchmark_repeat(benchmark):
+def timed_by(benchmark):
     """Trials timed through pytest-benchmark (its JSON storage and `compare` then work on our runs);
     the decision uses our own steady-window throughput. Under xdist pytest-benchmark disables itself."""
     if benchmark.disabled:

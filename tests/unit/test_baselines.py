@@ -6,7 +6,8 @@ import re
 import pytest
 
 from specgate import baselines
-from specgate.acceptance import AcceptanceResult, SpecCounters, acceptance_checks
+from specgate.acceptance import AcceptanceResult, SpecCounters
+from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import BaselineError
 
 PROV = {"vllm": "0.32.0", "torch": "2.13.0", "python": "3.11.7", "device": "cpu", "device_count": 2,
@@ -111,19 +112,19 @@ def result(drafts, accepted, per_pos):
 def test_acceptance_check_fails_below_baseline_with_every_number_in_the_message():
     base = result(100, 150, [80, 50, 20]).record()
     worse = result(100, 100, [60, 30, 10])
-    failures = [c.fails() for c in acceptance_checks(worse, base, 0.05, 0.10, {}, "vLLM 0.32.0, 2026-11-22") if c.fails()]
+    failures = [c.fails() for c in acceptance_floors(worse, base, 0.05, 0.10, {}, "vLLM 0.32.0, 2026-11-22") if c.fails()]
     assert failures[0] == "mean acceptance length: measured 2, baseline 2.5 (vLLM 0.32.0, 2026-11-22), floor 2.375"
     assert len(failures) == 4  # the mean and all three positions
 
 
 def test_acceptance_check_passes_unchanged_and_within_tolerance():
     base = result(100, 150, [80, 50, 20]).record()
-    assert not [c for c in acceptance_checks(result(100, 150, [80, 50, 20]), base, 0.05, 0.10, {}) if c.fails()]
-    assert not [c for c in acceptance_checks(result(100, 140, [78, 46, 18]), base, 0.05, 0.10, {}) if c.fails()]
+    assert not [c for c in acceptance_floors(result(100, 150, [80, 50, 20]), base, 0.05, 0.10, {}) if c.fails()]
+    assert not [c for c in acceptance_floors(result(100, 140, [78, 46, 18]), base, 0.05, 0.10, {}) if c.fails()]
 
 
 def test_profile_floor_applies_without_a_baseline():
-    checks = acceptance_checks(result(10, 27, [10, 9, 8]), None, 0.05, 0.1, {"acceptance_rate": 0.98})
+    checks = acceptance_floors(result(10, 27, [10, 9, 8]), None, 0.05, 0.1, {"acceptance_rate": 0.98})
     assert [c.fails() for c in checks] == ["acceptance rate (profile floor): measured 0.9, floor 0.98"]
 
 

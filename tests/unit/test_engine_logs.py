@@ -1,6 +1,7 @@
 """Engine failure explanation and shutdown verdicts, without an engine."""
 
-from specgate.engine import RELEASE_SLACK_BYTES, ShutdownReport, explain_failure
+from specgate.backend import RELEASE_SLACK_BYTES, ShutdownReport
+from specgate.engine import explain_failure
 
 # Shape of a real cpu-tiny boot failure: a harmless "Exception ignored" notice first, then the
 # worker's root cause, then the wrappers the engine core and this process raise.

@@ -3,10 +3,12 @@
 from pathlib import Path
 
 from specgate import memory
+from specgate.checks.memory import ceilings, consistency_problem
 from specgate.memory import MIB, MemoryReading
-from specgate.profile import find_profile, load_profile
+from specgate.profile import Tolerance, find_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
+TOL = Tolerance(memory_rtol=0.10, memory_slack_mib=0.25, process_slack_mib=64)
 
 
 def test_kv_bytes_per_token_from_config():
@@ -37,16 +39,16 @@ def test_overhead_is_against_the_baseline_engine_of_the_same_run():
 def test_ceiling_fails_a_heavier_drafter_and_names_every_number():
     stored = {"static_mib_measured": 2.0, "kv_tokens_lost": 100, "process_mib": 10.0}
     heavier = {"static_mib_measured": 5.0, "kv_tokens_lost": 400, "process_mib": 12.0}
-    failures = [c.fails() for c in memory.memory_checks(heavier, stored, 0.10, 0.25, 64, "vLLM 0.32.0") if c.fails()]
+    failures = [c.fails() for c in ceilings(heavier, stored, TOL, "vLLM 0.32.0") if c.fails()]
     assert failures == [
         "drafter weights (measured in the engine): measured 5 MiB, baseline 2 MiB (vLLM 0.32.0), ceiling 2.45 MiB",
         "KV-cache capacity lost to speculation: measured 400 tokens, baseline 100 tokens (vLLM 0.32.0), ceiling 110 tokens",
     ]
-    same = [c for c in memory.memory_checks(stored, stored, 0.10, 0.25, 64) if c.fails()]
+    same = [c for c in ceilings(stored, stored, TOL) if c.fails()]
     assert same == []
 
 
 def test_measured_and_analytic_weights_must_agree():
-    assert memory.consistency_problem({"static_mib_measured": 1.0, "static_mib_analytic": 1.02}, 0.1) is None
-    problem = memory.consistency_problem({"static_mib_measured": 3.0, "static_mib_analytic": 1.0}, 0.1)
+    assert consistency_problem({"static_mib_measured": 1.0, "static_mib_analytic": 1.02}, 0.1) is None
+    problem = consistency_problem({"static_mib_measured": 3.0, "static_mib_analytic": 1.0}, 0.1)
     assert problem and "loaded more than the drafter" in problem

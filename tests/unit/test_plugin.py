@@ -2,125 +2,51 @@
 
 import json
 import textwrap
-from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["pytester"]
-ROOT = Path(__file__).resolve().parents[2]
+from .fakes import ROOT, fake_profile
 
-PROFILE = """
-name = "fake"
-hardware = "cpu"
-target = "{zoo}/target"
-max_model_len = 512
-max_tokens = 8
-prompts = ["{prompts}"]
+pytest_plugins = ["pytester"]
+
+PROFILE = fake_profile("""
 [equivalence]
 mode = "exact"
 [methods.good]
-speculative_config = {{ method = "ngram", num_speculative_tokens = 2 }}
+speculative_config = { method = "ngram", num_speculative_tokens = 2 }
 [methods.wrong]
-speculative_config = {{ method = "ngram", num_speculative_tokens = 3 }}
+speculative_config = { method = "ngram", num_speculative_tokens = 3 }
 [methods.broken]
-speculative_config = {{ method = "ngram", num_speculative_tokens = 4 }}
+speculative_config = { method = "ngram", num_speculative_tokens = 4 }
 [methods.unsupported]
-speculative_config = {{ method = "ngram", num_speculative_tokens = 5 }}
+speculative_config = { method = "ngram", num_speculative_tokens = 5 }
 expected_boot_error = "not supported on CPU"
-"""
+""")
 
-# The fake engine: method names decide behaviour. `wrong` emits a different token at position 3,
+# How the fake engines behave (specgate.testing): `wrong` emits a different token at position 3,
 # `broken` and `unsupported` fail to boot with different errors.
-CONFTEST = """
-import pytest
-from specgate.acceptance import SpecCounters
-from specgate.equivalence import GreedyOutput
-from specgate.engine import BatchResult, ShutdownReport
-from specgate.errors import EngineBootError
+SCRIPT = {
+    "methods": {
+        "wrong": {"diverge_at": 3},
+        "broken": {"boot_error": "ValueError: bad draft"},
+        "unsupported": {"boot_error": "NotImplementedError: medusa is not supported on CPU"},
+    }
+}
 
-BOOTS = []
 
-class FakeEngine:
-    def __init__(self, method):
-        self.method, self.alive, self.boot_s = method, True, 0.01
-    def run_batch(self, prompts, max_tokens, top_logprobs=0):
-        out, steps = {}, {}
-        for p in prompts:
-            ids = [10, 11, 12, 13, 14]
-            if self.method.name == "wrong":
-                ids[3] = 99
-            tops = tuple({t: -0.1, 98: -3.0} for t in ids) if top_logprobs else ()
-            out[p.id] = GreedyOutput(tuple(ids), tops)
-            steps[p.id] = [1, 2, 2]
-        k = self.method.num_speculative_tokens
-        drafts = 2 * len(prompts) if k else 0
-        counters = SpecCounters(drafts, drafts * k, drafts, tuple([drafts] + [0] * (k - 1)) if k else ())
-        return BatchResult(out, steps, counters)
-    def memory_reading(self):
-        from specgate.memory import MemoryReading
-        k = self.method.num_speculative_tokens
-        return MemoryReading(1000 - 10 * k, (100 + k) * 2**20, None, 0 if k else None)  # ngram: no weights
-    def shutdown(self):
-        self.alive = False
-        return ShutdownReport(self.method.name, 0.01, [], 10, 10, 20, 0)
-    def closed_loop(self, prompts, concurrency, max_tokens, temperature=0.0):
-        # Virtual time: a speculative step takes 12 ms and emits 2 tokens, a plain one 10 ms and 1;
-        # FAKE_SLOW=1 makes speculative steps 40 % slower (a regression the gate must catch).
-        import os
-        from specgate.load import LoadRun, RequestTrace
-        k = self.method.num_speculative_tokens
-        per_step = 2 if k else 1
-        step = 0.010 * ((1.2 * (1.4 if os.environ.get("FAKE_SLOW") else 1.0)) if k else 1.0)
-        step /= float(os.environ.get("FAKE_MACHINE_SPEED", "1"))  # another machine: every step faster
-        if os.environ.get("FAKE_DISTURBED") and not k and len(BOOTS) > 1:
-            step *= 2  # the machine slows down once a second engine is up (another tenant, say)
-        lanes, traces, steps = [0.0] * concurrency, [], 0
-        for i, p in enumerate(prompts):
-            lane = min(range(concurrency), key=lambda j: lanes[j])
-            t = lanes[lane]
-            trace = RequestTrace(i, p.id, t)
-            emitted = 0
-            while emitted < max_tokens:
-                t += step
-                n = min(per_step, max_tokens - emitted)
-                trace.arrivals.append((t, n))
-                emitted += n
-                steps += 1
-            lanes[lane] = t
-            traces.append(trace)
-        drafts = steps if k else 0
-        counters = SpecCounters(drafts, drafts * k, drafts, tuple([drafts] + [0] * (k - 1)) if k else ())
-        return LoadRun(concurrency, traces, 0.0, max(lanes)), counters
-    def timed_steps(self, work):
-        work()
-        k = self.method.num_speculative_tokens
-        return {"forward_s": 0.009, "forward_calls": 1, "propose_s": 0.001 * k, "propose_calls": 1}
-
-def fake_boot(profile, method, root, log_path):
-    BOOTS.append(method.name)
-    if method.name == "broken":
-        raise EngineBootError("engine for method 'broken' failed to boot: ValueError: bad draft", "ValueError: bad draft", "broken", "ValueError: bad draft")
-    if method.name == "unsupported":
-        raise EngineBootError("engine failed", "NotImplementedError: medusa is not supported on CPU", "unsupported", "NotImplementedError: medusa is not supported on CPU")
-    return FakeEngine(method)
-
-@pytest.fixture(autouse=True, scope="session")
-def _fake_engine():
-    import specgate.session
-    mp = pytest.MonkeyPatch()
-    mp.setattr(specgate.session, "boot_engine", fake_boot)
-    yield
-    mp.undo()
-
-def pytest_sessionfinish(session):
-    print("BOOT ORDER", BOOTS)
-"""
+def script(monkeypatch, **changes):
+    """Set $SPECGATE_FAKE for the subprocess runs: SCRIPT with `machine` / per-method changes."""
+    data = json.loads(json.dumps(SCRIPT))
+    data["machine"] = changes.pop("machine", {})
+    for name, behaviour in changes.items():
+        data["methods"].setdefault(name, {}).update(behaviour)
+    monkeypatch.setenv("SPECGATE_FAKE", json.dumps(data))
 
 
 @pytest.fixture
-def gate_dir(pytester):
-    pytester.makefile(".toml", fake=PROFILE.format(zoo=ROOT / "fixtures" / "zoo", prompts=ROOT / "fixtures/prompts/embedded.jsonl"))
-    pytester.makeconftest(CONFTEST)
+def gate_dir(pytester, monkeypatch):
+    script(monkeypatch)
+    pytester.makefile(".toml", fake=PROFILE)
     (pytester.path / "fixtures" / "profiles").mkdir(parents=True)  # marks pytester.path as the project root
     gate = pytester.mkpydir("gate")
     for name in ("test_equivalence.py", "test_acceptance.py", "test_memory.py", "test_lifecycle.py"):
@@ -136,7 +62,9 @@ def gate_dir(pytester):
 
 
 def run(pytester, *args):
-    return pytester.runpytest_subprocess("-m", "gpu", "--specgate-profile", str(pytester.path / "fake.toml"), "-rs", *args)
+    return pytester.runpytest_subprocess(
+        "-p", "specgate.testing", "-m", "gpu", "--specgate-profile", str(pytester.path / "fake.toml"), "-rs", *args
+    )
 
 
 def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_method(gate_dir):
@@ -146,7 +74,7 @@ def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_met
     # acceptance tests of good and wrong (5 categories each) and their memory tests skip: no
     # baseline is stored yet; the baseline engine's memory reading passes.
     result.assert_outcomes(passed=6, failed=1, errors=2 + 5 + 1, skipped=2 + 5 + 10 + 1 + 2)
-    assert "BOOT ORDER ['baseline', 'good', 'wrong', 'broken', 'unsupported']" in result.stdout.str()
+    result.stdout.fnmatch_lines(["fake engines booted: baseline, good, wrong, broken, unsupported"])
     result.stdout.fnmatch_lines(["*prompt code_continuation-01 (code_continuation) at token 3: baseline*vs method*id 99*"])
     result.stdout.fnmatch_lines(["*failed to boot: ValueError: bad draft*", "*engine log tail*"])
     result.stdout.fnmatch_lines(["*SKIPPED*method 'unsupported' cannot run on this engine; vLLM said: NotImplementedError: medusa is not supported on CPU*"])
@@ -158,7 +86,7 @@ def test_method_subset_runs_only_those_engines(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good")
     assert result.parseoutcomes().get("passed") == 5, result.stdout.str()
     result.stdout.fnmatch_lines(["*no stored acceptance baseline for method 'good', code_continuation in*--update-baselines*"])
-    assert "BOOT ORDER ['baseline', 'good']" in result.stdout.str()
+    result.stdout.fnmatch_lines(["fake engines booted: baseline, good"])
 
 
 def test_bad_options_are_usage_errors_naming_the_option(gate_dir):
@@ -202,7 +130,7 @@ def test_missing_baseline_fails_under_strict(gate_dir):
 def speed_dir(gate_dir):
     """The fake gate with the speedup test and two healthy methods."""
     (gate_dir.path / "gate" / "test_speedup.py").write_text((ROOT / "tests" / "gate" / "test_speedup.py").read_text())
-    profile = PROFILE.format(zoo=ROOT / "fixtures" / "zoo", prompts=ROOT / "fixtures/prompts/embedded.jsonl")
+    profile = PROFILE
     profile = profile.replace("max_tokens = 8\n", "max_tokens = 8\nconcurrency = [1, 4]\n", 1)
     profile += '[methods.also_good]\nspeculative_config = { method = "ngram", num_speculative_tokens = 2 }\n'
     (gate_dir.path / "fake.toml").write_text(profile)
@@ -216,7 +144,7 @@ def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monke
     assert '"speedup"' in stored and '"C=4"' in stored and '"measured_over_expected"' in stored
     same = run(speed_dir, "--specgate-methods", "good", "--specgate-strict", "-k", "speedup")
     same.assert_outcomes(passed=4)
-    monkeypatch.setenv("FAKE_SLOW", "1")
+    script(monkeypatch, good={"step_cost": 1.2 * 1.4})  # speculative steps 40 % slower
     slowed = run(speed_dir, "--specgate-methods", "good", "-k", "speedup")
     slowed.assert_outcomes(passed=2, failed=2)
     slowed.stdout.fnmatch_lines(["*method 'good', C=1: speedup 1.19 ?1.19, 1.19? (n=5) is below the floor 1.42 (stored 1.67*"])
@@ -226,9 +154,9 @@ def test_speedup_gate_says_when_the_machine_is_not_the_one_that_stored_it(speed_
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[tolerance]\nmachine_rtol = 0.35\n")
     run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup").assert_outcomes(passed=4)
-    monkeypatch.setenv("FAKE_MACHINE_SPEED", "1.2")  # within machine_rtol: judged as usual
+    script(monkeypatch, machine={"speed": 1.2})  # within machine_rtol: judged as usual
     run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=4)
-    monkeypatch.setenv("FAKE_MACHINE_SPEED", "2")
+    script(monkeypatch, machine={"speed": 2})
     other = run(speed_dir, "--specgate-methods", "good", "-k", "speedup")
     other.assert_outcomes(passed=2, skipped=2)
     other.stdout.fnmatch_lines(["*C=1: the baseline engine runs at * tok/s here against * stored (2.00x, outside machine_rtol 0.35*"])
@@ -242,7 +170,7 @@ def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir
     both = ("--specgate-methods", "good,also_good", "--update-baselines", "-k", "speedup or acceptance")
     run(speed_dir, *both).assert_outcomes(passed=6 + 10)
     before = json.loads(baseline_file(speed_dir).read_text())["methods"]
-    monkeypatch.setenv("FAKE_MACHINE_SPEED", "2")
+    script(monkeypatch, machine={"speed": 2})
     partial = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or acceptance")
     partial.stdout.fnmatch_lines(["*speedups at C=1, C=4 not written: the baseline engine ran at * tok/s here against * stored (outside machine_rtol 0.35), and the stored speedups of also_good*without --specgate-methods*"])
     after = json.loads(baseline_file(speed_dir).read_text())["methods"]
@@ -258,7 +186,7 @@ def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir
 def test_a_measurement_the_machine_disturbed_is_neither_judged_nor_stored(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[speedup]\ninterleave_baseline = true\n[tolerance]\nmachine_rtol = 0.35\n")
-    monkeypatch.setenv("FAKE_DISTURBED", "1")
+    script(monkeypatch, machine={"disturbed": True})
     result = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup")
     result.assert_outcomes(passed=2, skipped=2)
     result.stdout.fnmatch_lines(["*method 'good', C=1: the baseline engine's trials paired with this method ran at * tok/s against * on their own*(0.50x*"])

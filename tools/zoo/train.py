@@ -1,6 +1,6 @@
 """Train the embedded zoo from local text only (no hub, no download), seeded.
 
-    python -m specgate.zoo.train [--out fixtures/zoo] [--quick] [--precision float32|bfloat16] [--target-steps N --draft-steps N --mtp-steps N ...] [--target-from ZOO [--mtp-only]]
+    python -m tools.zoo.train [--out fixtures/zoo] [--quick] [--precision float32|bfloat16] [--target-steps N --draft-steps N --mtp-steps N ...] [--target-from ZOO [--mtp-only]]
 
 1. Corpus, all from the running interpreter: the standard library's sources (code), the documentation
    that ships with it (pydoc_data topics) and its docstrings (prose), JSON/CSV/INI renderings of
@@ -19,7 +19,7 @@
 4. target_perturbed = the trained target plus relative noise, tuned to ~80 % greedy agreement.
 5. Offline checks on fixtures/prompts/embedded.jsonl (teacher-forced against the target's own greedy
    continuations) go into fixtures/zoo/training.json and MODEL_CARD.md next to the weights; then
-   `python -m specgate.zoo.measure` adds what vLLM measures (acceptance per category, speed at C=1).
+   `python -m tools.zoo.measure` adds what vLLM measures (acceptance per category, speed at C=1).
 
 Weights are stored as float16 (the profile computes in float32; float16 values are exact in float32).
 Same interpreter, torch and CPU type give the same files; other CPUs may differ in the last bits.
@@ -39,9 +39,9 @@ from pathlib import Path
 
 from specgate.errors import ZooError
 from specgate.prompts import load_prompt_set
-from specgate.zoo import EVAL_PROMPTS, REBUILD, ZOO_MODELS, check_model_dir, prompts_digest, zoo_dir
-from specgate.zoo import build
-from specgate.zoo.card import in_bf16, stable_share, write_card
+from specgate.models import REBUILD, ZOO_MODELS, check_model_dir, zoo_dir
+from tools.zoo import EVAL_PROMPTS, build, prompts_digest
+from tools.zoo.card import in_bf16, stable_share, write_card
 
 SEED = 20240601
 SEQ = 512
@@ -432,7 +432,7 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR, p
     import torch
     import torch.nn.functional as F
 
-    from specgate.zoo.modules import Llama
+    from tools.zoo.modules import Llama
 
     torch.manual_seed(seed)
     model = Llama(build.TARGET, build.VOCAB_SIZE)
@@ -563,14 +563,14 @@ def reused_target_stats(zoo: Path) -> dict:
         # without the zoo error's own rebuild advice; a JSON error does not name its file
         reason = str(exc).split(";")[0] if isinstance(exc, ZooError) else f"{zoo / 'training.json'}: {exc!r}"
         raise SystemExit(f"--target-from {zoo}: no usable trained target there ({reason}). Give a zoo written by a full "
-                         "`python -m specgate.zoo.train` run (target/ and training.json), or drop the option.") from None
+                         "`python -m tools.zoo.train` run (target/ and training.json), or drop the option.") from None
 
 
 def load_target(zoo: Path, tokenizer):
     """The target weights of an earlier training run (checked by reused_target_stats), to retrain the drafters."""
     from safetensors.torch import load_file
 
-    from specgate.zoo.modules import Llama
+    from tools.zoo.modules import Llama
 
     target_dir = zoo / "target"
     if json.loads((target_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"] != tokenizer.get_vocab():
@@ -586,7 +586,7 @@ class Students:
     def __init__(self, target, seed: int):
         import torch
 
-        from specgate.zoo.modules import EagleHead, Eagle3Head, Llama, MedusaHeads, MtpLayer
+        from tools.zoo.modules import EagleHead, Eagle3Head, Llama, MedusaHeads, MtpLayer
 
         self.target = target
         for p in target.parameters():
@@ -681,7 +681,7 @@ def train_mtp(target, corpus: Corpus, steps: int, seed: int):
     import torch
     import torch.nn.functional as F
 
-    from specgate.zoo.modules import MtpLayer
+    from tools.zoo.modules import MtpLayer
 
     for p in target.parameters():
         p.requires_grad_(False)
@@ -835,7 +835,7 @@ def kept_drafters(zoo: Path) -> dict:
 
 def forget_measured(path: Path, methods: list[str] | None) -> None:
     """Drop what vLLM measured on weights that just changed: `methods` (None: all) of measured.json."""
-    from specgate.zoo.measure import pooled_baseline_rounds, write_measured
+    from tools.zoo.measure import pooled_baseline_rounds, write_measured
 
     if methods is None or not path.exists():
         path.unlink(missing_ok=True)
@@ -846,7 +846,7 @@ def forget_measured(path: Path, methods: list[str] | None) -> None:
             measured["methods"].pop(name, None)
         measured["baseline_rounds_s"] = pooled_baseline_rounds(measured)
     except (ValueError, KeyError, TypeError):
-        path.unlink()  # unreadable: `python -m specgate.zoo.measure` writes a new one
+        path.unlink()  # unreadable: `python -m tools.zoo.measure` writes a new one
         return
     write_measured(path, measured)
 
@@ -910,7 +910,7 @@ def rebuild_command(stats: dict, quick: bool) -> str:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m specgate.zoo.train", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.zoo.train", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=zoo_dir(Path.cwd()), help="zoo directory (default: fixtures/zoo)")
     parser.add_argument("--quick", action="store_true", help="a few steps only: checks the pipeline, not a usable zoo")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")

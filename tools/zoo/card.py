@@ -6,7 +6,8 @@ import json
 import statistics
 from pathlib import Path
 
-from specgate.zoo import REBUILD, ZOO_MODELS
+from specgate.models import REBUILD, ZOO_MODELS
+from tools.zoo import LOOP_MAX_PERIOD, LOOP_MIN_TURNS
 
 CATEGORIES = ["code_continuation", "code_editing", "doc_prose", "structured_output", "repetitive_lists"]
 
@@ -130,7 +131,6 @@ def _machine_lines(m: dict) -> list[str]:
 
 
 def _loop_lines(m: dict) -> list[str]:
-    from specgate.zoo.measure import LOOP_MAX_PERIOD, LOOP_MIN_TURNS
 
     return [
         f"Share of its greedy output tokens (baseline engine, every prompt) that only repeat, verbatim, a cycle of at most"
@@ -157,7 +157,7 @@ def render(zoo: Path) -> str:
         "Their numbers describe these toy models only (see Limits).",
         "",
         f"Rebuild: `{_rebuild_command(t)}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
-        f"torch {t['torch']}; no download). Measure: `python -m specgate.zoo.measure` (boots vLLM engines).",
+        f"torch {t['torch']}; no download). Measure: `python -m tools.zoo.measure` (boots vLLM engines).",
         *_precision_lines(t),
         "",
         "## Data",

@@ -1,6 +1,6 @@
 """Measure the zoo in vLLM's CPU engine, as the `cpu-tiny` profile runs it, for the model card.
 
-    python -m specgate.zoo.measure [--methods a,b] [--rounds 15] [--merge]
+    python -m tools.zoo.measure [--methods a,b] [--rounds 15] [--merge]
 
 Boots the baseline engine, keeps it alive, and boots one method engine at a time next to it
 (two engines alive, ~3.3 GiB each), recording:
@@ -27,17 +27,12 @@ import time
 from pathlib import Path
 
 from specgate.baselines import write_text_atomic
-from specgate.zoo import prompts_digest, zoo_dir
+from specgate.models import zoo_dir
+from tools.zoo import LOOP_MAX_PERIOD, LOOP_MIN_TOKENS, LOOP_MIN_TURNS, prompts_digest
 
 PROFILE = "fixtures/profiles/cpu-tiny.toml"
 DEFAULT_METHODS = ["ngram", "suffix", "draft_model", "eagle", "eagle3", "medusa", "mtp", "draft_self", "draft_perturbed"]
 TIMING_PROMPTS_PER_CATEGORY = 2
-# A greedy loop: the output ends in a cycle of at most LOOP_MAX_PERIOD tokens turned at least
-# LOOP_MIN_TURNS times, over at least LOOP_MIN_TOKENS tokens (so ")))" or a blank-line run is not one).
-# 48-token windows of the embedded prompts (real text, one every 16 tokens) all score 0 with these;
-# 3 turns missed the target's prose loop ("A string containing the ... recurmended to the data
-# stream.", twice in 48 tokens).
-LOOP_MAX_PERIOD, LOOP_MIN_TURNS, LOOP_MIN_TOKENS = 24, 2, 16
 
 
 def _timed_round(engine, timing: list, max_tokens: int) -> tuple[float, int]:
@@ -167,9 +162,9 @@ def merge_into(previous: dict, new: dict, path: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specgate.zoo.card import write_card
+    from tools.zoo.card import write_card
 
-    parser = argparse.ArgumentParser(prog="python -m specgate.zoo.measure", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.zoo.measure", description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="methods of cpu-tiny to measure")
     parser.add_argument("--rounds", type=int, default=15, help="paired timing rounds per method (default: 15)")
     parser.add_argument("--merge", action="store_true", help="replace only these methods in the existing measured.json")

@@ -1,4 +1,4 @@
-"""Zoo files: a missing or corrupt file is named, with the command that rebuilds it."""
+"""The zoo recipe (tools/zoo): build, corpus, training schedule, model card."""
 
 import json
 import shutil
@@ -7,86 +7,19 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import ZooError
-from specgate.zoo import REBUILD, TARGET_LINK, ZOO_MODELS, check_model_dir, resolve, zoo_dir
+from specgate.models import REBUILD, ZOO_MODELS, zoo_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_every_zoo_model_is_present_and_intact():
-    for name in ZOO_MODELS:
-        check_model_dir(zoo_dir(ROOT) / name)
-        assert resolve(f"zoo:{name}", ROOT) == str(zoo_dir(ROOT) / name)
-
-
-@pytest.fixture
-def eagle_copy(tmp_path):
-    dst = tmp_path / "eagle"
-    shutil.copytree(zoo_dir(ROOT) / "eagle", dst)
-    return dst
-
-
-def test_missing_weights_name_the_file_and_the_rebuild_command(eagle_copy):
-    (eagle_copy / "model.safetensors").unlink()
-    with pytest.raises(ZooError) as err:
-        check_model_dir(eagle_copy)
-    assert str(eagle_copy / "model.safetensors") in str(err.value) and REBUILD in str(err.value)
-
-
-def test_truncated_weights_are_reported_as_corrupt(eagle_copy):
-    weights = eagle_copy / "model.safetensors"
-    weights.write_bytes(weights.read_bytes()[:-100])
-    with pytest.raises(ZooError, match="corrupt.*declares"):
-        check_model_dir(eagle_copy)
-
-
-def test_garbage_header_is_reported_as_corrupt(eagle_copy):
-    (eagle_copy / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00not json at all!")
-    with pytest.raises(ZooError, match="corrupt"):
-        check_model_dir(eagle_copy)
-
-
-def test_broken_config_is_reported(eagle_copy):
-    (eagle_copy / "config.json").write_text("{")
-    with pytest.raises(ZooError, match="config.json is not valid JSON"):
-        check_model_dir(eagle_copy)
-
-
-def test_eagle3_head_names_its_aux_layers_for_the_shallow_target():
-    config = json.loads((zoo_dir(ROOT) / "eagle3" / "config.json").read_text())
-    target = json.loads((zoo_dir(ROOT) / "target" / "config.json").read_text())
-    layers = config["eagle_config"]["eagle_aux_hidden_state_layer_ids"]
-    assert all(0 <= i < target["num_hidden_layers"] for i in layers)
-
-
-def test_mtp_target_without_the_link_to_the_target_weights_names_it(tmp_path):
-    dst = tmp_path / "mtp_target"
-    shutil.copytree(zoo_dir(ROOT) / "mtp_target", dst, symlinks=True)
-    (dst / TARGET_LINK).unlink()
-    with pytest.raises(ZooError) as err:
-        check_model_dir(dst)
-    assert str(dst / TARGET_LINK) in str(err.value) and REBUILD in str(err.value)
-
-
-def test_a_dangling_link_is_reported_as_missing(tmp_path):
-    dst = tmp_path / "mtp_target"
-    shutil.copytree(zoo_dir(ROOT) / "mtp_target", dst, symlinks=True)  # ../target is not copied
-    with pytest.raises(ZooError, match="missing"):
-        check_model_dir(dst)
-
-
-def test_mtp_target_stores_the_target_weights_verbatim():
-    link = zoo_dir(ROOT) / "mtp_target" / TARGET_LINK
-    assert link.resolve() == (zoo_dir(ROOT) / "target" / "model.safetensors").resolve()
-
-
 def test_setup_build_is_a_no_op_on_the_committed_zoo():
-    from specgate.zoo.build import build
+    from tools.zoo.build import build
 
     assert build(zoo_dir(ROOT)) == []
 
 
 def test_setup_build_never_trains_and_names_the_missing_file(tmp_path):
-    from specgate.zoo.build import build
+    from tools.zoo.build import build
 
     with pytest.raises(ZooError) as err:
         build(tmp_path / "zoo")
@@ -104,7 +37,7 @@ def _stream_corpus(torch, train):
 
 def test_repeat_windows_hold_each_passage_then_itself():
     torch = pytest.importorskip("torch")
-    from specgate.zoo import train
+    from tools.zoo import train
 
     corpus = _stream_corpus(torch, train)
     window = corpus._repeats(513).tolist()
@@ -120,7 +53,7 @@ def test_repeat_windows_hold_each_passage_then_itself():
 
 def test_a_stream_added_for_the_drafters_gets_its_share_and_leaves_the_target_corpus_alone():
     torch = pytest.importorskip("torch")
-    from specgate.zoo import train
+    from tools.zoo import train
 
     corpus = _stream_corpus(torch, train)
     before = dict(corpus.mix)
@@ -141,7 +74,7 @@ def test_a_stream_added_for_the_drafters_gets_its_share_and_leaves_the_target_co
 
 def test_generation_prompts_are_one_bos_then_a_window_of_the_asked_length():
     torch = pytest.importorskip("torch")
-    from specgate.zoo import train
+    from tools.zoo import train
 
     corpus = _stream_corpus(torch, train)
     prompts = corpus.prompts(50, (5, 9), seed=4)
@@ -169,7 +102,7 @@ def _edit_json(path, **changes):
 
 
 def test_card_marks_offline_figures_of_an_older_prompt_set(zoo_copy):
-    from specgate.zoo.card import render
+    from tools.zoo.card import render
 
     _edit_json(zoo_copy / "training.json", prompts_sha256="a" * 64)
     _edit_json(zoo_copy / "measured.json", prompts_sha256="a" * 64)
@@ -179,7 +112,7 @@ def test_card_marks_offline_figures_of_an_older_prompt_set(zoo_copy):
 
 
 def test_card_says_which_machine_measured_the_speeds_and_how_fast_its_baseline_ran(zoo_copy):
-    from specgate.zoo.card import render
+    from tools.zoo.card import render
 
     data = json.loads((zoo_copy / "measured.json").read_text())
     for key in ("machine", "cpu", "timing_tokens"):  # a record from before measure.py kept them
@@ -192,7 +125,7 @@ def test_card_says_which_machine_measured_the_speeds_and_how_fast_its_baseline_r
 
 
 def test_card_shows_what_the_measured_baseline_engine_wrote(zoo_copy):
-    from specgate.zoo.card import render
+    from tools.zoo.card import render
 
     samples = {"doc_prose": "written by the engine"}
     _edit_json(zoo_copy / "measured.json", samples=samples)
@@ -203,7 +136,7 @@ def test_card_shows_what_the_measured_baseline_engine_wrote(zoo_copy):
 
 
 def test_card_shows_how_much_of_the_targets_output_loops_next_to_real_text(zoo_copy):
-    from specgate.zoo.card import CATEGORIES, render
+    from tools.zoo.card import CATEGORIES, render
 
     measured = json.loads((zoo_copy / "measured.json").read_text())
     measured.pop("looped_share", None)
@@ -217,7 +150,7 @@ def test_card_shows_how_much_of_the_targets_output_loops_next_to_real_text(zoo_c
 
 
 def test_card_says_how_the_target_and_drafters_trained_and_rebuilds_with_that_precision(zoo_copy):
-    from specgate.zoo.card import render
+    from tools.zoo.card import render
 
     t = json.loads((zoo_copy / "training.json").read_text())
     t.pop("command", None)  # a zoo from before the recorded command: the card derives it from the precision
@@ -225,16 +158,16 @@ def test_card_says_how_the_target_and_drafters_trained_and_rebuilds_with_that_pr
         t[phase]["precision"] = "float32"
     (zoo_copy / "training.json").write_text(json.dumps(t))
     card = render(zoo_copy)
-    assert "`python -m specgate.zoo.train` (seeded" in card and "bf16" not in card
+    assert "`python -m tools.zoo.train` (seeded" in card and "bf16" not in card
     assert "a cosine to 0.1 x, float32;" in card and f"{t['drafters']['steps']} steps x 8 x 512, float32," in card
     t["drafters"].pop("precision")  # a zoo from before --precision: bf16 autocast
     (zoo_copy / "training.json").write_text(json.dumps(t))
     card = render(zoo_copy)
-    assert "`python -m specgate.zoo.train --precision bfloat16` (seeded" in card and "512, bf16 autocast," in card
+    assert "`python -m tools.zoo.train --precision bfloat16` (seeded" in card and "512, bf16 autocast," in card
 
 
 def test_the_recorded_rebuild_command_names_the_recipe_values_that_differ_from_the_defaults():
-    from specgate.zoo import train
+    from tools.zoo import train
 
     stats = json.loads((zoo_dir(ROOT) / "training.json").read_text())  # bf16-trained target and drafters
     assert train.rebuild_command(stats, quick=False) == f"{REBUILD} --precision bfloat16"
@@ -246,7 +179,7 @@ def test_the_recorded_rebuild_command_names_the_recipe_values_that_differ_from_t
 
 
 def test_the_target_schedule_holds_the_peak_lr_for_its_stable_share_then_decays_to_a_tenth():
-    from specgate.zoo.train import _schedule
+    from tools.zoo.train import _schedule
 
     assert _schedule(0, 3000, stable=0.75) == _schedule(0, 3000) == 1 / 30  # the same warmup
     assert _schedule(2249, 3000, stable=0.75) == 1.0 and _schedule(2249, 3000) < 0.5
@@ -255,7 +188,7 @@ def test_the_target_schedule_holds_the_peak_lr_for_its_stable_share_then_decays_
 
 
 def test_a_held_peak_is_part_of_the_recorded_rebuild_command_and_must_leave_steps_to_decay(capsys):
-    from specgate.zoo import train
+    from tools.zoo import train
 
     stats = json.loads((zoo_dir(ROOT) / "training.json").read_text())
     stats["target"]["stable_share"] = 0.6
@@ -268,7 +201,7 @@ def test_a_held_peak_is_part_of_the_recorded_rebuild_command_and_must_leave_step
 
 
 def test_card_rebuilds_with_the_recorded_command(zoo_copy):
-    from specgate.zoo.card import render
+    from tools.zoo.card import render
 
     _edit_json(zoo_copy / "training.json", command=f"{REBUILD} --target-steps 1200")
     assert f"Rebuild: `{REBUILD} --target-steps 1200` (seeded" in render(zoo_copy)
@@ -276,7 +209,7 @@ def test_card_rebuilds_with_the_recorded_command(zoo_copy):
 
 def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token():
     torch = pytest.importorskip("torch")
-    from specgate.zoo.train import unlikelihood
+    from tools.zoo.train import unlikelihood
 
     inputs, targets = torch.tensor([[5, 6, 7]]), torch.tensor([[6, 7, 5]])  # the text then repeats 5
 
@@ -291,7 +224,7 @@ def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token()
 
 
 def test_mtp_only_needs_the_zoo_whose_drafters_it_keeps(capsys):
-    from specgate.zoo import train
+    from tools.zoo import train
 
     with pytest.raises(SystemExit):
         train.main(["--mtp-only", "--out", "/nonexistent/zoo"])
@@ -299,7 +232,7 @@ def test_mtp_only_needs_the_zoo_whose_drafters_it_keeps(capsys):
 
 
 def test_mtp_only_names_the_drafter_it_cannot_keep(tmp_path):
-    from specgate.zoo import train
+    from tools.zoo import train
 
     zoo = tmp_path / "zoo"
     shutil.copytree(zoo_dir(ROOT), zoo, symlinks=True)
@@ -310,7 +243,7 @@ def test_mtp_only_names_the_drafter_it_cannot_keep(tmp_path):
 
 
 def test_mtp_only_keeps_the_joint_drafters_stats_without_the_old_joint_mtp(tmp_path):
-    from specgate.zoo import train
+    from tools.zoo import train
 
     kept = train.kept_drafters(zoo_dir(ROOT))
     assert set(kept) == {"drafters", "perturb", "offline"}
@@ -319,7 +252,7 @@ def test_mtp_only_keeps_the_joint_drafters_stats_without_the_old_joint_mtp(tmp_p
 
 
 def test_retraining_the_mtp_layer_forgets_only_its_own_measurements(tmp_path):
-    from specgate.zoo import train
+    from tools.zoo import train
 
     path = tmp_path / "measured.json"
     methods = {"ngram": {"baseline_rounds_s": [5.0]}, "mtp": {"baseline_rounds_s": [6.0]}}
@@ -332,7 +265,7 @@ def test_retraining_the_mtp_layer_forgets_only_its_own_measurements(tmp_path):
 
 
 def test_bf16_training_is_refused_on_a_cpu_that_would_emulate_it(capsys, monkeypatch, tmp_path):
-    from specgate.zoo import train
+    from tools.zoo import train
 
     def started(*_):
         raise AssertionError("training started")
@@ -351,7 +284,7 @@ def test_native_bf16_falls_back_to_the_cpu_flags_without_torchs_private_helpers(
     import types
 
     torch = pytest.importorskip("torch")
-    from specgate.zoo import train
+    from tools.zoo import train
 
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)

@@ -1,20 +1,22 @@
-"""The embedded model zoo: tiny local models for the `cpu-tiny` profile (no model hub).
+"""Model references: `zoo:NAME` (an embedded model), a local path, or a hub id `org/name`.
 
-`zoo:NAME` in a profile resolves to `fixtures/zoo/NAME/`. The committed models are trained from
-local text by `python -m specgate.zoo.train` (fixtures/zoo/MODEL_CARD.md). Listing and checking the
-zoo imports no torch.
+`zoo:NAME` resolves to `fixtures/zoo/NAME/`, checked for integrity (a missing or corrupt file is a
+ZooError naming it and the fix). The embedded models are trained from local text by the maintainer
+tool `python -m tools.zoo.train` (fixtures/zoo/MODEL_CARD.md); nothing here imports torch.
+
+    python -m specgate.models            check the committed zoo (what ci/setup-cpu.sh runs)
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
+import sys
 import struct
 from pathlib import Path
 
 from specgate.errors import ZooError
 
-# name -> what it is (train.py and build.py make exactly these directories)
+# name -> what it is (tools/zoo/train.py and build.py make exactly these directories)
 ZOO_MODELS = {
     "target": "tiny Llama target trained on the stdlib's code and docs, with its own BPE tokenizer",
     "draft": "smaller Llama distilled from the target, same tokenizer (method draft_model)",
@@ -25,20 +27,13 @@ ZOO_MODELS = {
     "mtp_target": "the target's weights verbatim as a MiMo model plus a trained MTP layer (method mtp)",
     "target_perturbed": "the target with relative weight noise, ~80% greedy agreement: a worse drafter (the gate's canary)",
 }
-REBUILD = "python -m specgate.zoo.train"
-# The prompts train.py's offline checks and measure.py run on (the cpu-tiny profile's set).
-EVAL_PROMPTS = Path("fixtures/prompts/embedded.jsonl")
+REBUILD = "python -m tools.zoo.train"
 # mtp_target/ holds this symlink to ../target/model.safetensors (its main weights, stored once).
 TARGET_LINK = "target.safetensors"
 
 
 def zoo_dir(root: Path | str) -> Path:
     return Path(root) / "fixtures" / "zoo"
-
-
-def prompts_digest(root: Path | str) -> str:
-    """sha256 of the embedded prompt file: tells whether stored figures were computed on today's prompts."""
-    return hashlib.sha256((Path(root) / EVAL_PROMPTS).read_bytes()).hexdigest()
 
 
 def resolve(ref: str, root: Path | str) -> str:
@@ -86,3 +81,17 @@ def _check_safetensors(path: Path, fix: str) -> None:
             raise ValueError(f"file has {size} bytes, header declares {8 + header_len + end}")
     except (ValueError, KeyError, TypeError, struct.error) as exc:
         raise ZooError(f"embedded model file {path} is corrupt ({exc}); {fix}.") from None
+
+
+def check_zoo(root: Path | str) -> Path:
+    """Every embedded model present and intact (ZooError naming the first that is not)."""
+    for name in ZOO_MODELS:
+        check_model_dir(zoo_dir(root) / name)
+    return zoo_dir(root)
+
+
+if __name__ == "__main__":
+    try:
+        print(f"zoo: {check_zoo(Path.cwd())} is complete")
+    except ZooError as exc:
+        sys.exit(f"zoo: {exc}")

@@ -1,11 +1,11 @@
-"""specgate.zoo.measure with a fake engine on a virtual clock: how the card's C=1 speedups are paired."""
+"""tools.zoo.measure with a fake engine on a virtual clock: how the card's C=1 speedups are paired."""
 
 from pathlib import Path
 
 import pytest
 
 from specgate.acceptance import SpecCounters
-from specgate.engine import BatchResult
+from specgate.backend import BatchResult
 from specgate.equivalence import GreedyOutput
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +48,7 @@ class FakeEngine:
 def test_measure_pairs_each_method_round_with_a_baseline_round_so_drift_cancels(monkeypatch, tmp_path):
     pytest.importorskip("transformers")
     import specgate.engine
-    from specgate.zoo import measure
+    from tools.zoo import measure
 
     machine = DriftingMachine()
     boots = []
@@ -86,7 +86,7 @@ def _record(date, methods, **extra):
 
 
 def test_merge_replaces_only_the_methods_measured_again(tmp_path):
-    from specgate.zoo.measure import merge_into
+    from tools.zoo.measure import merge_into
 
     previous = _record("2026-11-01", {"ngram": (5.0, 1.4), "mtp": (5.0, 1.06)})
     merged = merge_into(previous, _record("2026-11-24", {"mtp": (6.0, 1.2)}), tmp_path / "measured.json")
@@ -99,7 +99,7 @@ def test_merge_replaces_only_the_methods_measured_again(tmp_path):
 
 @pytest.mark.parametrize("key, value", [("machine", "cpu-intel-xeon-2c"), ("prompts_sha256", "def"), ("rounds", 3)])
 def test_merge_refuses_figures_that_would_not_compare(tmp_path, key, value):
-    from specgate.zoo.measure import merge_into
+    from tools.zoo.measure import merge_into
 
     path = tmp_path / "measured.json"
     with pytest.raises(SystemExit) as err:
@@ -108,7 +108,7 @@ def test_merge_refuses_figures_that_would_not_compare(tmp_path, key, value):
 
 
 def test_merge_with_a_broken_measured_file_stops_before_measuring(monkeypatch, tmp_path):
-    from specgate.zoo import measure
+    from tools.zoo import measure
 
     (tmp_path / "fixtures" / "zoo").mkdir(parents=True)
     (tmp_path / "fixtures" / "zoo" / "measured.json").write_text("{ not json", encoding="utf-8")
@@ -121,7 +121,7 @@ def test_merge_with_a_broken_measured_file_stops_before_measuring(monkeypatch, t
 
 
 def test_looped_share_counts_the_verbatim_repeats_of_the_cycle_an_output_ends_in():
-    from specgate.zoo.measure import looped_share
+    from tools.zoo.measure import looped_share
 
     assert looped_share(list(range(48))) == 0.0
     loop = [7, 8, 9, 10]  # "the word in the word in ..."

@@ -1,11 +1,12 @@
 """The zoo's tokenizer and checkpoint writers (one per format), and a random-weight builder.
 
-    python -m specgate.zoo.build [--out fixtures/zoo] [--random]
+    python -m tools.zoo.build [--out fixtures/zoo] [--random]
 
-The committed zoo is trained by `python -m specgate.zoo.train` (minutes on 2 cores, local data
-only; see fixtures/zoo/MODEL_CARD.md). This command does nothing when the zoo is complete (what
-ci/setup-cpu.sh relies on), names the missing or corrupt file otherwise, and with `--random`
-replaces the zoo by seeded random weights in seconds (formats and plumbing only).
+The committed zoo is trained by `python -m tools.zoo.train` (minutes on 2 cores, local data
+only; see fixtures/zoo/MODEL_CARD.md). This command does nothing when the zoo is complete, names
+the missing or corrupt file otherwise (ci/setup-cpu.sh runs the same check as `python -m
+specgate.models`), and with `--random` replaces the zoo by seeded random weights in seconds (formats
+and plumbing only).
 
 Formats, as vLLM 0.32 loads them:
   target/, draft/, target_perturbed/  LlamaForCausalLM (+ the BPE tokenizer trained on the stdlib)
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 
 from specgate.errors import ZooError
-from specgate.zoo import TARGET_LINK, ZOO_MODELS, check_model_dir, zoo_dir
+from specgate.models import TARGET_LINK, ZOO_MODELS, check_model_dir, zoo_dir
 
 SEED = 1234
 VOCAB_SIZE = 2048
@@ -127,7 +128,6 @@ def _store_dtype():
 
 
 def _save(out: Path, config: dict, tensors: dict, tokenizer=None, name: str = "model.safetensors") -> None:
-    import torch
     from safetensors.torch import save_file
 
     out.mkdir(parents=True, exist_ok=True)
@@ -226,7 +226,7 @@ def write_mtp_target(out: Path, tokenizer, mtp_tensors: dict) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Random weights (structure only): `python -m specgate.zoo.build --random`
+# Random weights (structure only): `python -m tools.zoo.build --random`
 
 
 def init_weights(module, std: float = 0.02) -> None:
@@ -252,7 +252,7 @@ def _random(module, seed: int) -> dict:
 
 
 def random_mlp_speculator(seed: int) -> dict:
-    from specgate.zoo.modules import MlpSpeculatorLayout
+    from tools.zoo.modules import MlpSpeculatorLayout
 
     module = MlpSpeculatorLayout(TARGET["hidden_size"], VOCAB_SIZE, MLP_SPECULATOR["inner_dim"], MLP_SPECULATOR["n_predict"])
     return _random(module, seed)
@@ -263,7 +263,7 @@ def build_random(tmp: Path, tokenizer) -> None:
     method sees the same degenerate loops; the committed zoo is trained (train.py)."""
     import torch
 
-    from specgate.zoo import modules as m
+    from tools.zoo import modules as m
 
     target = _random(m.Llama(TARGET, VOCAB_SIZE), SEED)
     write_llama(tmp / "target", TARGET, tokenizer, target)
@@ -319,7 +319,7 @@ def _complete(path: Path) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specgate.zoo.build", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.zoo.build", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=zoo_dir(Path.cwd()), help="zoo directory (default: fixtures/zoo)")
     parser.add_argument(
         "--random", action="store_true", help="replace the zoo with seeded random weights (formats only, seconds)"

@@ -1,0 +1,174 @@
+"""The engine seam: what the gates need from an inference engine, in one interface.
+
+    Backend                the interface (a Protocol): run_batch, closed_loop, counters,
+                           memory_reading, timed_steps, shutdown; a context manager
+    StreamingBackend       run_batch / closed_loop written once over `steps()`, an async iterator
+                           of each engine step's new tokens; engine.Engine (vLLM's AsyncLLM in this
+                           process) and endpoint.Endpoint (a running server) build on it
+    specgate.testing.FakeEngine   a scripted engine for tests without vLLM
+
+`BootEngine` is how an engine comes to life: `boot(profile, method, root, log_path) -> Backend`;
+engine.boot_engine is the real one, and the pytest hook `pytest_specgate_boot_engine` lets a
+conftest supply another (see specgate/hooks.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from specgate.acceptance import SpecCounters
+from specgate.equivalence import GreedyOutput
+from specgate.errors import NotMeasurable
+from specgate.load import LoadRun, closed_loop
+
+GIB = 1024**3
+# After shutdown the engine's processes must be gone and this process's resident memory back within
+# this much of its pre-boot level. (The machine-wide "available" figure is reported too, but other
+# processes move it.) On cpu-tiny an engine's processes hold ~2-3 GiB; what the parent keeps after
+# shutdown (allocator caches, tokenizer) measured < 0.1 GiB; a leaked engine object keeps far more.
+RELEASE_SLACK_BYTES = int(0.25 * GIB)
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    outputs: dict[str, GreedyOutput]
+    tokens_per_step: dict[str, list[int]]  # per prompt: tokens each engine step emitted, in order
+    counters: SpecCounters  # spec-decode counters of this batch alone
+
+
+@dataclass
+class ShutdownReport:
+    method: str
+    shutdown_s: float
+    leftover_pids: list[int]
+    rss_before_boot: int  # this (pytest) process
+    rss_after_shutdown: int
+    footprint: int = 0  # this process + the engine's processes, just before shutdown
+    available_change: int = 0  # machine-wide available memory, after shutdown minus before boot
+
+    @property
+    def memory_not_returned(self) -> int:
+        return max(0, self.rss_after_shutdown - self.rss_before_boot)
+
+    @property
+    def released(self) -> bool:
+        return not self.leftover_pids and self.memory_not_returned <= RELEASE_SLACK_BYTES
+
+    def describe(self) -> str:
+        return (
+            f"engine '{self.method}' (footprint {self.footprint / GIB:.2f} GiB) shut down in {self.shutdown_s:.1f} s; "
+            f"processes left: {self.leftover_pids or 'none'}; memory this process did not give back: "
+            f"{self.memory_not_returned / GIB:.2f} GiB (allowed {RELEASE_SLACK_BYTES / GIB:.2f} GiB); "
+            f"machine-wide available memory changed by {self.available_change / GIB:+.2f} GiB"
+        )
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A live engine for one method of the profile."""
+
+    alive: bool
+    boot_s: float
+
+    @property
+    def method_name(self) -> str: ...
+
+    def counters(self) -> SpecCounters:
+        """The engine's spec-decode counters now (monotone; measurements are differences)."""
+
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
+        """Greedy continuations of `prompts`, submitted at once; per prompt the tokens each step emitted."""
+
+    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0) -> tuple[LoadRun, SpecCounters]:
+        """One closed-loop trial (exactly `concurrency` requests in flight) and the counters it moved."""
+
+    def timed_steps(self, work: Callable[[], Any]) -> dict[str, float] | None:
+        """Run `work()` with timers around the target's forward pass and the drafter, if possible."""
+
+    def memory_reading(self):
+        """specgate.memory.MemoryReading of the live engine (NotMeasurable when it cannot be seen)."""
+
+    def shutdown(self) -> ShutdownReport | None:
+        """Stop the engine; a report of what came back (None when there was nothing to stop)."""
+
+
+BootEngine = Callable[[Any, Any, Path, Path], Backend]
+
+
+class StreamingBackend:
+    """run_batch and closed_loop over `steps()`. Subclasses provide `run(coro)` (run on their event
+    loop), `counters()` and `steps(...)`, an async iterator of (new token ids, top-logprob dicts)
+    per engine step."""
+
+    alive: bool  # subclasses (dataclasses) give the values
+    boot_s: float
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def run(self, coro):
+        raise NotImplementedError
+
+    def counters(self) -> SpecCounters:
+        raise NotImplementedError
+
+    def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
+        raise NotImplementedError
+
+    def timed_steps(self, work):
+        work()
+        return None
+
+    def memory_reading(self):
+        raise NotMeasurable(f"the memory of engine '{self.method_name}' is not visible to specgate")
+
+    def shutdown(self) -> ShutdownReport | None:
+        self.alive = False
+        return None
+
+    async def stream_tokens(self, token_ids, max_tokens: int, tag: str, temperature: float = 0.0):
+        """For the load generator: how many new tokens each streamed step brought."""
+        async for new, _ in self.steps(token_ids, max_tokens, tag, temperature=temperature):
+            if new:
+                yield len(new)
+
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
+        """Greedy continuations of `prompts`, all submitted at once, streamed step by step: how many
+        tokens each verification step emitted (accepted + 1), and the spec-decode counters read
+        before and after, so the batch's own numbers are the difference."""
+        tokens: dict[str, list[int]] = {p.id: [] for p in prompts}
+        tops: dict[str, list[dict[int, float]]] = {p.id: [] for p in prompts}
+        steps: dict[str, list[int]] = {p.id: [] for p in prompts}
+
+        async def one(p) -> None:
+            async for new, top in self.steps(p.token_ids, max_tokens, p.id, top_logprobs):
+                if new:
+                    steps[p.id].append(len(new))
+                    tokens[p.id].extend(new)
+                    tops[p.id].extend(top)
+
+        async def batch() -> None:
+            await asyncio.gather(*(one(p) for p in prompts))
+
+        before = self.counters()
+        self.run(batch())
+        outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
+        return BatchResult(outputs, steps, self.counters() - before)
+
+    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
+        """One closed-loop trial and the spec-decode counters it moved."""
+
+        async def stream(token_ids, max_new, tag):
+            async for n in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
+                yield n
+
+        before = self.counters()
+        run = self.run(closed_loop(stream, prompts, concurrency, max_tokens))
+        return run, self.counters() - before

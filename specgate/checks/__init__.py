@@ -1,0 +1,173 @@
+"""One check per gate, behind one interface: measure -> compare -> verdict.
+
+    Check.judge(method, key) -> Judgement
+        verdict   pass | fail | skip | error (the only verdict vocabulary; report.py and results.py
+                  use it too)
+        messages  what failed, or why nothing was judged
+        rows      the measured figures with the baseline and bound each was held to: the results
+                  table, the summary and the HTML report only flatten these
+        record    the values an --update-baselines run stores for (method, gate, key)
+
+Bounds (floors and ceilings) are computed here and nowhere else. The shared policy lives in
+`decide`: absolute floors hold in every run, comparisons with a stored baseline are what an update
+replaces, a missing baseline is a skip (a failure under --specgate-strict), and a canary passes
+only when the gate FAILS it against the method it mimics.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from specgate.profile import BASELINE, Profile
+
+ROUNDING = 1e-6  # stored values are rounded to 6 decimals: an unchanged rerun must not fail on that
+
+
+class Verdict(str, enum.Enum):
+    PASS = "pass"
+    FAIL = "fail"
+    SKIP = "skip"
+    ERROR = "error"
+
+    @classmethod
+    def from_outcome(cls, outcome: str) -> Verdict | None:
+        """pytest's report outcome ('passed', 'failed', 'skipped', 'error') -> a verdict."""
+        return _FROM_OUTCOME.get(outcome)
+
+
+_FROM_OUTCOME = {"passed": Verdict.PASS, "failed": Verdict.FAIL, "skipped": Verdict.SKIP, "error": Verdict.ERROR}
+# How bad a verdict is, for "the worst verdict of several" ("" = no verdict on that row).
+SEVERITY = {"": 0, "pass": 1, "skip": 2, "fail": 3, "error": 4}
+GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")
+
+
+def worst(verdicts) -> str:
+    return max((str(getattr(v, "value", v)) for v in verdicts), key=lambda v: SEVERITY.get(v, 0), default="")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured number as the results table shows it."""
+
+    metric: str
+    value: float | None
+    baseline: float | None = None
+    bound: float | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    unit: str = ""
+    concurrency: int | None = None
+    position: int | None = None
+    headline: bool = False  # carries the judgement's verdict and message
+    failing: bool = False  # a non-headline figure that broke its bound (a per-position rate)
+
+
+@dataclass
+class Judgement:
+    gate: str
+    method: str
+    key: str
+    verdict: Verdict
+    messages: list[str] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
+    record: dict[str, Any] | None = None  # stored by --update-baselines as baselines[method][gate][key]
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict is Verdict.PASS
+
+    @property
+    def message(self) -> str:
+        return "\n".join(self.messages)
+
+    def table_rows(self) -> list[dict[str, Any]]:
+        """Rows of the measurements table (report.COLUMNS)."""
+        out = []
+        for r in self.rows:
+            verdict = self.verdict.value if r.headline else ("fail" if r.failing and self.verdict is Verdict.FAIL else "")
+            row = {
+                "method": self.method, "gate": self.gate, "key": self.key, "metric": r.metric,
+                "value": None if r.value is None else float(r.value), "baseline": r.baseline, "bound": r.bound,
+                "ci_low": r.ci_low, "ci_high": r.ci_high, "unit": r.unit, "concurrency": r.concurrency,
+                "position": r.position, "verdict": verdict, "message": self.message if r.headline else "",
+            }
+            out.append(row)
+        return out
+
+
+class NoBaseline(Exception):
+    """Raised inside a check when the figure it would compare with is not stored."""
+
+
+@dataclass
+class Context:
+    """What every check needs besides its measurements: the profile, the stored baselines and the
+    run's policy flags."""
+
+    profile: Profile
+    baselines: Any  # baselines.BaselineStore
+    strict: bool = False
+    update: bool = False
+
+    def method(self, name: str):
+        return self.profile.baseline if name == BASELINE else self.profile.methods[name]
+
+    def reference(self, name: str, gate: str) -> str:
+        """The method whose baseline `name` is held to in `gate` (itself, or what a canary mimics)."""
+        return name if name == BASELINE else self.method(name).canary_of.get(gate, name)
+
+    def skip_unless_strict(self, judgement: Judgement, why: str) -> Judgement:
+        """Nothing to judge against: a skip that says why, or a failure under --specgate-strict."""
+        if self.strict:
+            judgement.verdict, judgement.messages = Verdict.FAIL, [why + " (--specgate-strict)"]
+        else:
+            judgement.verdict, judgement.messages = Verdict.SKIP, [why]
+        return judgement
+
+    def decide(self, j: Judgement, stored, always: list[str], against_baseline: list[str]) -> Judgement:
+        """`always` (absolute floors, consistency) holds in every run; `against_baseline` is what an
+        --update-baselines run replaces (its old -> new table shows them), and a missing baseline
+        skips. A canary inverts the comparison: it passes only when `against_baseline` failed."""
+        ref = self.reference(j.method, j.gate)
+        if ref != j.method:
+            if stored is None:
+                return self.skip_unless_strict(j, self.baselines.missing(ref, j.gate, j.key))
+            if not against_baseline:
+                j.verdict = Verdict.FAIL
+                j.messages = [
+                    f"method '{j.method}' is a deliberately worse configuration of '{ref}', yet its {j.gate} ({j.key}) "
+                    f"passed the checks against '{ref}''s baseline: the {j.gate} gate cannot fail here"
+                ]
+                return j
+            j.verdict, j.messages = Verdict.PASS, []  # the gate caught it, as it must
+            return j
+        failures = always if self.update else always + against_baseline
+        if failures:
+            j.verdict, j.messages = Verdict.FAIL, failures
+            return j
+        if stored is None and not self.update:
+            return self.skip_unless_strict(j, self.baselines.missing(j.method, j.gate, j.key))
+        j.verdict, j.messages = Verdict.PASS, []
+        return j
+
+
+class Check(Protocol):
+    gate: str
+
+    def key(self, method: str, param: Any) -> str:
+        """The results-table key of a test's parameter (a category, a concurrency level, ...)."""
+
+    def judge(self, method: str, key: str, **options: Any) -> Judgement: ...
+
+
+def key_of(gate: str, method: str, param: Any = None) -> str:
+    """(gate, method, test parameter) -> the key the results table and baselines use."""
+    if gate == "acceptance":
+        return str(param)
+    if gate == "speedup":
+        return f"C={param}"
+    if gate == "memory":
+        return "engine" if method == BASELINE else "overhead"
+    return {"equivalence": "greedy"}.get(gate, gate)

@@ -1,0 +1,91 @@
+"""Acceptance per (method, prompt category): mean acceptance length and per-position rates against
+the stored baseline, and the profile's absolute floors."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgate.acceptance import AcceptanceResult
+from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+
+
+@dataclass(frozen=True)
+class Floor:
+    """One threshold: `fails()` is None when the measurement holds, else the failure message."""
+
+    what: str
+    measured: float | None
+    floor: float
+    baseline: float | None = None
+    source: str = ""  # where the baseline came from
+
+    def fails(self) -> str | None:
+        if self.measured is not None and self.measured >= self.floor - ROUNDING:
+            return None
+        measured = "none (no drafts were proposed)" if self.measured is None else f"{self.measured:.4g}"
+        base = f"baseline {self.baseline:.4g} ({self.source}), " if self.baseline is not None else ""
+        return f"{self.what}: measured {measured}, {base}floor {self.floor:.4g}"
+
+
+def acceptance_floors(
+    result: AcceptanceResult,
+    stored: dict | None,
+    acceptance_rtol: float,
+    position_rtol: float,
+    floors: dict[str, float],
+    source: str = "",
+) -> list[Floor]:
+    """Floors of one (method, category): from its stored baseline and from the profile's absolute floors."""
+    c = result.counters
+    checks = []
+    if stored is not None and "mean_acceptance_length" in stored:
+        base = float(stored["mean_acceptance_length"])
+        checks.append(Floor("mean acceptance length", c.mean_acceptance_length, base * (1 - acceptance_rtol), base, source))
+        measured_rates = c.per_position_rates
+        for i, base_rate in enumerate(stored.get("per_position", [])):
+            rate = measured_rates[i] if i < len(measured_rates) else None
+            checks.append(Floor(f"acceptance rate at position {i + 1}", rate, base_rate * (1 - position_rtol), base_rate, source))
+    if "acceptance_rate" in floors:
+        checks.append(Floor("acceptance rate (profile floor)", c.acceptance_rate, floors["acceptance_rate"]))
+    if "mean_acceptance_length" in floors:
+        checks.append(Floor("mean acceptance length (profile floor)", c.mean_acceptance_length, floors["mean_acceptance_length"]))
+    return checks
+
+
+class AcceptanceCheck:
+    gate = "acceptance"
+
+    def __init__(self, ctx: Context, store):
+        self.ctx, self.store = ctx, store
+
+    def judge(self, method: str, key: str, **_) -> Judgement:
+        ctx, tol = self.ctx, self.ctx.profile.tolerance
+        result = self.store.acceptance(method, key)
+        ref = ctx.reference(method, self.gate)
+        stored = ctx.baselines.entry(ref, self.gate, key)
+        floors = ctx.method(method).floors
+        j = Judgement(self.gate, method, key, Verdict.PASS, record=result.record())
+
+        def failed(checks: list[Floor]) -> list[str]:
+            return [f"method '{method}', category '{key}': {msg}" for c in checks if (msg := c.fails())]
+
+        source = ctx.baselines.source(ref)
+        against_baseline = failed(acceptance_floors(result, stored, tol.acceptance_rtol, tol.position_rtol, {}, source))
+        against_floors = [] if ref != method else failed(acceptance_floors(result, None, 0.0, 0.0, floors))
+        j.rows = self._rows(j.record, stored or {}, floors)
+        return ctx.decide(j, stored, against_floors, against_baseline)
+
+    def _rows(self, values: dict, base: dict, floors: dict[str, float]) -> list[Row]:
+        tol = self.ctx.profile.tolerance
+        rows = []
+        for metric, rtol in (("mean_acceptance_length", tol.acceptance_rtol), ("acceptance_rate", None)):
+            if metric in values:
+                b = base.get(metric)
+                bound = b * (1 - rtol) if (b is not None and rtol is not None) else floors.get(metric)
+                rows.append(Row(metric, values[metric], b, bound, headline=True))
+        base_pos = base.get("per_position", [])
+        for i, rate in enumerate(values.get("per_position", []), start=1):
+            b = base_pos[i - 1] if i - 1 < len(base_pos) else None
+            bound = None if b is None else b * (1 - tol.position_rtol)
+            rows.append(Row("position_rate", rate, b, bound, position=i, failing=bound is not None and rate < bound))
+        return rows

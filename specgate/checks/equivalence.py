@@ -1,0 +1,59 @@
+"""Greedy equivalence: every speculative method reproduces the baseline engine's greedy tokens.
+
+Exact match is the rule; under `tie-aware` a divergence counts as numerical only when the baseline's
+own top-k logprobs at that position hold both tokens within the margin (specgate/equivalence.py).
+"""
+
+from __future__ import annotations
+
+from specgate.checks import Judgement, Row, Verdict
+from specgate.equivalence import compare
+from specgate.profile import BASELINE
+
+SHOW = 10  # divergences listed in a failure message
+
+
+class EquivalenceCheck:
+    gate = "equivalence"
+
+    def __init__(self, ctx, store, inputs):
+        self.ctx, self.store, self.inputs = ctx, store, inputs
+
+    def judge(self, method: str, key: str, **_) -> Judgement:
+        if method == BASELINE:
+            return self._reference()
+        rule = self.ctx.profile.equivalence
+        reference = self.store.greedy_outputs(BASELINE)
+        outputs = self.store.greedy_outputs(method)
+        prompts = self.inputs.tokenized()
+        failures, numerical = [], 0
+        for prompt in prompts:
+            div = compare(reference[prompt.id], outputs[prompt.id].token_ids, rule)
+            if div is None:
+                continue
+            if div.numerical:
+                numerical += 1
+                continue
+            failures.append(
+                f"method '{method}', prompt {prompt.id} ({prompt.category}) "
+                + div.describe(self.inputs.decode, rule.logprob_margin, rule.mode)
+            )
+        identical = len(prompts) - numerical - len(failures)
+        j = Judgement(self.gate, method, key, Verdict.FAIL if failures else Verdict.PASS)
+        if failures:
+            more = f"\n... and {len(failures) - SHOW} more" if len(failures) > SHOW else ""
+            j.messages = [f"{len(failures)} of {len(prompts)} prompts diverge from the baseline:\n" + "\n".join(failures[:SHOW]) + more]
+        j.rows = [Row(m, v, headline=True) for m, v in
+                  (("identical", identical), ("compared", len(prompts)), ("diverged", len(failures)))]
+        return j
+
+    def _reference(self) -> Judgement:
+        """The baseline engine's outputs are the reference: every prompt got tokens and top-k logprobs."""
+        outputs = self.store.greedy_outputs(BASELINE)
+        prompts = self.inputs.tokenized()
+        problems = []
+        if empty := [p.id for p in prompts if not outputs[p.id].token_ids]:
+            problems.append(f"the baseline engine produced no tokens for prompts {empty}")
+        if missing := [p.id for p in prompts if len(outputs[p.id].top_logprobs) != len(outputs[p.id].token_ids)]:
+            problems.append(f"the baseline engine returned no top-k logprobs for prompts {missing}")
+        return Judgement(self.gate, BASELINE, "greedy", Verdict.FAIL if problems else Verdict.PASS, problems)

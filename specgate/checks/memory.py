@@ -1,0 +1,114 @@
+"""Memory per method against the stored ceiling: drafter weights, KV-cache capacity lost, process /
+device memory; and measured vs checkpoint-computed drafter weights, which must agree in every run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from specgate import memory
+from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.profile import BASELINE
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """`measured <= baseline x (1 + rtol) + slack`; `fails()` is the message when it does not hold."""
+
+    what: str
+    measured: float
+    baseline: float
+    rtol: float
+    slack: float
+    unit: str
+    source: str = ""
+
+    @property
+    def ceiling(self) -> float:
+        return self.baseline * (1 + self.rtol) + self.slack
+
+    def fails(self) -> str | None:
+        if self.measured <= self.ceiling + ROUNDING:
+            return None
+        return (
+            f"{self.what}: measured {self.measured:.4g} {self.unit}, baseline {self.baseline:.4g} {self.unit} "
+            f"({self.source}), ceiling {self.ceiling:.4g} {self.unit}"
+        )
+
+
+# quantity in the stored record -> (description, unit, which absolute slack applies)
+GATED = {
+    "static_mib_measured": ("drafter weights (measured in the engine)", "MiB", "memory"),
+    "static_mib_analytic": ("drafter weights (from its checkpoint)", "MiB", "memory"),
+    "kv_tokens_lost": ("KV-cache capacity lost to speculation", "tokens", None),
+    "process_mib": ("engine processes' peak memory above the baseline engine", "MiB", "process"),
+    "device_mib": ("device memory above the baseline engine", "MiB", "memory"),
+}
+
+
+def _slack(tol, which: str | None) -> float:
+    return {"memory": tol.memory_slack_mib, "process": tol.process_slack_mib}.get(which, 0.0)
+
+
+def ceilings(measured: dict, stored: dict | None, tol, source: str = "") -> list[Ceiling]:
+    """Ceilings for every gated quantity present in both the measurement and the baseline. Token
+    counts get the relative tolerance only; MiB figures also an absolute slack from the profile."""
+    if stored is None:
+        return []
+    return [
+        Ceiling(what, float(measured[key]), max(float(stored[key]), 0.0), tol.memory_rtol, _slack(tol, slack), unit, source)
+        for key, (what, unit, slack) in GATED.items()
+        if key in measured and key in stored
+    ]
+
+
+def consistency_problem(rec: dict, rtol: float) -> str | None:
+    """Measured vs analytic drafter weights disagreeing beyond `rtol`: the engine loaded more (or less)
+    than the drafter's own checkpoint holds."""
+    measured, analytic = rec.get("static_mib_measured"), rec.get("static_mib_analytic")
+    if measured is None or analytic is None or analytic == 0 and measured == 0:
+        return None
+    if abs(measured - analytic) <= rtol * max(analytic, measured):
+        return None
+    return (
+        f"drafter weights measured in the engine ({measured:.3f} MiB) and computed from its checkpoint "
+        f"({analytic:.3f} MiB) differ by more than {rtol:.0%}: the engine loaded more than the drafter"
+    )
+
+
+class MemoryCheck:
+    gate = "memory"
+
+    def __init__(self, ctx: Context, store, host, root):
+        self.ctx, self.store, self.host, self.root = ctx, store, host, root
+
+    def judge(self, method: str, key: str, **_) -> Judgement:
+        j = Judgement(self.gate, method, key, Verdict.PASS)
+        if reason := self.host.not_measurable_here("memory"):
+            j.verdict, j.messages = Verdict.SKIP, [reason]
+            return j
+        tol = self.ctx.profile.tolerance
+        if method == BASELINE:  # the baseline engine's own figures: stored for reference, not gated
+            j.record = memory.engine_record(self.store.memory_reading(method))
+            base = self.ctx.baselines.entry(method, self.gate, key) or {}
+            j.rows = [Row(m, v, base.get(m), headline=True) for m, v in j.record.items()]
+            return j
+        j.record = self.store.memory_overhead(method, self.root).record()
+        ref = self.ctx.reference(method, self.gate)
+        stored = self.ctx.baselines.entry(ref, self.gate, key)
+        problems = [f"method '{method}': {msg}"] if (msg := consistency_problem(j.record, tol.memory_rtol)) else []
+        checks = ceilings(j.record, stored, tol, self.ctx.baselines.source(ref))
+        failures = [f"method '{method}', memory: {msg}" for c in checks if (msg := c.fails())]
+        j.rows = self._rows(j.record, stored or {})
+        return self.ctx.decide(j, stored, problems, failures)
+
+    def _rows(self, values: dict, base: dict) -> list[Row]:
+        tol = self.ctx.profile.tolerance
+        rows = []
+        for metric, value in values.items():
+            if metric not in GATED:
+                rows.append(Row(metric, value, base.get(metric)))
+                continue
+            _, unit, slack = GATED[metric]
+            bound = max(float(base[metric]), 0.0) * (1 + tol.memory_rtol) + _slack(tol, slack) if metric in base else None
+            rows.append(Row(metric, value, base.get(metric), bound, unit=unit, headline=True))
+        return rows

@@ -1,0 +1,107 @@
+"""Speedup per (method, concurrency) over the baseline engine measured in the same run.
+
+The floor is the stored speedup x (1 - speedup_rtol); the gate fails only when the bootstrap
+interval's upper bound lies below it, so noise alone does not fail a build. Two things the interval
+cannot see are said instead of judged: a machine that changed under the measurement (the baseline
+engine's paired trials far off its own), and another machine than the one that stored the ratios.
+"""
+
+from __future__ import annotations
+
+from specgate import stats
+from specgate.checks import Context, Judgement, Row, Verdict
+from specgate.profile import BASELINE
+
+
+class SpeedupCheck:
+    gate = "speedup"
+
+    def __init__(self, ctx: Context, store):
+        self.ctx, self.store = ctx, store
+
+    def judge(self, method: str, key: str, repeat=None, **_) -> Judgement:
+        concurrency = int(key.split("=", 1)[1])
+        if method == BASELINE:
+            trials = self.store.load_trials(method, concurrency, repeat)
+            record = {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)}
+            return Judgement(self.gate, method, key, Verdict.PASS, rows=self._rows(record, {}, concurrency, True), record=record)
+        result = self.store.speedup(method, concurrency, repeat)
+        alone = self.store.baseline_alone(concurrency)
+        j = Judgement(self.gate, method, key, Verdict.PASS)
+        if disturbed := self._disturbed(result, alone):  # not recorded either: an update keeps the stored value
+            return self.ctx.skip_unless_strict(j, f"method '{method}', " + disturbed)
+        j.record = result.record()
+        ref = self.ctx.reference(method, self.gate)
+        stored = self.ctx.baselines.entry(ref, self.gate, key)
+        j.rows = self._rows(j.record, stored or {}, concurrency, False)
+        if (mismatch := self._other_machine(concurrency, alone)) and not self.ctx.update:
+            return self.ctx.skip_unless_strict(j, mismatch)
+        failures = []
+        if stored is not None and "speedup" in stored:
+            floor = self.floor(stored)
+            if stats.fails_floor(result.estimate, floor):
+                failures.append(
+                    f"method '{method}', C={concurrency}: speedup {result.estimate.describe()} is below the floor {floor:.2f} "
+                    f"(stored {stored['speedup']:.2f} for '{ref}' x (1 - speedup_rtol {self.ctx.profile.tolerance.speedup_rtol}), "
+                    f"{self.ctx.baselines.source(ref)}); throughput {result.throughput:.1f} vs baseline engine "
+                    f"{result.baseline_throughput:.1f} tok/s" + (f"; {result.model_check()}" if result.expected else "")
+                )
+        return self.ctx.decide(j, stored, [], failures)
+
+    def floor(self, stored: dict) -> float:
+        return stored["speedup"] * (1 - self.ctx.profile.tolerance.speedup_rtol)
+
+    def _rows(self, values: dict, base: dict, concurrency: int, is_baseline: bool) -> list[Row]:
+        rows = []
+        for metric, value in values.items():
+            if value is None or metric in ("trials", "ci_low", "ci_high"):
+                continue
+            unit = "tok/s" if metric.endswith("tok_s") else ("ms" if metric.endswith("_ms") else "")
+            row = dict(baseline=base.get(metric), unit=unit, concurrency=concurrency)
+            if metric == "speedup":
+                bound = self.floor(base) if "speedup" in base else None
+                row.update(ci_low=values.get("ci_low"), ci_high=values.get("ci_high"), bound=bound, headline=True)
+            elif metric == "throughput_tok_s" and is_baseline:
+                row.update(headline=True)
+            rows.append(Row(metric, value, **row))
+        return rows
+
+    def _disturbed(self, result, alone: float) -> str | None:
+        """Why this interleaved measurement says nothing, if it does not: the baseline engine's trials
+        paired with the method's ran far off its own trials of this run, so the machine changed under
+        the measurement (seen on cpu-tiny: 212 tok/s paired with ngram against 382 alone, which
+        stored an ngram speedup 30 % above every later run's)."""
+        if not result.paired:
+            return None
+        ratio = result.baseline_throughput / alone
+        rtol = self.ctx.profile.tolerance.machine_rtol
+        if stats.within_rtol(ratio, rtol):
+            return None
+        return (
+            f"C={result.concurrency}: the baseline engine's trials paired with this method ran at "
+            f"{result.baseline_throughput:.1f} tok/s against {alone:.1f} on their own earlier in this run ({ratio:.2f}x, "
+            f"outside machine_rtol {rtol}): the machine changed under the measurement, so "
+            f"the speedup {result.estimate.describe()} is neither judged nor stored. Rerun on a quiet machine"
+        )
+
+    def _other_machine(self, concurrency: int, now: float) -> str | None:
+        """Why this run's speedup ratios cannot be held against the stored ones, if they cannot.
+
+        A ratio of two throughputs still depends on the machine: on a CPU twice as fast, a fixed
+        per-step overhead weighs twice as much against the forward pass (cpu-tiny's speedups moved by
+        -22 % to +9 % on a machine whose baseline engine ran 2.2x faster under the same CPU name).
+        The baseline engine's own throughput, stored next to the ratios, tells.
+        """
+        stored = self.ctx.baselines.entry(BASELINE, self.gate, f"C={concurrency}")
+        if not stored or not stored.get("throughput_tok_s"):
+            return None
+        ratio = now / stored["throughput_tok_s"]
+        rtol = self.ctx.profile.tolerance.machine_rtol
+        if stats.within_rtol(ratio, rtol):
+            return None
+        return (
+            f"C={concurrency}: the baseline engine runs at {now:.1f} tok/s here against {stored['throughput_tok_s']:.1f} stored "
+            f"({ratio:.2f}x, outside machine_rtol {rtol}; {self.ctx.baselines.source(BASELINE)}), so this is not the "
+            f"machine whose speedups are stored; speedup ratios are not compared across machines. Store this machine's with "
+            f"`pytest -m gpu --specgate-profile {self.ctx.profile.name} --update-baselines`"
+        )

@@ -1,0 +1,133 @@
+"""The engine host: boots, keeps and stops the run's engines (or connects to endpoints).
+
+At most one method's engine is alive: asking for another method's engine shuts the current one down
+first and records whether its memory came back. With an interleaved baseline (profile
+`speedup.interleave_baseline`) the baseline engine stays up next to each method's, for paired
+speedup trials, and goes down last. In endpoint mode (--specgate-endpoint) nothing is booted: each
+method is a client of a server someone else runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specgate.backend import Backend, BootEngine, ShutdownReport
+from specgate.errors import EngineBootError, NotMeasurable
+from specgate.profile import BASELINE, Method
+
+
+@dataclass
+class MethodRecord:
+    """What happened to one method's engine in this run (for the summary)."""
+
+    method: str
+    boots: int = 0
+    boot_s: list[float] = field(default_factory=list)
+    shutdown: ShutdownReport | None = None
+    boot_error: EngineBootError | None = None
+    skipped_reason: str | None = None
+
+
+class EngineHost:
+    def __init__(self, profile, methods: list[Method], root: Path, log_dir: Path, boot: BootEngine,
+                 endpoints: dict[str, str] | None = None, keep_reference: bool = False):
+        self.profile, self.root, self.log_dir, self.boot = profile, Path(root), Path(log_dir), boot
+        self.endpoints = endpoints
+        self.keep_reference = keep_reference and endpoints is None
+        self.by_name = {BASELINE: profile.baseline, **{m.name: m for m in methods}}
+        self.records = {name: MethodRecord(name) for name in self.by_name}
+        self.reference: Backend | None = None  # the baseline engine kept alive for interleaving
+        self._engine: Backend | None = None
+        self._clients: dict[str, Backend] = {}
+
+    @property
+    def engines_booted(self) -> int:
+        return sum(len(r.boot_s) for r in self.records.values())
+
+    def engine(self, name: str) -> Backend:
+        """The live engine for `name`, booting it (after shutting down any other) if needed."""
+        if self.endpoints is not None:
+            return self._endpoint(name)
+        record = self.records[name]
+        if record.boot_error is not None:
+            raise record.boot_error
+        if self._engine is not None and self._engine.method_name == name and self._engine.alive:
+            return self._engine
+        if name == BASELINE and self.reference is not None:
+            return self.reference
+        if self.keep_reference and self._engine is not None and self._engine.method_name == BASELINE:
+            self.reference, self._engine = self._engine, None  # stays up for paired speedup trials
+        self.release_current()
+        record.boots += 1
+        try:
+            self._engine = self.boot(self.profile, self.by_name[name], self.root, self.log_dir / f"{name}.log")
+        except EngineBootError as exc:
+            record.boot_error = exc
+            raise
+        record.boot_s.append(self._engine.boot_s)
+        return self._engine
+
+    def _endpoint(self, name: str) -> Backend:
+        from specgate.endpoint import Endpoint
+
+        if name not in self.endpoints:
+            raise NotMeasurable(
+                f"endpoint mode: no server for '{name}' (give --specgate-endpoint {name}=URL to measure it"
+                + (", e.g. a `vllm serve` of the target without --speculative-config" if name == BASELINE else "")
+                + ")"
+            )
+        if name not in self._clients:
+            client = Endpoint(name, self.endpoints[name])
+            client.served_model()  # fails here, clearly, when the server is not there
+            self._clients[name] = client
+            self.records[name].boots += 1
+        return self._clients[name]
+
+    def not_measurable_here(self, what: str) -> str | None:
+        """Why this run cannot measure `what` at all (a skip reason), or None."""
+        if self.endpoints is not None and what in ("memory", "lifecycle"):
+            return f"endpoint mode: the {what} of a server specgate did not start is not visible to it"
+        return None
+
+    def release_current(self) -> ShutdownReport | None:
+        for client in self._clients.values():
+            client.shutdown()
+        if self._engine is None:
+            return None
+        engine, self._engine = self._engine, None
+        report = engine.shutdown()
+        self.records[engine.method_name].shutdown = report
+        return report
+
+    def release(self, name: str) -> ShutdownReport | None:
+        """Shut down `name`'s engine if it is alive; return its shutdown report."""
+        if self._engine is not None and self._engine.method_name == name:
+            return self.release_current()
+        if self.reference is not None and name == BASELINE:
+            engine, self.reference = self.reference, None
+            self.records[BASELINE].shutdown = engine.shutdown()
+        return self.records[name].shutdown
+
+    def release_all(self) -> None:
+        """End of the run: every engine down, the kept baseline engine included."""
+        self.release_current()
+        self.release(BASELINE)
+
+    def expected_boot_failure(self, name: str, error: EngineBootError) -> str | None:
+        """The skip reason when the profile says this method may not boot here and it did not: the
+        engine's own line that matches the profile's `expected_boot_error`."""
+        pattern = self.by_name[name].expected_boot_error
+        if not pattern:
+            return None
+        for line in f"{error.detail}\n{error.log_tail}\n{error}".splitlines():
+            match = re.search(pattern, line)
+            if match:
+                # Quote up to the end of the sentence that matched (vLLM may append long listings).
+                end = line.find(". ", match.end())
+                quote = line[: end + 1 if end >= 0 else len(line)].strip()[:400]
+                reason = f"method '{name}' cannot run on this engine; vLLM said: {quote}"
+                self.records[name].skipped_reason = reason
+                return reason
+        return None

@@ -1,0 +1,242 @@
+"""The measurement store: everything measured in a run, once per method, cached.
+
+Several gate tests of one method share one engine and one generation pass: the greedy pass (one
+batch per prompt category) gives both the equivalence outputs and, from counter deltas, each
+category's acceptance; the closed-loop trials give the speedup; the memory reading is taken once.
+Before any method's engine boots, `prepare_reference` makes sure the baseline engine's side of every
+comparison the selected gates will make is measured (an xdist worker that did not get the
+baseline's own tests measures it here, on its own devices).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+
+from specgate import stats
+from specgate.acceptance import AcceptanceResult
+from specgate.backend import BatchResult
+from specgate.equivalence import GreedyOutput
+from specgate.errors import SpecgateError
+from specgate.load import trial_prompts
+from specgate.profile import BASELINE
+
+
+@dataclass
+class LoadTrials:
+    """One engine's closed-loop trials at one concurrency (trial i of every engine sends the same
+    requests), the spec-decode counters they moved, and the worker's step timings if measured."""
+
+    concurrency: int
+    runs: list = field(default_factory=list)  # specgate.load.LoadRun
+    counters: object = None  # SpecCounters over all trials
+    step_times: dict | None = None
+
+    @property
+    def throughputs(self) -> list[float]:
+        return [r.throughput for r in self.runs]
+
+    def per_call(self, name: str) -> float | None:
+        """Seconds per call of a timed worker function ('forward', 'propose'), if it was called."""
+        t = self.step_times or {}
+        return t[f"{name}_s"] / t[f"{name}_calls"] if t.get(f"{name}_calls") else None
+
+
+@dataclass
+class SpeedupResult:
+    """speedup(method, C) with the analytic model's view of it."""
+
+    method: str
+    concurrency: int
+    estimate: stats.Estimate  # median of per-trial throughput ratios, bootstrap interval
+    throughput: float  # median tok/s of the method's trials
+    baseline_throughput: float
+    k: int
+    mean_acceptance_length: float | None
+    paired: bool = False  # the baseline trials were taken between this method's (interleaved)
+    alpha: float | None = None
+    cost_ratio: float | None = None  # c: one drafting step / one plain target step
+    verify_cost: float | None = None  # one verification forward / one plain target step
+    expected: float | None = None  # Leviathan et al.
+    latency: dict = field(default_factory=dict)
+
+    def model_check(self) -> str:
+        return (
+            f"measured/expected {self.estimate.value / self.expected:.2f} (expected {self.expected:.2f} from "
+            f"alpha {self.alpha:.3f}, k {self.k}, c {self.cost_ratio:.3f}; a verification step costs "
+            f"{self.verify_cost or float('nan'):.2f} plain steps)"
+        )
+
+    def record(self) -> dict:
+        r6 = lambda x: None if x is None else round(float(x), 6)  # noqa: E731
+        rec = {
+            "speedup": r6(self.estimate.value),
+            "ci_low": r6(self.estimate.low),
+            "ci_high": r6(self.estimate.high),
+            "trials": self.estimate.n,
+            "throughput_tok_s": round(self.throughput, 3),
+            "baseline_throughput_tok_s": round(self.baseline_throughput, 3),
+            "mean_acceptance_length": r6(self.mean_acceptance_length),
+        }
+        if self.expected is not None:
+            rec.update(
+                alpha=r6(self.alpha),
+                cost_ratio=r6(self.cost_ratio),
+                verify_cost=r6(self.verify_cost),
+                expected_speedup=r6(self.expected),
+                measured_over_expected=r6(self.estimate.value / self.expected),
+            )
+        for name in ("ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms", "e2e_p50_ms"):
+            if name in self.latency:
+                rec[name] = round(self.latency[name], 3)
+        return rec
+
+
+def _repeat(fn, times: int) -> None:
+    for _ in range(times):
+        fn()
+
+
+class MeasurementStore:
+    def __init__(self, profile, host, inputs, gates: frozenset[str], levels: tuple[int, ...]):
+        self.profile, self.host, self.inputs = profile, host, inputs
+        self.gates, self.levels = gates, levels
+        self.reference_ready = False
+        self._runs: dict[str, dict[str, BatchResult]] = {}  # method -> category -> batch
+        self._run_errors: dict[str, Exception] = {}
+        self._memory: dict = {}  # method -> MemoryReading
+        self._load: dict[str, dict[int, LoadTrials]] = {}  # method -> concurrency -> trials
+        self._paired: dict[tuple[str, int], LoadTrials] = {}  # (method, C) -> interleaved baseline trials
+        self._warmed: set[str] = set()
+
+    def engine(self, name: str):
+        """The live engine for `name`; the baseline's side of every comparison is measured first."""
+        if name != BASELINE:
+            self.prepare_reference()
+        self.inputs.tokenized()  # fail on bad prompts before paying for a boot
+        return self.host.engine(name)
+
+    def prepare_reference(self) -> None:
+        if self.reference_ready or self.host.endpoints is not None:
+            return
+        if "equivalence" in self.gates:
+            self.category_runs(BASELINE)
+        if "speedup" in self.gates:
+            for level in self.levels:
+                self.load_trials(BASELINE, level)
+        if "memory" in self.gates:
+            self.memory_reading(BASELINE)
+        self.reference_ready = True
+
+    # -- the greedy pass --------------------------------------------------------------------------
+    def category_runs(self, name: str) -> dict[str, BatchResult]:
+        """One greedy batch per prompt category (the baseline also keeps top-k logprobs)."""
+        if name in self._run_errors:
+            raise self._run_errors[name]  # do not rerun an engine whose generation already failed
+        if name not in self._runs:
+            engine = self.engine(name)
+            top = self.profile.equivalence.top_logprobs if name == BASELINE else 0
+            runs = {}
+            try:
+                for category in self.inputs.categories():
+                    batch = [p for p in self.inputs.tokenized() if p.category == category]
+                    runs[category] = engine.run_batch(batch, self.profile.max_tokens, top)
+            except Exception as exc:
+                self._run_errors[name] = exc
+                raise
+            self._runs[name] = runs
+        return self._runs[name]
+
+    def greedy_outputs(self, name: str) -> dict[str, GreedyOutput]:
+        return {pid: out for run in self.category_runs(name).values() for pid, out in run.outputs.items()}
+
+    def acceptance(self, name: str, category: str) -> AcceptanceResult:
+        run = self.category_runs(name)[category]
+        k = self.profile.methods[name].num_speculative_tokens if name != BASELINE else 0
+        return AcceptanceResult.from_batch(run.counters, run.tokens_per_step, k)
+
+    # -- load ----------------------------------------------------------------------------------
+    def load_trials(self, name: str, concurrency: int, repeat=None) -> LoadTrials:
+        """`trials` closed-loop runs of this engine at this concurrency (cached). `repeat(fn, n)` runs
+        the trial function n times (pytest-benchmark's timer, when the test has one). With an
+        interleaved baseline, each method trial is preceded by a baseline trial of the same requests."""
+        cached = self._load.setdefault(name, {})
+        if concurrency in cached:
+            return cached[concurrency]
+        cfg = self.profile.speedup
+        engine = self.engine(name)
+        prompts = self.inputs.tokenized()
+        max_tokens = cfg.max_tokens or self.profile.max_tokens
+        batch = trial_prompts(prompts, concurrency, cfg.num_requests(concurrency), self.profile.seed)
+        if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
+            top = max(self.profile.concurrency)
+            engine.closed_loop(trial_prompts(prompts, top, 2 * top, self.profile.seed + 1), top, max_tokens, cfg.temperature)
+            self._warmed.add(name)
+        result = LoadTrials(concurrency)
+        counters = []
+        reference = self.host.reference if name != BASELINE else None
+        paired = self._paired.setdefault((name, concurrency), LoadTrials(concurrency)) if reference else None
+
+        def one_trial():
+            if reference is not None:
+                paired.runs.append(reference.closed_loop(batch, concurrency, max_tokens, cfg.temperature)[0])
+            run, moved = engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature)
+            result.runs.append(run)
+            counters.append(moved)
+            return run
+
+        (repeat or _repeat)(one_trial, cfg.trials)
+        result.counters = functools.reduce(lambda a, b: a + b, counters)
+        if cfg.measure_step_costs:
+            result.step_times = engine.timed_steps(lambda: engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature))
+        cached[concurrency] = result
+        return result
+
+    def baseline_alone(self, concurrency: int) -> float:
+        """Median throughput of the baseline engine's own trials at this level."""
+        return stats.median(self.load_trials(BASELINE, concurrency).throughputs)
+
+    def speedup(self, name: str, concurrency: int, repeat=None) -> SpeedupResult:
+        base = self.load_trials(BASELINE, concurrency)
+        spec = self.load_trials(name, concurrency, repeat)
+        paired = self._paired.get((name, concurrency))
+        if paired is not None:
+            # interleaved: the ratio uses the baseline trials taken between this method's trials;
+            # the baseline's own trials still give the step timings for the model check
+            base = LoadTrials(concurrency, paired.runs, base.counters, base.step_times)
+        estimate = stats.ratio_estimate(spec.throughputs, base.throughputs, seed=self.profile.seed)
+        k = self.profile.methods[name].num_speculative_tokens
+        length = spec.counters.mean_acceptance_length
+        result = SpeedupResult(
+            name, concurrency, estimate, stats.median(spec.throughputs), stats.median(base.throughputs), k, length,
+            paired=paired is not None,
+        )
+        base_step, draft_call, verify_step = base.per_call("forward"), spec.per_call("propose"), spec.per_call("forward")
+        if length is not None and base_step and draft_call is not None:
+            result.cost_ratio = draft_call / k / base_step
+            result.verify_cost = verify_step / base_step if verify_step else None
+            result.alpha = stats.alpha_from_acceptance_length(min(length, k + 1.0), k)
+            result.expected = stats.expected_speedup(result.alpha, k, result.cost_ratio)
+        result.latency = spec.runs[-1].latency_summary() if spec.runs else {}
+        return result
+
+    # -- memory --------------------------------------------------------------------------------
+    def memory_reading(self, name: str):
+        """This engine's memory, read once while it is alive (the baseline engine's is the reference)."""
+        if name not in self._memory:
+            self._memory[name] = self.engine(name).memory_reading()
+        return self._memory[name]
+
+    def memory_overhead(self, name: str, root):
+        from specgate import memory
+
+        base = self._memory.get(BASELINE)
+        if base is None:
+            raise SpecgateError(
+                f"no memory reading of the baseline engine in this run, so method '{name}' has nothing to be "
+                "compared with (did the baseline engine fail to boot?)"
+            )
+        method = self.profile.methods[name]
+        analytic, kv_per_token = memory.drafter_footprint(self.profile, method, root)
+        kv_target = memory.target_kv_bytes_per_token(self.profile, root)
+        return memory.overhead(self.memory_reading(name), base, analytic, kv_per_token, kv_target)

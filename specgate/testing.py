@@ -1,0 +1,193 @@
+"""A scripted engine for testing gate logic without vLLM (as httpx ships a mock transport).
+
+    FakeEngine     a backend.Backend whose outputs, counters, memory and speed follow a FakeScript
+    FakeBoot       the boot function: `GateSession(plan, selection, boot=FakeBoot(script))`
+    FakeScript     what each method's engine does: {"machine": {...}, "methods": {NAME: {...}}}
+
+As a pytest plugin (`pytest -p specgate.testing`) it answers `pytest_specgate_boot_engine` with fake
+engines scripted by the JSON in $SPECGATE_FAKE, so a whole gate run (ordering, verdicts, baselines,
+reports) can be exercised in a second of CPU. Defaults: every engine emits tokens 10..14 for every
+prompt, two tokens per speculative step; a plain step takes 10 ms of virtual time, a speculative
+step `step_cost` (1.2) plain steps, so a healthy method's speedup is 2 / 1.2 = 1.67.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from specgate.acceptance import SpecCounters
+from specgate.backend import BatchResult, ShutdownReport
+from specgate.equivalence import GreedyOutput
+from specgate.errors import EngineBootError
+from specgate.load import LoadRun, RequestTrace
+from specgate.memory import MemoryReading
+
+SCRIPT_ENV = "SPECGATE_FAKE"
+MIB = 1024**2
+TOKENS = (10, 11, 12, 13, 14)
+WRONG_TOKEN = 99
+
+
+@dataclass(frozen=True)
+class FakeMethod:
+    """How one method's fake engine behaves."""
+
+    diverge_at: int | None = None  # emit WRONG_TOKEN at this output position (a broken verifier)
+    boot_error: str | None = None  # refuse to boot; the engine's own one-line error
+    accepted: float = 1.0  # draft tokens accepted per verification step (a worse drafter: less)
+    step_cost: float = 1.2  # a speculative step's time in plain steps (raise it: a slower proposer)
+    drafter_mib: float = 0.0  # weights the worker reports for the drafter (None for model-free)
+    extra_kv_tokens_lost: int = 0
+
+
+@dataclass(frozen=True)
+class FakeMachine:
+    step_s: float = 0.010  # one plain engine step
+    speed: float = 1.0  # another machine: every step this many times faster
+    disturbed: bool = False  # the baseline engine runs at half speed once a second engine is up
+
+
+@dataclass(frozen=True)
+class FakeScript:
+    machine: FakeMachine = field(default_factory=FakeMachine)
+    methods: dict[str, FakeMethod] = field(default_factory=dict)
+
+    def method(self, name: str) -> FakeMethod:
+        return self.methods.get(name, FakeMethod())
+
+    @classmethod
+    def from_dict(cls, data: dict) -> FakeScript:
+        return cls(FakeMachine(**data.get("machine", {})), {n: FakeMethod(**m) for n, m in data.get("methods", {}).items()})
+
+    @classmethod
+    def from_env(cls) -> FakeScript:
+        return cls.from_dict(json.loads(os.environ.get(SCRIPT_ENV) or "{}"))
+
+
+class FakeEngine:
+    """A Backend in virtual time; see the module docstring for what it emits."""
+
+    def __init__(self, method, script: FakeScript, boots: list[str]):
+        self.method, self.script, self.boots = method, script, boots
+        self.behaviour = script.method(method.name)
+        self.alive, self.boot_s = True, 0.01
+        self.k = method.num_speculative_tokens
+
+    @property
+    def method_name(self) -> str:
+        return self.method.name
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def counters(self) -> SpecCounters:
+        return SpecCounters()
+
+    def _counters(self, steps: int) -> SpecCounters:
+        """Every step drafts k tokens and accepts `accepted` of them, front first."""
+        drafts = steps if self.k else 0
+        per_pos = tuple(round(drafts * min(1.0, max(0.0, self.behaviour.accepted - i))) for i in range(self.k))
+        return SpecCounters(drafts, drafts * self.k, sum(per_pos), per_pos)
+
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
+        out, steps = {}, {}
+        for p in prompts:
+            ids = list(TOKENS)
+            if self.behaviour.diverge_at is not None:
+                ids[self.behaviour.diverge_at] = WRONG_TOKEN
+            tops = tuple({t: -0.1, 98: -3.0} for t in ids) if top_logprobs else ()
+            out[p.id] = GreedyOutput(tuple(ids), tops)
+            steps[p.id] = [1, 2, 2]
+        return BatchResult(out, steps, self._counters(2 * len(prompts)))
+
+    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
+        machine = self.script.machine
+        per_step = 2 if self.k else 1
+        step = machine.step_s * (self.behaviour.step_cost if self.k else 1.0) / machine.speed
+        if machine.disturbed and not self.k and len(self.boots) > 1:
+            step *= 2
+        lanes, traces, steps = [0.0] * concurrency, [], 0
+        for i, p in enumerate(prompts):
+            lane = min(range(concurrency), key=lambda j: lanes[j])
+            t = lanes[lane]
+            trace = RequestTrace(i, p.id, t)
+            emitted = 0
+            while emitted < max_tokens:
+                t += step
+                n = min(per_step, max_tokens - emitted)
+                trace.arrivals.append((t, n))
+                emitted += n
+                steps += 1
+            lanes[lane] = t
+            traces.append(trace)
+        return LoadRun(concurrency, traces, 0.0, max(lanes)), self._counters(steps)
+
+    def timed_steps(self, work):
+        work()
+        return {"forward_s": 0.009, "forward_calls": 1, "propose_s": 0.001 * self.k, "propose_calls": 1}
+
+    def memory_reading(self) -> MemoryReading:
+        b = self.behaviour
+        drafter = None if not self.k else int(b.drafter_mib * MIB)
+        kv = 1000 - 10 * self.k - b.extra_kv_tokens_lost
+        return MemoryReading(kv, (100 + self.k) * MIB, None, drafter)
+
+    def shutdown(self) -> ShutdownReport:
+        self.alive = False
+        return ShutdownReport(self.method.name, 0.01, [], 10, 10, 20, 0)
+
+
+class FakeBoot:
+    """`boot(profile, method, root, log_path)` that hands out FakeEngines and records the order."""
+
+    def __init__(self, script: FakeScript | None = None):
+        self.script = script or FakeScript()
+        self.boots: list[str] = []
+
+    def __call__(self, profile, method, root: Path, log_path: Path) -> FakeEngine:
+        self.boots.append(method.name)
+        error = self.script.method(method.name).boot_error
+        if error:
+            raise EngineBootError(
+                f"engine for method '{method.name}' (fake) failed to boot: {error}",
+                log_tail=error, method=method.name, reason=error, detail=error,
+            )
+        return FakeEngine(method, self.script, self.boots)
+
+
+class FakeEnginePlugin:
+    """Registered by `-p specgate.testing` (or passed to pytester's in-process runs)."""
+
+    def __init__(self, script: FakeScript | None = None):
+        self.boot = FakeBoot(script)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_specgate_boot_engine(self, profile, method, root, log_path):
+        return self.boot(profile, method, root, log_path)
+
+    @pytest.hookimpl
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        terminalreporter.write_line(f"fake engines booted: {', '.join(self.boot.boots) or 'none'}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(FakeEnginePlugin(FakeScript.from_env()), "specgate-fake-engine")
+
+
+def fake_session(profile, root: Path, script: FakeScript | None = None, *, methods: list[str] | None = None,
+                 update_baselines: bool = False, strict: bool = False):
+    """A GateSession over fake engines, for testing verdicts and baseline policy without pytest or vLLM:
+    `fake_session(profile, tmp_path).judge("acceptance", "ngram", "code")`."""
+    from specgate.session import GateSession, RunPlan, Selection
+
+    plan = RunPlan(profile, profile.select(methods), root, Path(root) / "results", update_baselines=update_baselines,
+                   strict=strict)
+    return GateSession(plan, Selection(levels=tuple(profile.concurrency)), boot=FakeBoot(script))

@@ -1,0 +1,132 @@
+"""Verdicts, canaries and baseline policy, driven directly through the session with fake engines."""
+
+import pytest
+
+from specgate.checks import Verdict
+from specgate.profile import load_profile
+from specgate.testing import FakeScript, fake_session
+
+from .fakes import fake_profile
+
+PROFILE = fake_profile("""
+concurrency = [1, 4]
+[methods.good]
+speculative_config = { method = "ngram", num_speculative_tokens = 2 }
+[methods.worse]
+speculative_config = { method = "ngram", num_speculative_tokens = 2 }
+canary_of = { acceptance = "good", speedup = "good" }
+[methods.self]
+speculative_config = { method = "ngram", num_speculative_tokens = 2 }
+floors = { acceptance_rate = 0.98 }
+[tolerance]
+machine_rtol = 0.35
+""")
+CATEGORY = "doc_prose"
+
+
+@pytest.fixture
+def profile(tmp_path):
+    path = tmp_path / "fake.toml"
+    path.write_text(PROFILE)
+    return load_profile(path, tmp_path)
+
+
+def session(profile, tmp_path, *methods, update=False, strict=False, **behaviours):
+    machine = behaviours.pop("machine", {})
+    script = FakeScript.from_dict({"machine": machine, "methods": behaviours})
+    return fake_session(profile, tmp_path, script, methods=list(methods) or None, update_baselines=update, strict=strict)
+
+
+def stored(profile, tmp_path, *methods, **behaviours):
+    """An update run of these methods' acceptance and speedup; returns its old -> new table."""
+    s = session(profile, tmp_path, *methods, update=True, **behaviours)
+    for m in ("baseline", *methods):
+        for c in profile.concurrency:
+            s.judge("speedup", m, c)
+        if m != "baseline":
+            s.judge("acceptance", m, CATEGORY)
+    text = s.write_baselines()
+    s.release_all()
+    return text
+
+
+def test_a_missing_baseline_skips_saying_how_to_create_it_and_fails_under_strict(profile, tmp_path):
+    j = session(profile, tmp_path, "good").judge("acceptance", "good", CATEGORY)
+    assert j.verdict is Verdict.SKIP and "--update-baselines" in j.message and "no stored acceptance baseline" in j.message
+    strict = session(profile, tmp_path, "good", strict=True).judge("acceptance", "good", CATEGORY)
+    assert strict.verdict is Verdict.FAIL and strict.message.endswith("(--specgate-strict)")
+
+
+def test_stored_acceptance_passes_unchanged_and_fails_a_worse_drafter_naming_every_number(profile, tmp_path):
+    stored(profile, tmp_path, "good")
+    assert session(profile, tmp_path, "good").judge("acceptance", "good", CATEGORY).passed
+    worse = session(profile, tmp_path, "good", good={"accepted": 0.75}).judge("acceptance", "good", CATEGORY)
+    assert worse.verdict is Verdict.FAIL
+    assert "mean acceptance length: measured 1.75, baseline 2 (vLLM" in worse.message and "floor 1.9" in worse.message
+    headline = [r for r in worse.rows if r.metric == "mean_acceptance_length"][0]
+    assert (headline.value, headline.baseline, headline.bound) == (1.75, 2.0, pytest.approx(1.9))
+
+
+def test_an_update_run_replaces_what_it_measured_instead_of_failing_on_it(profile, tmp_path):
+    stored(profile, tmp_path, "good")
+    update = session(profile, tmp_path, "good", update=True, good={"accepted": 0.8})
+    assert update.judge("acceptance", "good", CATEGORY).passed
+    assert "mean_acceptance_length" in update.write_baselines()
+
+
+def test_a_profile_floor_fails_in_every_run_even_an_update(profile, tmp_path):
+    j = session(profile, tmp_path, "self", update=True).judge("acceptance", "self", CATEGORY)
+    assert j.verdict is Verdict.FAIL and "acceptance rate (profile floor): measured 0.5" in j.message
+
+
+def test_a_canary_passes_only_when_the_gate_fails_it(profile, tmp_path):
+    stored(profile, tmp_path, "good")
+    caught = session(profile, tmp_path, "worse", worse={"accepted": 0.5}).judge("acceptance", "worse", CATEGORY)
+    assert caught.passed
+    toothless = session(profile, tmp_path, "worse").judge("acceptance", "worse", CATEGORY)
+    assert toothless.verdict is Verdict.FAIL and "the acceptance gate cannot fail here" in toothless.message
+
+
+def test_a_canary_without_the_baseline_it_mimics_skips_naming_that_method(profile, tmp_path):
+    j = session(profile, tmp_path, "worse").judge("acceptance", "worse", CATEGORY)
+    assert j.verdict is Verdict.SKIP and "method 'good'" in j.message
+
+
+def test_speedup_floor_fails_a_slower_proposer_and_passes_an_unchanged_one(profile, tmp_path):
+    stored(profile, tmp_path, "good")
+    assert session(profile, tmp_path, "good").judge("speedup", "good", 4).passed
+    slow = session(profile, tmp_path, "good", good={"step_cost": 1.2 * 1.4}).judge("speedup", "good", 4)
+    assert slow.verdict is Verdict.FAIL and "is below the floor 1.42 (stored 1.67 for 'good'" in slow.message
+    row = [r for r in slow.rows if r.metric == "speedup"][0]
+    assert row.bound == pytest.approx(1.67 * 0.85, abs=0.01) and row.ci_high < row.bound
+
+
+def test_speedups_from_another_machine_are_not_judged(profile, tmp_path):
+    stored(profile, tmp_path, "good")
+    j = session(profile, tmp_path, "good", machine={"speed": 2}).judge("speedup", "good", 1)
+    assert j.verdict is Verdict.SKIP and "not the machine whose speedups are stored" in j.message
+    assert j.record is not None  # measured, shown, but not judged
+
+
+def test_memory_weights_the_checkpoint_does_not_explain_fail_in_every_run(profile, tmp_path):
+    s = session(profile, tmp_path, "good", update=True, good={"drafter_mib": 5.0})
+    s.boot("baseline")
+    s.judge("memory", "baseline")
+    j = s.judge("memory", "good")
+    assert j.verdict is Verdict.FAIL and "the engine loaded more than the drafter" in j.message
+
+
+def test_a_diverging_method_fails_equivalence_naming_prompt_position_and_tokens(profile, tmp_path):
+    s = session(profile, tmp_path, "good", good={"diverge_at": 3})
+    j = s.judge("equivalence", "good")
+    assert j.verdict is Verdict.FAIL and "at token 3: baseline" in j.message and "(id 99)" in j.message
+    assert {r.metric: r.value for r in j.rows}["diverged"] == 60
+
+
+def test_each_engine_boots_once_and_the_previous_one_is_released(profile, tmp_path):
+    s = session(profile, tmp_path, "good", "self")
+    s.judge("acceptance", "good", CATEGORY)
+    s.judge("acceptance", "self", CATEGORY)
+    assert s.host.records["good"].shutdown is not None  # released when 'self' booted
+    assert s.judge("lifecycle", "self").passed and s.judge("lifecycle", "good").passed
+    assert [r.boots for r in s.host.records.values()] == [1, 1, 1]

@@ -1,0 +1,1 @@
+"""Maintainer tools: not part of the `specgate` package and never imported by it."""
