@@ -17,6 +17,7 @@ import gc
 import logging
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +27,8 @@ from typing import Any
 
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
-from specgate.errors import EngineBootError
+from specgate import vllm_compat as compat
+from specgate.errors import EngineBootError, EngineDied
 from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
 
@@ -170,6 +172,9 @@ class Engine(StreamingBackend):
     children_before_boot: set[int]
     env_before: dict[str, str | None] = field(default_factory=dict)
     alive: bool = True
+    processes: dict[int, str] = field(default_factory=dict)  # the engine's own: pid -> process name
+    runner: str = ""  # the worker's model runner: 'v1' or 'v2' (vllm_compat.runner_kind)
+    died: EngineDied | None = None
     _requests: int = 0
 
     @property
@@ -177,34 +182,16 @@ class Engine(StreamingBackend):
         return self.method.name
 
     def counters(self) -> SpecCounters:
-        from vllm.v1.metrics.reader import get_metrics_snapshot
-
-        return counters_from_metrics(get_metrics_snapshot())
+        return counters_from_metrics(compat.metrics_snapshot())
 
     def _request_id(self, tag: str) -> str:
         self._requests += 1
         return f"{tag}#{self._requests}"
 
-    @staticmethod
-    def _params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0):
-        from vllm import SamplingParams
-        from vllm.sampling_params import RequestOutputKind
-
-        return SamplingParams(
-            temperature=temperature,
-            max_tokens=max_tokens,
-            logprobs=top_logprobs or None,
-            ignore_eos=False,
-            output_kind=RequestOutputKind.DELTA,  # one output per engine step: its new tokens only
-        )
-
     async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
         """The request's new tokens (and top-k logprobs) as the engine emits them, step by step."""
-        from vllm.inputs import TokensPrompt
-
-        params = self._params(max_tokens, top_logprobs, temperature)
-        prompt = TokensPrompt(prompt_token_ids=list(token_ids))
-        async for out in self.client.generate(prompt, params, self._request_id(tag)):
+        params = compat.sampling_params(max_tokens, top_logprobs, temperature)
+        async for out in self.client.generate(compat.tokens_prompt(token_ids), params, self._request_id(tag)):
             completion = out.outputs[0]
             top = []
             if top_logprobs and completion.logprobs:
@@ -212,9 +199,37 @@ class Engine(StreamingBackend):
             yield [int(t) for t in completion.token_ids], top
 
     def run(self, coro):
-        """Run a coroutine on the engine's loop (from the test's thread) with the engine's log."""
+        """Run a coroutine on the engine's loop (from the test's thread) with the engine's log. An
+        engine that died raises EngineDied, saying which process ended how and what vLLM logged."""
+        if self.died is not None:
+            coro.close()
+            raise self.died.again()
         with _output_to(self.log_path):
-            return self.loop.run(coro)
+            try:
+                return self.loop.run(coro)
+            except Exception as exc:
+                if not (compat.is_engine_dead(exc) or getattr(self.client, "errored", False)):
+                    raise
+                self.died = self._diagnose(exc)
+        raise self.died
+
+    def _diagnose(self, exc: BaseException) -> EngineDied:
+        reason, tail = explain_failure(self.log_path, exc)
+        ended = []
+        for name, pid, code in compat.engine_core_processes(self.client):
+            if code:
+                ended.append(f"{name} (pid {pid}) {_exit_words(code)}")
+        gone = [f"{name} (pid {pid})" for pid, name in self.processes.items() if not _running(pid)]
+        if not ended and gone:
+            ended.append(f"{', '.join(gone)} exited")
+        how = "; ".join(ended) or "its processes are still running"
+        if compat.is_engine_dead(exc) and reason.startswith(type(exc).__name__):
+            reason = f"{reason.split(':')[0]}: {how}"  # nothing in the log but vLLM's wrapper: the exit says more
+        return EngineDied(
+            f"the engine for method '{self.method.name}' died while generating ({compat.release()}): {reason}. "
+            f"Processes: {how}. Last lines of its log ({self.log_path}):\n{tail}",
+            self.method.name, reason,
+        )
 
     def collective_rpc(self, fn):
         """Call `fn(worker)` in every worker process (results in rank order)."""
@@ -233,26 +248,24 @@ class Engine(StreamingBackend):
 
     def memory_reading(self):
         """KV capacity, the engine processes' peak memory, and the drafter's own weights (measured in
-        the worker: tensors the drafter does not share with the target)."""
+        every worker: tensors the drafter does not share with the target, summed over the tensor-
+        parallel ranks that each hold a shard)."""
         from specgate.memory import MemoryReading
 
         pids = sorted(_children() - self.children_before_boot)
         try:
-            drafter = self.collective_rpc(_drafter_weight_bytes)[0]
+            per_rank = self.collective_rpc(_drafter_weight_bytes)
+            drafter = None if any(b is None for b in per_rank) else sum(per_rank)
+        except EngineDied:
+            raise
         except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
             drafter = None
         return MemoryReading(
-            kv_capacity_tokens=self.kv_capacity_tokens(),
+            kv_capacity_tokens=compat.kv_capacity_tokens(self.client),
             peak_process_bytes=sum(_peak_rss(pid) for pid in pids),
             device_bytes=_device_bytes(pids),
             drafter_weight_bytes=drafter,
         )
-
-    def kv_capacity_tokens(self) -> int | None:
-        cache = self.client.vllm_config.cache_config
-        if cache.num_gpu_blocks is None:
-            return None
-        return int(cache.num_gpu_blocks) * int(cache.block_size)
 
     def shutdown(self) -> ShutdownReport:
         """Stop the engine, wait for its processes to exit, and measure what memory came back."""
@@ -283,22 +296,60 @@ class Engine(StreamingBackend):
         )
 
 
+def _exit_words(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _running(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _engine_processes(children_before: set[int]) -> dict[int, str]:
+    """The processes the engine started (pid -> name, e.g. VLLM::EngineCore_DP0)."""
+    import psutil
+
+    out = {}
+    for pid in sorted(_children() - children_before):
+        with contextlib.suppress(psutil.Error):
+            out[pid] = psutil.Process(pid).name()
+    return out
+
+
+def _runner_kind(worker) -> str:
+    """Runs inside the vLLM worker: which model runner it uses."""
+    from specgate import vllm_compat
+
+    return vllm_compat.runner_kind(worker.model_runner)
+
+
 def _drafter_weight_bytes(worker) -> int | None:
     """Runs inside the vLLM worker: bytes of the drafter's weights that are not the target's.
 
     Modules the drafter shares with the target (EAGLE's embedding and LM head) are skipped by
     identity. On CPU, vLLM moves linear weights into oneDNN / packed kernels and leaves an empty
-    parameter behind, so those count by the layer's declared shape.
+    parameter behind, so those count by the layer's declared shape. None: no drafter at all.
     """
     import torch
 
+    from specgate import vllm_compat
+
     runner = worker.model_runner
-    drafter = getattr(runner, "drafter", None)
-    model = getattr(drafter, "model", None)
+    has_drafter, model = vllm_compat.drafter_model(runner)
     if model is None:
-        return 0 if drafter is not None else None  # ngram / suffix draft without weights
-    target_modules = {id(m) for m in runner.model.modules()}
-    target_tensors = {p.data_ptr() for p in runner.model.parameters() if p.numel()}
+        return 0 if has_drafter else None  # ngram / suffix draft without weights
+    target = runner.get_model() if hasattr(runner, "get_model") else runner.model
+    target_modules = {id(m) for m in target.modules()}
+    target_tensors = {p.data_ptr() for p in target.parameters() if p.numel()}
     seen: set[int] = set()
     total = 0
     for module in model.modules():
@@ -315,24 +366,27 @@ def _drafter_weight_bytes(worker) -> int | None:
     return total
 
 
-_TIMED = {"forward": "_model_forward", "propose": "propose_draft_token_ids"}
-
-
 def _start_step_timer(worker) -> bool:
     """Runs inside the vLLM worker: wrap the runner's target forward pass and its drafting call with
-    timers. On CUDA each timed call synchronizes the device, so only a dedicated trial uses them."""
+    timers (vllm_compat.step_timers says which, for either model runner). On CUDA each timed call
+    synchronizes the device, so only a dedicated trial uses them."""
     import time as _time
 
     import torch
 
+    from specgate import vllm_compat
+
     runner = worker.model_runner
-    if not hasattr(runner, _TIMED["forward"]):
+    timers = vllm_compat.step_timers(runner)
+    if not all(hasattr(owner, attr) for owner, attr, _ in timers.values()):
         return False
     sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    totals = {f"{name}_{what}": 0.0 for name in _TIMED for what in ("s", "calls")}
+    totals = {f"{name}_{what}": 0.0 for name in timers for what in ("s", "calls")}
 
-    def timed(name, fn):
+    def timed(name, fn, skip):
         def wrapper(*args, **kwargs):
+            if skip is not None and skip(kwargs):
+                return fn(*args, **kwargs)
             sync()
             start = _time.perf_counter()
             try:
@@ -344,9 +398,9 @@ def _start_step_timer(worker) -> bool:
 
         return wrapper
 
-    for name, attr in _TIMED.items():
-        if hasattr(runner, attr):
-            setattr(runner, attr, timed(name, getattr(runner, attr)))  # instance attribute shadows the method
+    for name, (owner, attr, skip) in timers.items():
+        setattr(owner, attr, timed(name, getattr(owner, attr), skip))  # instance attribute shadows the method
+    runner._specgate_timed = [(owner, attr) for owner, attr, _ in timers.values()]
     runner._specgate_step_totals = totals
     return True
 
@@ -354,8 +408,8 @@ def _start_step_timer(worker) -> bool:
 def _stop_step_timer(worker) -> dict[str, float]:
     """Runs inside the vLLM worker: remove the timers, return their totals."""
     runner = worker.model_runner
-    for attr in _TIMED.values():
-        runner.__dict__.pop(attr, None)
+    for owner, attr in runner.__dict__.pop("_specgate_timed", []):
+        owner.__dict__.pop(attr, None)
     return runner.__dict__.pop("_specgate_step_totals", {})
 
 
@@ -436,8 +490,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     """Start a vLLM engine for `method`; raise EngineBootError with the log tail if it will not start."""
     kwargs = engine_kwargs(profile, method, root)
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
-    from vllm.engine.arg_utils import AsyncEngineArgs
-    from vllm.v1.engine.async_llm import AsyncLLM
+    AsyncEngineArgs, AsyncLLM = compat.engine_classes()
 
     gc.collect()
     children_before = _children()
@@ -464,15 +517,19 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         _kill(_wait_for_exit(children_before, wait_s=5.0))  # vLLM usually reaps them itself
         reason, tail = explain_failure(log_path, exc)
         raise EngineBootError(
-            f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot: "
-            f"{reason} Full engine log: {log_path}. Check the method's "
+            f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot on "
+            f"{compat.release()}: {reason} Full engine log: {log_path}. Check the method's "
             "speculative_config and model paths in the profile, or run with --specgate-methods to skip it.",
             log_tail=tail,
             method=method.name,
             reason=reason,
             detail=f"{type(exc).__name__}: {exc}",
         ) from None
-    return Engine(method, client, loop, log_path, time.monotonic() - start, rss_before, available_before, children_before, env_before)
+    engine = Engine(method, client, loop, log_path, time.monotonic() - start, rss_before, available_before,
+                    children_before, env_before, processes=_engine_processes(children_before))
+    with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
+        engine.runner = engine.collective_rpc(_runner_kind)[0]
+    return engine
 
 
 def _kill(pids: list[int]) -> None:

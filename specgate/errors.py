@@ -6,6 +6,8 @@
     ├── ZooError                   an embedded model is missing or corrupt
     ├── BaselineError              a stored baseline file is malformed, truncated or of another schema
     ├── EngineBootError            vLLM refused to start an engine; carries the tail of its log
+    ├── EngineDied                 a running engine died (a crash at a verification step, a kill,
+    │                              out of memory): which process, its exit, vLLM's own error
     ├── EndpointError              (endpoint.py) a --specgate-endpoint server is unreachable or not vLLM
     ├── ResultsError               (report.py) a results directory is missing or corrupt
     └── NotMeasurable              this run cannot measure it (e.g. memory of a remote server): a skip
@@ -40,12 +42,37 @@ class BaselineError(SpecgateError):
 class EngineBootError(SpecgateError):
     """Raised when an engine fails to boot; `log_tail` holds the last lines the engine printed."""
 
-    def __init__(self, message: str, log_tail: str = "", method: str = "", reason: str = "", detail: str = ""):
+    def __init__(self, message: str, log_tail: str = "", method: str = "", reason: str = "", detail: str = "",
+                 repeat: bool = False):
         super().__init__(message)
         self.log_tail = log_tail
         self.method = method
         self.reason = reason  # the engine's own one-line error
         self.detail = detail  # the full text of the exception vLLM raised in this process
+        self.repeat = repeat  # a later test of the same method: said in one line, the first has the log
+
+    def again(self) -> EngineBootError:
+        """The same failure for the method's later tests, in one line."""
+        return type(self)(
+            f"not judged: the engine for method '{self.method}' did not boot ({self.reason}); see this method's "
+            "first failure for the engine log", self.log_tail, self.method, self.reason, self.detail, repeat=True,
+        )
+
+
+class EngineDied(SpecgateError):
+    """Raised when a running engine dies; the message names the process, its exit and vLLM's error."""
+
+    def __init__(self, message: str, method: str = "", reason: str = "", repeat: bool = False):
+        super().__init__(message)
+        self.method = method
+        self.reason = reason  # vLLM's own one-line error, or how the process ended
+        self.repeat = repeat
+
+    def again(self) -> EngineDied:
+        return EngineDied(
+            f"not judged: the engine for method '{self.method}' died earlier in this run ({self.reason}); see this "
+            "method's first failure for the process and its log", self.method, self.reason, repeat=True,
+        )
 
 
 class NotMeasurable(SpecgateError):

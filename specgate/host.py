@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate.backend import Backend, BootEngine, ShutdownReport
-from specgate.errors import EngineBootError, NotMeasurable
+from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.profile import BASELINE, Method
 
 
@@ -27,7 +27,9 @@ class MethodRecord:
     boot_s: list[float] = field(default_factory=list)
     shutdown: ShutdownReport | None = None
     boot_error: EngineBootError | None = None
+    died: EngineDied | None = None  # the engine crashed or was killed after it booted
     skipped_reason: str | None = None
+    runner: str = ""  # which model runner the engine's worker used ('v1' / 'v2')
 
 
 class EngineHost:
@@ -52,11 +54,15 @@ class EngineHost:
             return self._endpoint(name)
         record = self.records[name]
         if record.boot_error is not None:
-            raise record.boot_error
+            raise record.boot_error.again()  # the first failure carried the log; later tests say it in a line
+        if record.died is not None:
+            raise record.died.again()
         if self._engine is not None and self._engine.method_name == name and self._engine.alive:
             return self._engine
         if name == BASELINE and self.reference is not None:
             return self.reference
+        if name != BASELINE:
+            self._check_offered(name)
         if self.keep_reference and self._engine is not None and self._engine.method_name == BASELINE:
             self.reference, self._engine = self._engine, None  # stays up for paired speedup trials
         self.release_current()
@@ -67,7 +73,21 @@ class EngineHost:
             record.boot_error = exc
             raise
         record.boot_s.append(self._engine.boot_s)
+        record.runner = getattr(self._engine, "runner", "")
         return self._engine
+
+    def _check_offered(self, name: str) -> None:
+        """A method the installed vLLM does not offer is skipped, naming the release and what it offers."""
+        from specgate import vllm_compat
+
+        kind, offered = self.by_name[name].kind, vllm_compat.speculative_methods()
+        if offered and kind not in offered:
+            reason = (
+                f"method '{name}': {vllm_compat.release()} does not offer speculative_config.method = {kind!r}; "
+                f"it offers: {', '.join(offered)}"
+            )
+            self.records[name].skipped_reason = reason
+            raise NotMeasurable(reason)
 
     def _endpoint(self, name: str) -> Backend:
         from specgate.endpoint import Endpoint
@@ -84,6 +104,11 @@ class EngineHost:
             self._clients[name] = client
             self.records[name].boots += 1
         return self._clients[name]
+
+    def died(self, error: EngineDied) -> None:
+        """An engine crashed or was killed mid-run: its method's later tests say so in one line."""
+        if error.method in self.records and self.records[error.method].died is None:
+            self.records[error.method].died = error
 
     def not_measurable_here(self, what: str) -> str | None:
         """Why this run cannot measure `what` at all (a skip reason), or None."""

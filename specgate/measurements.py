@@ -17,7 +17,7 @@ from specgate import stats
 from specgate.acceptance import AcceptanceResult
 from specgate.backend import BatchResult
 from specgate.equivalence import GreedyOutput
-from specgate.errors import SpecgateError
+from specgate.errors import EngineDied, SpecgateError
 from specgate.load import trial_prompts
 from specgate.profile import BASELINE
 
@@ -116,6 +116,14 @@ class MeasurementStore:
         self.inputs.tokenized()  # fail on bad prompts before paying for a boot
         return self.host.engine(name)
 
+    def _measuring(self, fn, *args):
+        """Run a measurement; an engine that dies on the way is recorded with the host."""
+        try:
+            return fn(*args)
+        except EngineDied as exc:
+            self.host.died(exc)
+            raise
+
     def prepare_reference(self) -> None:
         if self.reference_ready or self.host.endpoints is not None:
             return
@@ -131,8 +139,9 @@ class MeasurementStore:
     # -- the greedy pass --------------------------------------------------------------------------
     def category_runs(self, name: str) -> dict[str, BatchResult]:
         """One greedy batch per prompt category (the baseline also keeps top-k logprobs)."""
-        if name in self._run_errors:
-            raise self._run_errors[name]  # do not rerun an engine whose generation already failed
+        if name in self._run_errors:  # do not rerun an engine whose generation already failed
+            error = self._run_errors[name]
+            raise error.again() if isinstance(error, EngineDied) else error
         if name not in self._runs:
             engine = self.engine(name)
             top = self.profile.equivalence.top_logprobs if name == BASELINE else 0
@@ -140,7 +149,7 @@ class MeasurementStore:
             try:
                 for category in self.inputs.categories():
                     batch = [p for p in self.inputs.tokenized() if p.category == category]
-                    runs[category] = engine.run_batch(batch, self.profile.max_tokens, top)
+                    runs[category] = self._measuring(engine.run_batch, batch, self.profile.max_tokens, top)
             except Exception as exc:
                 self._run_errors[name] = exc
                 raise
@@ -170,7 +179,8 @@ class MeasurementStore:
         batch = trial_prompts(prompts, concurrency, cfg.num_requests(concurrency), self.profile.seed)
         if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
             top = max(self.profile.concurrency)
-            engine.closed_loop(trial_prompts(prompts, top, 2 * top, self.profile.seed + 1), top, max_tokens, cfg.temperature)
+            warm = trial_prompts(prompts, top, 2 * top, self.profile.seed + 1)
+            self._measuring(engine.closed_loop, warm, top, max_tokens, cfg.temperature)
             self._warmed.add(name)
         result = LoadTrials(concurrency)
         counters = []
@@ -185,10 +195,11 @@ class MeasurementStore:
             counters.append(moved)
             return run
 
-        (repeat or _repeat)(one_trial, cfg.trials)
+        self._measuring(repeat or _repeat, one_trial, cfg.trials)
         result.counters = functools.reduce(lambda a, b: a + b, counters)
         if cfg.measure_step_costs:
-            result.step_times = engine.timed_steps(lambda: engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature))
+            result.step_times = self._measuring(
+                engine.timed_steps, lambda: engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature))
         cached[concurrency] = result
         return result
 
@@ -224,7 +235,7 @@ class MeasurementStore:
     def memory_reading(self, name: str):
         """This engine's memory, read once while it is alive (the baseline engine's is the reference)."""
         if name not in self._memory:
-            self._memory[name] = self.engine(name).memory_reading()
+            self._memory[name] = self._measuring(self.engine(name).memory_reading)
         return self._memory[name]
 
     def memory_overhead(self, name: str, root):

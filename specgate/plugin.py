@@ -350,7 +350,7 @@ def _guard(gate, fn, *args, **kwargs):
         reason = gate.host.expected_boot_failure(exc.method, exc)
         if reason:
             pytest.skip(reason)
-        pytest.fail(f"{exc}\n--- engine log tail ---\n{exc.log_tail}", pytrace=False)
+        pytest.fail(str(exc) if exc.repeat else f"{exc}\n--- engine log tail ---\n{exc.log_tail}", pytrace=False)
     except SpecgateError as exc:
         pytest.fail(str(exc), pytrace=False)
 

