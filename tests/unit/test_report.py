@@ -2,6 +2,7 @@
 
 import json
 import re
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -221,3 +222,29 @@ def test_unreadable_results_are_named_with_what_to_do(tmp_path, setup, words):
     with pytest.raises(ResultsError, match=words) as err:
         report.load_run(run_dir)
     assert str(run_dir) in str(err.value) and "rerun the gate" in str(err.value)
+
+
+def test_a_run_on_another_vllm_than_its_baselines_says_so_and_lists_what_moved():
+    upgrade = "baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0"
+    text = report.summary_markdown(fabricated_table(gates=("acceptance",)), fabricated_run(baselines={"upgrade": upgrade}))
+    assert "**baselines: vLLM 0.31.0 (2026-11-25) → this run: vLLM 0.32.0**" in text.splitlines()[4]
+    moved = text.split("## What moved (vLLM 0.31.0 (2026-11-25) → vLLM 0.32.0)")[1].split("## ")[0]
+    assert "| eagle3 | acceptance | doc_prose | mean_acceptance_length | 1.68 | 1.23 | -26.8% |" in moved
+    assert "| eagle | acceptance | code_continuation | position_rate[1] |" in moved
+    same = report.summary_markdown(fabricated_table(gates=("acceptance",)), fabricated_run())
+    assert "What moved" not in same
+
+
+def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkeypatch):
+    from specgate import baselines
+    from specgate.profile import find_profile, load_profile
+
+    root = Path(__file__).resolve().parents[2]
+    profile = load_profile(find_profile("cpu-tiny", root), root)
+    store = baselines.BaselineStore(tmp_path, profile, "cpu-x-2c")
+    prov = {"vllm": "0.31.0", "date": "2026-11-25T10:00:00+00:00"}
+    baselines.write_atomic(baselines.BaselineFile(store.path, "cpu-tiny", "cpu-x-2c", {"ngram": {"provenance": prov}}))
+    monkeypatch.setattr(baselines, "_module_version", lambda module: "0.32.0")
+    assert store.upgrade() == "baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0"
+    monkeypatch.setattr(baselines, "_module_version", lambda module: "0.31.0")
+    assert store.upgrade() == ""

