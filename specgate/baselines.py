@@ -292,27 +292,101 @@ def _num(x: float | None) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+# Figures that belong to the machine, not to the model + vLLM: judged only against this machine's own
+# file (speedups coarsely against another's). Everything else is portable: greedy float32 acceptance,
+# drafter weights and KV tokens lost came out identical on an AMD and an Intel machine and on vLLM
+# 0.31.0 and 0.32.0 (cpu-tiny). On GPUs the KV budget is a share of the device's memory, so KV
+# figures are the machine's there.
+MACHINE_FIGURES = {"process_mib", "device_mib", "peak_process_mib"}
+DEVICE_KV_FIGURES = {"kv_tokens_lost", "kv_capacity_tokens"}
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A stored entry and where it came from."""
+
+    values: dict[str, Any]
+    source: str  # 'vLLM 0.32.0, 2026-11-25, rev abc' (+ the machine, when not this one's file)
+    hardware: str
+    own: bool  # from this machine's own file
+
+
 class BaselineStore:
     """This run's stored baselines: which file, its entries (read once; BaselineError when the file
-    is bad), the message for a missing entry, and the locked, merging, atomic write with its
-    machine-stamp policy."""
+    is bad), the profile's other machines' files for portable figures, the message for a missing
+    entry, and the locked, merging, atomic write with its machine-stamp policy."""
 
     def __init__(self, root: Path, profile, hardware: str | None = None):
         self.root, self.profile = Path(root), profile
         self.hardware = hardware or hardware_key(*detect_device(profile.hardware))
         self.path = baseline_path(self.root, profile.name, self.hardware)
         self._file: BaselineFile | None = None
+        self._others: list[BaselineFile] | None = None
+        self.borrowed: dict[str, set[str]] = {}  # gate -> files of other machines used for this run
 
     def file(self) -> BaselineFile:
         if self._file is None:
             self._file = load(self.path, self.profile.name, self.hardware)
         return self._file
 
+    def others(self) -> list[BaselineFile]:
+        """The profile's baseline files of other machines (a bad one is a BaselineError naming it)."""
+        if self._others is None:
+            self._others = []
+            for path in sorted(self.path.parent.glob("*.json")):
+                if path == self.path:
+                    continue
+                try:
+                    hardware = json.loads(path.read_text(encoding="utf-8")).get("hardware")
+                except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+                    hardware = None
+                self._others.append(load(path, self.profile.name, str(hardware)))
+        return self._others
+
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
         return self.file().entry(method, kind, key)
 
     def source(self, method: str) -> str:
         return self.file().source(method)
+
+    def lookup(self, method: str, kind: str, key: str) -> Stored | None:
+        """This machine's entry; else another machine's (the newest), with its machine figures left
+        out (speedups whole: the speedup check judges them coarsely)."""
+        own = self.file().entry(method, kind, key)
+        if own is not None:
+            return Stored(own, self.file().source(method), self.hardware, True)
+        found = [(str(f.methods[method].get("provenance", {}).get("date", "")), f) for f in self.others()
+                 if f.entry(method, kind, key) is not None]
+        if not found:
+            return None
+        _, other = max(found, key=lambda x: x[0])
+        values = other.entry(method, kind, key)
+        if kind != "speedup":
+            values = {k: v for k, v in values.items() if k not in self.machine_figures}
+        self.borrowed.setdefault(kind, set()).add(other.path.name)
+        source = f"{other.source(method)}, stored on {other.hardware} ({other.path.name})"
+        return Stored(values, source, other.hardware, False)
+
+    @property
+    def machine_figures(self) -> set[str]:
+        return MACHINE_FIGURES | (DEVICE_KV_FIGURES if self.profile.hardware == "cuda" else set())
+
+    def header(self) -> list[str]:
+        """What the summary says once when this run used other machines' baselines."""
+        if not self.borrowed:
+            return []
+        files = sorted(set().union(*self.borrowed.values()))
+        machine = [k for k in ("speedup", "memory") if k in self.borrowed or not self.file().methods]
+        lines = [f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
+                 f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
+                 f"{', '.join(files)} in {self.path.parent}"]
+        if machine:
+            lines.append(
+                "speedup and process memory: no baselines for " + self.hardware + "; speedups judged coarsely "
+                f"(coarse_speedup_rtol {self.profile.tolerance.coarse_speedup_rtol}), process memory not judged; "
+                f"`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` once on this machine"
+            )
+        return lines
 
     def upgrade(self) -> str:
         """'baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0' when the stored baselines were

@@ -450,7 +450,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
     payload = {
         "worker": scaleout.worker_id(),
-        "lines": gs.summary_lines(),
+        "lines": gs.summary_lines(outcomes),
         "outcomes": [o.__dict__ for o in outcomes],
         "table": measurement_table(gs.judgements.values()).to_json(orient="records"),
         "measured": gs.measured,
@@ -471,14 +471,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         return
     session.release_all()
     terminalreporter.section("specgate")
-    lines = session.summary_lines()
+    outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
+    lines = session.summary_lines(outcomes)
     for line in lines:
         terminalreporter.write_line(line)
     if session.plan.update_baselines:
         terminalreporter.write_line(_update_baselines(session, config.stash[_WATCH_KEY].failures))
     from specgate.results import write_run
 
-    outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
     _report_written(terminalreporter, session.plan.out_dir, lambda: write_run(session, outcomes, session.started_wall, lines))
 
 

@@ -5,10 +5,12 @@ from `results/<run-id>/measurements.json` + `run.json` long after the engines ar
 (`specgate report RESULTS_DIR`). Columns:
 
     method  gate  key  concurrency  position  metric  value  baseline  bound  ci_low  ci_high
-    unit  verdict  message
+    unit  verdict  message  basis
 
 `verdict` ("pass" | "fail" | "skip" | "error") sits on each gate's headline row(s); `bound` is the
-floor (acceptance, speedup) or ceiling (memory) the verdict was taken against. Plots are PNGs
+floor (acceptance, speedup) or ceiling (memory) the verdict was taken against; `basis` says when
+that baseline was not this machine's own ("portable": another machine's portable figures;
+"coarse": speedups from another machine or load, held to a wider tolerance). Plots are PNGs
 rendered with matplotlib's Agg backend, saved under `plots/` and embedded in report.html as data
 URIs, so the HTML is one file that opens anywhere (a CI artifact, an e-mail) with no network.
 """
@@ -21,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -33,8 +36,8 @@ from specgate.errors import SpecgateError
 from specgate.profile import BASELINE
 
 COLUMNS = ("method", "gate", "key", "concurrency", "position", "metric", "value", "baseline", "bound",
-           "ci_low", "ci_high", "unit", "verdict", "message")
-_TEXT = ("method", "gate", "key", "metric", "unit", "verdict", "message")
+           "ci_low", "ci_high", "unit", "verdict", "message", "basis")
+_TEXT = ("method", "gate", "key", "metric", "unit", "verdict", "message", "basis")
 _NUMBER = ("concurrency", "position", "value", "baseline", "bound", "ci_low", "ci_high")
 BASELINE_METHOD = BASELINE
 VERDICTS = tuple(v.value for v in Verdict)
@@ -69,7 +72,7 @@ def normalize(table: pd.DataFrame) -> pd.DataFrame:
     a table read back from CSV or JSON behaves like the one the run built."""
     table = table.copy()
     for col in _TEXT:
-        table[col] = table[col].fillna("").astype(str) if col in table else ""
+        table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str) if col in table else ""
     for col in _NUMBER:
         table[col] = pd.to_numeric(table[col], errors="coerce").astype(float) if col in table else math.nan
     extra = [c for c in table.columns if c not in COLUMNS]
@@ -274,8 +277,11 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         if message and verdict in ("fail", "error", "skip"):
             notes.setdefault((verdict, message), []).append(f"{method} / {key}" if key else method)
 
+    bases = {(r["method"], r["key"]): r.get("basis", "") for r in rows.to_dict("records")}
     for method, key, verdict, line in cells:
-        out.rows.append([method, key or "–", verdict or "–"] + line)
+        basis = bases.get((method, key), "")
+        label = (verdict or "–") + (f" ({basis})" if basis in ("coarse", "portable") and verdict else "")
+        out.rows.append([method, key or "–", label] + line)
         out.verdicts.append(verdict)
     order = {"error": 0, "fail": 1, "skip": 2}
     out.notes = sorted(((v, m, where) for (v, m), where in notes.items()), key=lambda n: order.get(n[0], 3))
@@ -300,6 +306,29 @@ def totals(table: pd.DataFrame, run: dict[str, Any]) -> dict[str, int]:
     return {v: sum(1 for x in verdicts if x == v) for v in VERDICTS}
 
 
+def judged_line(outcomes: list[dict]) -> str:
+    """'judged 26 of 127 checks (26 passed, 0 failed); 101 skipped, mostly (88): <reason>' so that a
+    mostly-skipped green run cannot be mistaken for a full pass."""
+    verdicts = [_verdict_of(o) for o in outcomes]
+    judged = sum(v in ("pass", "fail", "error") for v in verdicts)
+    skips = [o for o, v in zip(outcomes, verdicts) if v == "skip"]
+    skipped = [str(o.get("message") or "") for o in skips]
+    text = (f"judged {judged} of {len(outcomes)} checks ({verdicts.count('pass')} passed, "
+            f"{verdicts.count('fail') + verdicts.count('error')} failed)")
+    if not skipped:
+        return text + "; none skipped"
+
+    def shape(o, m: str) -> str:  # the reason without its method, key, names and numbers
+        for word in (str(o.get("key") or ""), str(o.get("method") or "")):
+            m = m.replace(word, "#") if word else m
+        return re.sub(r"'[^']*'|\d+(?:\.\d+)?", "#", m)[:90]
+
+    shapes = [shape(o, m) for o, m in zip(skips, skipped)]
+    main = max(set(shapes), key=shapes.count)
+    example = skipped[shapes.index(main)]
+    return text + f"; {len(skipped)} skipped, mostly ({shapes.count(main)}): {example[:240]}"
+
+
 def title_line(table: pd.DataFrame, run: dict[str, Any]) -> str:
     counts = totals(table, run)
     words = {"pass": "passed", "fail": "failed", "skip": "skipped",
@@ -314,6 +343,12 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
     """summary.md: one line of totals, then per gate a table and the messages of what did not pass."""
     table = normalize(table)
     lines = [f"# specgate: {title_line(table, run)}", ""]
+    outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
+    if outcomes:
+        lines += [f"**{judged_line(outcomes)}**", ""]
+    notes = [n for n in run.get("notes", []) if not n.startswith("baselines: ")]  # the upgrade: below
+    if notes:
+        lines += [f"- {n}" for n in notes] + [""]
     about = [f"{k} {run[k]}" for k in ("torch", "git_revision", "started", "finished") if run.get(k)]
     if about:
         lines += [" · ".join(about), ""]
@@ -337,7 +372,7 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
         lines.append("| " + " | ".join("---" for _ in gt.header) + " |")
         for row, verdict in zip(gt.rows, gt.verdicts):
             cells = list(row)
-            cells[2] = f"**{verdict}**" if verdict in ("fail", "error") else cells[2]
+            cells[2] = f"**{cells[2]}**" if verdict in ("fail", "error") else cells[2]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
         for verdict, message, where in gt.notes:

@@ -39,18 +39,21 @@ def measurement_table(judgements):
     return pd.DataFrame([row for j in judgements for row in j.table_rows()])
 
 
-def summary_lines(session) -> list[str]:
-    """The terminal summary of a run: engines, boot and shutdown, and each method's headline figures."""
+def summary_lines(session, outcomes=()) -> list[str]:
+    """The terminal summary of a run: what was judged, engines, boot and shutdown, and each method's
+    headline figures."""
+    from specgate.report import judged_line
+
     host, plan, measured = session.host, session.plan, session.measured
     ran = [r for r in host.records.values() if r.boot_s and r.method != BASELINE]
     failed = [r for r in host.records.values() if r.boot_error]
-    lines = [
+    lines = [judged_line([o.__dict__ if hasattr(o, "__dict__") else o for o in outcomes])] if outcomes else []
+    lines += header_lines(session)
+    lines += [
         f"profile {session.profile.name} ({session.profile.path}); results in {plan.out_dir}",
         f"engines booted: {host.engines_booted} (methods run: {len(ran)} + {len(host.records[BASELINE].boot_s)} baseline"
         f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - session.started:.0f} s",
     ]
-    if upgrade := session.baselines.upgrade():
-        lines.append(upgrade)
     lines += diagnosis(session)
     for r in host.records.values():
         if plan.endpoints is not None:
@@ -81,6 +84,20 @@ def summary_lines(session) -> list[str]:
     boots = {r.method: r.boots for r in host.records.values() if r.boots > 1}
     if boots:
         lines.append(f"  warning: booted more than once: {boots} (tests reordered, or an engine was lost)")
+    return lines
+
+
+def header_lines(session) -> list[str]:
+    """What the reader must know before the numbers: baselines from other machines, coarse speed
+    judgements, baselines from another vLLM."""
+    lines = list(session.baselines.header())
+    coarse = [j for j in session.judgements.values() if j.basis == "coarse"]
+    if coarse and not session.baselines.borrowed.get("speedup"):
+        keys = ", ".join(dict.fromkeys(j.key for j in coarse))
+        lines.append(f"speedups judged coarsely at {keys} (coarse_speedup_rtol {session.profile.tolerance.coarse_speedup_rtol}): "
+                     + coarse[0].message.removeprefix("coarse judgement: ").split("; held to")[0])
+    if upgrade := session.baselines.upgrade():
+        lines.append(upgrade)
     return lines
 
 
@@ -154,6 +171,7 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
         "git_revision": prov["git_revision"],
         "vllm_release": vllm_release(),
         "baselines": {"file": str(session.baselines.path), "upgrade": session.baselines.upgrade()},
+        "notes": header_lines(session),
         "engines": engines(session),
         "outcomes": [asdict(o) for o in outcomes],
         "summary_lines": summary_lines,

@@ -42,6 +42,7 @@ class RunPlan:
     strict: bool = False
     endpoints: dict[str, str] | None = None  # --specgate-endpoint: servers instead of booted engines
     log_dir: Path | None = None  # engine logs (default: <out_dir>/engines)
+    hardware: str | None = None  # the baseline file's key (default: detected, e.g. cpu-amd-epyc-2c)
     inputs: PromptInputs = field(init=False)
 
     def __post_init__(self) -> None:
@@ -68,7 +69,7 @@ class GateSession:
         interleave = plan.profile.speedup.interleave_baseline and "speedup" in selection.gates
         self.host = EngineHost(plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave)
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
-        self.baselines = BaselineStore(plan.root, plan.profile)
+        self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
         ctx = Context(plan.profile, self.baselines, plan.strict, plan.update_baselines)
         self.checks = {
             "equivalence": EquivalenceCheck(ctx, self.store, plan.inputs),
@@ -110,9 +111,16 @@ class GateSession:
         self.host.release_all()
 
     def write_baselines(self) -> str:
-        return self.baselines.write(self.measured, set(self.plan.method_order))
+        """Store this run's measurements; speed figures not at all when the machine was disturbed at
+        any level (a busy machine stores a wrong machine stamp with them)."""
+        measured, note = self.measured, ""
+        if disturbed := sorted({k for (_, g, k), j in self.judgements.items() if j.basis == "disturbed"}):
+            measured = {m: {g: v for g, v in kinds.items() if g != "speedup"} for m, kinds in measured.items()}
+            note = (f"\nspeed figures not stored, at any level: the machine was disturbed during this run's speedup "
+                    f"trials at {', '.join(disturbed)}; acceptance and memory were. Rerun the update on a quiet machine.")
+        return self.baselines.write(measured, set(self.plan.method_order)) + note
 
-    def summary_lines(self) -> list[str]:
+    def summary_lines(self, outcomes=()) -> list[str]:
         from specgate.results import summary_lines
 
-        return summary_lines(self)
+        return summary_lines(self, outcomes)

@@ -183,11 +183,11 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def fake_session(profile, root: Path, script: FakeScript | None = None, *, methods: list[str] | None = None,
-                 update_baselines: bool = False, strict: bool = False):
+                 update_baselines: bool = False, strict: bool = False, hardware: str | None = None):
     """A GateSession over fake engines, for testing verdicts and baseline policy without pytest or vLLM:
     `fake_session(profile, tmp_path).judge("acceptance", "ngram", "code")`."""
     from specgate.session import GateSession, RunPlan, Selection
 
     plan = RunPlan(profile, profile.select(methods), root, Path(root) / "results", update_baselines=update_baselines,
-                   strict=strict)
+                   strict=strict, hardware=hardware)
     return GateSession(plan, Selection(levels=tuple(profile.concurrency)), boot=FakeBoot(script))

@@ -73,6 +73,10 @@ class Judgement:
     messages: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     record: dict[str, Any] | None = None  # stored by --update-baselines as baselines[method][gate][key]
+    # What the figures were held to: "" this machine's baselines; "coarse" speedups stored on another
+    # machine (or under other load), wider tolerance; "portable" another machine's portable figures;
+    # "disturbed" the machine changed under the measurement (not judged, not stored)
+    basis: str = ""
 
     @property
     def passed(self) -> bool:
@@ -92,6 +96,7 @@ class Judgement:
                 "value": None if r.value is None else float(r.value), "baseline": r.baseline, "bound": r.bound,
                 "ci_low": r.ci_low, "ci_high": r.ci_high, "unit": r.unit, "concurrency": r.concurrency,
                 "position": r.position, "verdict": verdict, "message": self.message if r.headline else "",
+                "basis": self.basis,
             }
             out.append(row)
         return out

@@ -62,14 +62,15 @@ class AcceptanceCheck:
         ctx, tol = self.ctx, self.ctx.profile.tolerance
         result = self.store.acceptance(method, key)
         ref = ctx.reference(method, self.gate)
-        stored = ctx.baselines.entry(ref, self.gate, key)
+        found = ctx.baselines.lookup(ref, self.gate, key)  # portable: another machine's serves too
+        stored, source = (found.values, found.source) if found else (None, "")
         floors = ctx.method(method).floors
-        j = Judgement(self.gate, method, key, Verdict.PASS, record=result.record())
+        j = Judgement(self.gate, method, key, Verdict.PASS, record=result.record(),
+                      basis="portable" if found and not found.own else "")
 
         def failed(checks: list[Floor]) -> list[str]:
             return [f"method '{method}', category '{key}': {msg}" for c in checks if (msg := c.fails())]
 
-        source = ctx.baselines.source(ref)
         against_baseline = failed(acceptance_floors(result, stored, tol.acceptance_rtol, tol.position_rtol, {}, source))
         against_floors = [] if ref != method else failed(acceptance_floors(result, None, 0.0, 0.0, floors))
         j.rows = self._rows(j.record, stored or {}, floors)

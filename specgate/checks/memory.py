@@ -89,14 +89,17 @@ class MemoryCheck:
         tol = self.ctx.profile.tolerance
         if method == BASELINE:  # the baseline engine's own figures: stored for reference, not gated
             j.record = memory.engine_record(self.store.memory_reading(method))
-            base = self.ctx.baselines.entry(method, self.gate, key) or {}
+            found = self.ctx.baselines.lookup(method, self.gate, key)
+            base = found.values if found else {}
             j.rows = [Row(m, v, base.get(m), headline=True) for m, v in j.record.items()]
             return j
         j.record = self.store.memory_overhead(method, self.root).record()
         ref = self.ctx.reference(method, self.gate)
-        stored = self.ctx.baselines.entry(ref, self.gate, key)
+        found = self.ctx.baselines.lookup(ref, self.gate, key)  # another machine's: its portable figures only
+        stored = found.values if found else None
+        j.basis = "portable" if found and not found.own else ""
         problems = [f"method '{method}': {msg}"] if (msg := consistency_problem(j.record, tol.memory_rtol)) else []
-        checks = ceilings(j.record, stored, tol, self.ctx.baselines.source(ref))
+        checks = ceilings(j.record, stored, tol, found.source if found else "")
         failures = [f"method '{method}', memory: {msg}" for c in checks if (msg := c.fails())]
         j.rows = self._rows(j.record, stored or {})
         return self.ctx.decide(j, stored, problems, failures)

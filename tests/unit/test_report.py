@@ -227,7 +227,7 @@ def test_unreadable_results_are_named_with_what_to_do(tmp_path, setup, words):
 def test_a_run_on_another_vllm_than_its_baselines_says_so_and_lists_what_moved():
     upgrade = "baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0"
     text = report.summary_markdown(fabricated_table(gates=("acceptance",)), fabricated_run(baselines={"upgrade": upgrade}))
-    assert "**baselines: vLLM 0.31.0 (2026-11-25) → this run: vLLM 0.32.0**" in text.splitlines()[4]
+    assert "**baselines: vLLM 0.31.0 (2026-11-25) → this run: vLLM 0.32.0**" in text.splitlines()[:8]
     moved = text.split("## What moved (vLLM 0.31.0 (2026-11-25) → vLLM 0.32.0)")[1].split("## ")[0]
     assert "| eagle3 | acceptance | doc_prose | mean_acceptance_length | 1.68 | 1.23 | -26.8% |" in moved
     assert "| eagle | acceptance | code_continuation | position_rate[1] |" in moved
@@ -248,3 +248,13 @@ def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkey
     assert store.upgrade() == "baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0"
     monkeypatch.setattr(baselines, "_module_version", lambda module: "0.31.0")
     assert store.upgrade() == ""
+
+
+def test_the_summary_opens_with_how_much_was_judged_and_why_the_rest_was_skipped():
+    reason = "no stored acceptance baseline for method 'ngram', doc_prose in baselines/x.json; create it"
+    outcomes = [{"method": "ngram", "gate": "acceptance", "key": c, "outcome": "skipped", "message": reason.replace("doc_prose", c)}
+                for c in CATEGORIES] + [{"method": "ngram", "gate": "equivalence", "key": "greedy", "outcome": "passed"}]
+    line = report.judged_line(outcomes)
+    assert line.startswith("judged 1 of 6 checks (1 passed, 0 failed); 5 skipped, mostly (5): no stored acceptance baseline")
+    text = report.summary_markdown(fabricated_table(gates=("equivalence",)), fabricated_run(outcomes=outcomes))
+    assert text.splitlines()[2] == f"**{line}**"
