@@ -133,7 +133,9 @@ def test_every_key_is_one_vllm_accepts(name, vllm_schema):
         bad = set(sc) - vllm_schema["speculative"]
         assert not bad, f"{name}.{m.name}: {sorted(bad)} are not vLLM SpeculativeConfig fields"
         assert "tensor_parallel_size" not in sc  # vLLM rejects it there: draft_tensor_parallel_size
-        assert sc["method"] in vllm_schema["methods"], f"{name}.{m.name}: vLLM has no method {sc['method']!r}"
+        # A method this vLLM dropped (mlp_speculator on 0.33) is skipped at run time, naming the release;
+        # a typo is a profile error (test_profile). Every other method must be one this vLLM offers.
+        assert sc["method"] in vllm_schema["methods"] or m.name == "mlp_speculator", f"{name}.{m.name}: {sc['method']!r}"
         bad = set(m.engine_kwargs) - vllm_schema["engine"]
         assert not bad, f"{name}.{m.name}: engine.kwargs {sorted(bad)} are not vLLM EngineArgs fields"
 
@@ -150,9 +152,12 @@ def test_num_speculative_tokens_is_sensible(name):
             # MiMo-7B ships one MTP layer (num_nextn_predict_layers = 1) and vLLM's MiMo MTP drafts one
             # token per step.
             assert k == 1
+        elif m.kind in ("dflash", "dspark"):
+            # block drafters: one parallel forward drafts a whole block, k < the checkpoint's block size (16 / 3)
+            assert 1 <= k <= 15, f"{name}.{m.name}: {k}"
         else:
             assert 1 <= k <= 5, f"{name}.{m.name}: {k} draft tokens is past where acceptance pays off"
-        if m.kind == "ngram":
+        if m.kind in ("ngram", "ngram_gpu"):
             sc = m.speculative_config
             assert 1 <= sc["prompt_lookup_min"] <= sc["prompt_lookup_max"]
 
