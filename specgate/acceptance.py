@@ -79,22 +79,37 @@ class AcceptanceResult:
     """What one method accepted on one prompt category."""
 
     counters: SpecCounters
-    # histogram[n] = verification steps that emitted n tokens (n = accepted + 1), from streamed
-    # outputs; each request's first output (the prefill step, never speculative) is left out.
+    # histogram[n] = verification steps that emitted n tokens (n = accepted + 1): from vLLM's own
+    # per-request spec-decode metrics where the engine gives them ("engine"), else from the streamed
+    # outputs ("stream"; each request's first output, the prefill step, left out). A streamed chunk
+    # is one step only while the consumer keeps up: vLLM merges DELTA outputs of a lagging consumer
+    # (RequestOutputCollector.put), so chunks of more than k + 1 tokens are counted as merged.
     histogram: tuple[int, ...]
+    source: str = "stream"
+    merged_chunks: int = 0
 
     @classmethod
-    def from_batch(cls, counters: SpecCounters, tokens_per_step: dict[str, list[int]], k: int) -> AcceptanceResult:
+    def from_batch(cls, counters: SpecCounters, tokens_per_step: dict[str, list[int]], k: int,
+                   step_histograms: dict[str, list[int]] | None = None) -> AcceptanceResult:
         hist = [0] * (k + 2)
+        if step_histograms:  # index j = accepted draft tokens in a step, so j + 1 tokens emitted
+            for counts in step_histograms.values():
+                for j, n in enumerate(counts):
+                    hist[min(j + 1, k + 1)] += n
+            return cls(counters, tuple(hist), "engine")
+        merged = 0
         for steps in tokens_per_step.values():
             for n in steps[1:]:
+                merged += n > k + 1
                 hist[min(n, k + 1)] += 1
-        return cls(counters, tuple(hist))
+        return cls(counters, tuple(hist), "stream", merged)
 
     def record(self) -> dict[str, float | list[float]]:
         """The values stored in a baseline file."""
         c = self.counters
         rec: dict[str, float | list[float]] = {"num_drafts": c.num_drafts, "tokens_per_step_histogram": list(self.histogram)}
+        if self.merged_chunks:  # the histogram above is not per step: said, and kept apart from clean ones
+            rec["merged_stream_chunks"] = self.merged_chunks
         if c.mean_acceptance_length is not None:
             rec["mean_acceptance_length"] = round(c.mean_acceptance_length, 6)
             rec["acceptance_rate"] = round(c.acceptance_rate or 0.0, 6)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
@@ -36,8 +36,10 @@ RELEASE_SLACK_BYTES = int(0.25 * GIB)
 @dataclass(frozen=True)
 class BatchResult:
     outputs: dict[str, GreedyOutput]
-    tokens_per_step: dict[str, list[int]]  # per prompt: tokens each engine step emitted, in order
+    tokens_per_step: dict[str, list[int]]  # per prompt: tokens each streamed chunk brought, in order
     counters: SpecCounters  # spec-decode counters of this batch alone
+    # per prompt: vLLM's own per-request histogram of accepted draft tokens per step, where it gives one
+    step_histograms: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass
@@ -126,6 +128,10 @@ class StreamingBackend:
         work()
         return None
 
+    def take_step_histograms(self, tags) -> dict[str, list[int]]:
+        """vLLM's per-request accepted-tokens histograms of finished requests (none by default)."""
+        return {}
+
     def memory_reading(self):
         raise NotMeasurable(f"the memory of engine '{self.method_name}' is not visible to specgate")
 
@@ -160,7 +166,7 @@ class StreamingBackend:
         before = self.counters()
         self.run(batch())
         outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
-        return BatchResult(outputs, steps, self.counters() - before)
+        return BatchResult(outputs, steps, self.counters() - before, self.take_step_histograms(list(tokens)))
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
         """One closed-loop trial and the spec-decode counters it moved."""

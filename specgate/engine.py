@@ -175,6 +175,7 @@ class Engine(StreamingBackend):
     processes: dict[int, str] = field(default_factory=dict)  # the engine's own: pid -> process name
     runner: str = ""  # the worker's model runner: 'v1' or 'v2' (vllm_compat.runner_kind)
     died: EngineDied | None = None
+    step_histograms: dict[str, list[int]] = field(default_factory=dict)  # tag -> vLLM's per-request histogram
     _requests: int = 0
 
     @property
@@ -193,6 +194,8 @@ class Engine(StreamingBackend):
         params = compat.sampling_params(max_tokens, top_logprobs, temperature)
         async for out in self.client.generate(compat.tokens_prompt(token_ids), params, self._request_id(tag)):
             completion = out.outputs[0]
+            if (metrics := getattr(completion, "spec_decode_metrics", None)) is not None:  # the finished output
+                self.step_histograms[tag] = list(metrics.histogram)
             top = []
             if top_logprobs and completion.logprobs:
                 top = [{int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs]
@@ -231,6 +234,9 @@ class Engine(StreamingBackend):
             self.method.name, reason,
         )
 
+    def take_step_histograms(self, tags) -> dict[str, list[int]]:
+        return {t: self.step_histograms.pop(t) for t in tags if t in self.step_histograms}
+
     def collective_rpc(self, fn):
         """Call `fn(worker)` in every worker process (results in rank order)."""
         return self.run(self.client.collective_rpc(fn))
@@ -260,11 +266,13 @@ class Engine(StreamingBackend):
             raise
         except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
             drafter = None
+        device, source = _device_bytes(pids)
         return MemoryReading(
             kv_capacity_tokens=compat.kv_capacity_tokens(self.client),
             peak_process_bytes=sum(_peak_rss(pid) for pid in pids),
-            device_bytes=_device_bytes(pids),
+            device_bytes=device,
             drafter_weight_bytes=drafter,
+            device_source=source,
         )
 
     def shutdown(self) -> ShutdownReport:
@@ -433,24 +441,35 @@ def _peak_rss(pid: int) -> int:
     return 0
 
 
-def _device_bytes(pids: list[int]) -> int | None:
-    """GPU memory used by these processes (NVML); None without NVIDIA devices."""
+def _device_bytes(pids: list[int]) -> tuple[int | None, str]:
+    """(GPU memory of the engine, how it was read): NVML's per-process figures for these PIDs, or,
+    when NVML lists none of them (in a container it reports host PIDs), the memory used on the
+    visible devices as a whole. (None, "") without NVIDIA devices."""
     try:
         import pynvml
     except ImportError:
-        return None
+        return None, ""
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError:
-        return None
+        return None, ""
     try:
-        total = 0
+        from specgate.scaleout import visible_devices
+
+        visible = visible_devices()
+        handles = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            for proc in pynvml.nvmlDeviceGetComputeRunningProcesses(handle):
-                if proc.pid in pids and proc.usedGpuMemory:
-                    total += proc.usedGpuMemory
-        return total
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            if not visible or str(i) in visible or str(uuid) in visible:
+                handles.append(handle)
+        per_process = [p.usedGpuMemory for h in handles for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                       if p.pid in pids and p.usedGpuMemory]
+        if per_process:
+            return sum(per_process), "process"
+        return sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles), "device"
+    except pynvml.NVMLError:
+        return None, ""
     finally:
         pynvml.nvmlShutdown()
 
@@ -491,6 +510,9 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     kwargs = engine_kwargs(profile, method, root)
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
     AsyncEngineArgs, AsyncLLM = compat.engine_classes()
+    if method.speculative_config is not None and compat.PER_REQUEST_METRICS in compat.engine_arg_names():
+        # each request's own accepted-tokens histogram: the stream's chunks are not steps when merged
+        kwargs.setdefault(compat.PER_REQUEST_METRICS, "summary")
 
     gc.collect()
     children_before = _children()

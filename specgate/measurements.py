@@ -162,7 +162,7 @@ class MeasurementStore:
     def acceptance(self, name: str, category: str) -> AcceptanceResult:
         run = self.category_runs(name)[category]
         k = self.profile.methods[name].num_speculative_tokens if name != BASELINE else 0
-        return AcceptanceResult.from_batch(run.counters, run.tokens_per_step, k)
+        return AcceptanceResult.from_batch(run.counters, run.tokens_per_step, k, run.step_histograms)
 
     # -- load ----------------------------------------------------------------------------------
     def load_trials(self, name: str, concurrency: int, repeat=None) -> LoadTrials:

@@ -53,15 +53,18 @@ class MemoryReading:
 
     kv_capacity_tokens: int | None
     peak_process_bytes: int  # sum over the engine's processes of their peak resident memory
-    device_bytes: int | None = None  # per-process GPU memory summed (NVML), None on CPU
+    device_bytes: int | None = None  # GPU memory (NVML), None on CPU
     drafter_weight_bytes: int | None = None  # measured inside the worker: the drafter's own tensors
+    # "process": NVML's per-process figures for the engine's PIDs; "device": memory used on the
+    # engine's devices as a whole (in a container NVML reports host PIDs, which never match ours)
+    device_source: str = ""
 
 
 @dataclass(frozen=True)
 class MemoryOverhead:
     """A method's overhead against the baseline engine of the same run."""
 
-    static_bytes_analytic: int
+    static_bytes_analytic: int | None  # None: the drafter's checkpoint is not on this disk
     static_bytes_measured: int | None
     kv_tokens_lost: int | None
     kv_bytes_per_token_drafter: int
@@ -72,11 +75,12 @@ class MemoryOverhead:
     def record(self) -> dict[str, float]:
         """Values stored in a baseline file (MiB, tokens)."""
         rec: dict[str, float] = {
-            "static_mib_analytic": round(self.static_bytes_analytic / MIB, 6),
             "process_mib": round(self.process_bytes / MIB, 3),
             "kv_bytes_per_token_drafter": self.kv_bytes_per_token_drafter,
             "kv_bytes_per_token_target": self.kv_bytes_per_token_target,
         }
+        if self.static_bytes_analytic is not None:
+            rec["static_mib_analytic"] = round(self.static_bytes_analytic / MIB, 6)
         if self.static_bytes_measured is not None:
             rec["static_mib_measured"] = round(self.static_bytes_measured / MIB, 6)
         if self.kv_tokens_lost is not None:
@@ -93,7 +97,7 @@ def overhead(
     if method.kv_capacity_tokens is not None and baseline.kv_capacity_tokens is not None:
         kv_lost = baseline.kv_capacity_tokens - method.kv_capacity_tokens
     device = None
-    if method.device_bytes is not None and baseline.device_bytes is not None:
+    if method.device_bytes is not None and baseline.device_bytes is not None and method.device_source == baseline.device_source:
         device = method.device_bytes - baseline.device_bytes
     return MemoryOverhead(
         static_bytes_analytic=static_analytic,
@@ -120,35 +124,48 @@ def _config(model_dir: Path) -> dict:
     return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
 
 
+def model_dir(ref: str, root: Path) -> Path | None:
+    """A model's files on this disk: a zoo model, a local path, or a hub model in the Hugging Face
+    cache (where vLLM downloaded it, or `specgate download` did); None when it is not here."""
+    from specgate.models import resolve
+
+    local = Path(resolve(ref, root))
+    if local.is_dir():
+        return local
+    try:
+        from huggingface_hub import snapshot_download
+
+        return Path(snapshot_download(ref, local_files_only=True, allow_patterns=["*.json", "*.safetensors"]))
+    except Exception:  # not cached, or no huggingface_hub: nothing to read
+        return None
+
+
 def target_kv_bytes_per_token(profile, root: Path) -> int:
-    """The target's KV bytes per token from its config (0 for a hub model not on this disk)."""
-    from specgate.models import resolve
-
-    target = Path(resolve(profile.target, root))
-    return kv_bytes_per_token(_config(target), DTYPE_BYTES.get(profile.dtype, 2)) if target.is_dir() else 0
+    """The target's KV bytes per token from its config (0 when it is not on this disk)."""
+    target = model_dir(profile.target, root)
+    return kv_bytes_per_token(_config(target), DTYPE_BYTES.get(profile.dtype, 2)) if target else 0
 
 
-def drafter_footprint(profile, method, root: Path) -> tuple[int, int]:
-    """(drafter weight bytes from its checkpoint, drafter KV bytes per token from its config), both
-    at the profile's dtype. Model-free methods cost nothing; MTP counts the target's MTP layers.
-    Hub models that are not on this disk count as 0 here (the measured figure still gates)."""
-    from specgate.models import resolve
-
+def drafter_footprint(profile, method, root: Path) -> tuple[int | None, int]:
+    """(drafter weight bytes from its checkpoint's safetensors headers, drafter KV bytes per token
+    from its config), both at the profile's dtype. Model-free methods cost nothing; MTP counts the
+    target's MTP layers. A hub drafter is read from the Hugging Face cache; one that is not on this
+    disk gives None ("not computed"; the measured figure still gates)."""
     elem = DTYPE_BYTES.get(profile.dtype, 2)
     kind = method.kind
-    if kind in ("ngram", "suffix"):
+    if kind in ("ngram", "ngram_gpu", "suffix"):
         return 0, 0
     if kind.endswith("mtp"):
-        target = Path(resolve(method.engine_kwargs.get("model", profile.target), root))
-        if not target.is_dir():
-            return 0, 0
+        target = model_dir(method.engine_kwargs.get("model", profile.target), root)
+        if target is None:
+            return None, 0
         cfg = _config(target)
         layers = int(cfg.get("num_nextn_predict_layers", 1))
         per_layer = kv_bytes_per_token(dict(cfg, num_hidden_layers=1), elem)
         return checkpoint_params(target, only="mtp") * elem, layers * per_layer
-    drafter = Path(resolve(method.draft_model or "", root))
-    if not drafter.is_dir():
-        return 0, 0
+    drafter = model_dir(method.draft_model or "", root)
+    if drafter is None:
+        return None, 0
     cfg = _config(drafter)
     kv = 0 if kind == "medusa" else kv_bytes_per_token(cfg, elem)
     return checkpoint_params(drafter) * elem, kv

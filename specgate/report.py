@@ -146,6 +146,8 @@ def _bound_word(gate: str) -> str:
 
 def headline(row: Mapping[str, Any]) -> str:
     """'2.41 [2.30, 2.52] (baseline 2.43, floor 2.31)': the value with what it was judged against."""
+    if not _present(row["value"]) and str(row.get("unit", "")).startswith("not measured"):
+        return row["unit"]  # a figure this run could not take says why
     text = fmt(row["value"])
     if _present(row["ci_low"]) and _present(row["ci_high"]):
         text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
@@ -291,7 +293,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
 def _label(rows: pd.DataFrame, metric: str, labels: dict[str, str]) -> str:
     if metric in labels:
         return labels[metric]
-    units = [u for u in rows.loc[rows["metric"] == metric, "unit"] if u]
+    units = [u for u in rows.loc[rows["metric"] == metric, "unit"] if u and not u.startswith("not measured")]
     return f"{_short(metric)} ({units[0]})" if units else metric.replace("_", " ")
 
 

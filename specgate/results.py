@@ -138,7 +138,8 @@ def _figure_lines(kinds: dict, is_baseline: bool) -> list[str]:
         lines.append(f"{pad} mean acceptance length: {lengths}")
     if overhead := kinds.get("memory", {}).get("overhead"):
         lines.append(
-            f"{pad} memory: drafter {overhead.get('static_mib_measured', float('nan')):.2f} MiB, "
+            f"{pad} memory: drafter {overhead.get('static_mib_measured', float('nan')):.2f} MiB"
+            f"{'' if 'static_mib_analytic' in overhead else ' (checkpoint not on this disk: not computed)'}, "
             f"KV tokens lost {overhead.get('kv_tokens_lost', 'n/a')}, processes {overhead['process_mib']:+.0f} MiB"
         )
     if speed := kinds.get("speedup", {}):

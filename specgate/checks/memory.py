@@ -93,7 +93,8 @@ class MemoryCheck:
             base = found.values if found else {}
             j.rows = [Row(m, v, base.get(m), headline=True) for m, v in j.record.items()]
             return j
-        j.record = self.store.memory_overhead(method, self.root).record()
+        overhead = self.store.memory_overhead(method, self.root)
+        j.record = overhead.record()
         ref = self.ctx.reference(method, self.gate)
         found = self.ctx.baselines.lookup(ref, self.gate, key)  # another machine's: its portable figures only
         stored = found.values if found else None
@@ -101,10 +102,20 @@ class MemoryCheck:
         problems = [f"method '{method}': {msg}"] if (msg := consistency_problem(j.record, tol.memory_rtol)) else []
         checks = ceilings(j.record, stored, tol, found.source if found else "")
         failures = [f"method '{method}', memory: {msg}" for c in checks if (msg := c.fails())]
-        j.rows = self._rows(j.record, stored or {})
+        j.rows = self._rows(j.record, stored or {}, self.store.memory_reading(method).device_source)
+        j.rows += [Row(name, None, unit=f"not measured: {why}") for name, why in self._not_measured(overhead)]
         return self.ctx.decide(j, stored, problems, failures)
 
-    def _rows(self, values: dict, base: dict) -> list[Row]:
+    def _not_measured(self, overhead) -> list[tuple[str, str]]:
+        """Figures this run could not take, and why: shown as such, never silently absent."""
+        out = []
+        if overhead.static_bytes_analytic is None:
+            out.append(("static_mib_analytic", "the drafter's checkpoint is not on this disk (not in the Hugging Face cache)"))
+        if overhead.static_bytes_measured is None:
+            out.append(("static_mib_measured", "this vLLM's model runner offers no drafter module to count"))
+        return out
+
+    def _rows(self, values: dict, base: dict, device_source: str = "") -> list[Row]:
         tol = self.ctx.profile.tolerance
         rows = []
         for metric, value in values.items():
@@ -112,6 +123,8 @@ class MemoryCheck:
                 rows.append(Row(metric, value, base.get(metric)))
                 continue
             _, unit, slack = GATED[metric]
+            if metric == "device_mib" and device_source == "device":
+                unit = "MiB (device-wide: NVML saw none of the engine's PIDs)"
             bound = max(float(base[metric]), 0.0) * (1 + tol.memory_rtol) + _slack(tol, slack) if metric in base else None
             rows.append(Row(metric, value, base.get(metric), bound, unit=unit, headline=True))
         return rows

@@ -47,3 +47,14 @@ def test_delta_between_snapshots_gives_the_batch_alone():
 def test_rates_are_undefined_without_drafts():
     empty = SpecCounters()
     assert empty.mean_acceptance_length is None and empty.acceptance_rate is None and empty.per_position_rates == ()
+
+
+def test_vllms_per_request_histogram_is_taken_over_the_stream_whose_chunks_may_be_merged():
+    from specgate.acceptance import AcceptanceResult
+
+    stream = {"a": [1, 2, 4, 7], "b": [1, 1, 3]}  # a chunk of 7 tokens at k = 3: several steps merged
+    merged = AcceptanceResult.from_batch(SpecCounters(), stream, k=3)
+    assert merged.source == "stream" and merged.merged_chunks == 1 and merged.record()["merged_stream_chunks"] == 1
+    exact = AcceptanceResult.from_batch(SpecCounters(), stream, k=3, step_histograms={"a": [1, 1, 0, 2], "b": [2, 0, 1, 0]})
+    assert exact.source == "engine" and exact.histogram == (0, 3, 1, 1, 2)  # j accepted -> j + 1 tokens
+    assert "merged_stream_chunks" not in exact.record()

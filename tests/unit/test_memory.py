@@ -52,3 +52,71 @@ def test_measured_and_analytic_weights_must_agree():
     assert consistency_problem({"static_mib_measured": 1.0, "static_mib_analytic": 1.02}, 0.1) is None
     problem = consistency_problem({"static_mib_measured": 3.0, "static_mib_analytic": 1.0}, 0.1)
     assert problem and "loaded more than the drafter" in problem
+
+
+def test_a_hub_drafter_is_sized_from_its_files_in_the_hugging_face_cache(monkeypatch):
+    import huggingface_hub
+
+    profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
+    cached = {"yuhuili/EAGLE-LLaMA3.1-Instruct-8B": ROOT / "fixtures" / "zoo" / "eagle"}  # a stand-in checkpoint
+
+    def snapshot(repo_id, local_files_only=False, **kwargs):
+        assert local_files_only  # never downloads here
+        if repo_id not in cached:
+            raise FileNotFoundError(repo_id)
+        return str(cached[repo_id])
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    weights, kv = memory.drafter_footprint(profile, profile.methods["eagle"], ROOT)
+    assert weights == memory.checkpoint_params(cached["yuhuili/EAGLE-LLaMA3.1-Instruct-8B"]) * 2 and kv > 0
+    # not in the cache: not computed (None), not 0, so "measured and computed differ" cannot fire on it
+    assert memory.drafter_footprint(profile, profile.methods["draft_model"], ROOT) == (None, 0)
+    rec = memory.overhead(MemoryReading(900, 0, drafter_weight_bytes=3 * MIB), MemoryReading(1000, 0), None, 0).record()
+    assert "static_mib_analytic" not in rec and consistency_problem(rec, 0.1) is None
+
+
+class _Nvml:
+    """pynvml as a container shows it: the engine's processes appear under host PIDs."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, host_pids):
+        self.host_pids = host_pids
+
+    def nvmlInit(self): ...
+
+    def nvmlShutdown(self): ...
+
+    def nvmlDeviceGetCount(self):
+        return 2
+
+    def nvmlDeviceGetHandleByIndex(self, i):
+        return i
+
+    def nvmlDeviceGetUUID(self, h):
+        return f"GPU-{h}"
+
+    def nvmlDeviceGetComputeRunningProcesses(self, h):
+        from types import SimpleNamespace
+
+        return [SimpleNamespace(pid=p, usedGpuMemory=7 * MIB) for p in self.host_pids]
+
+    def nvmlDeviceGetMemoryInfo(self, h):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(used=(10 + h) * MIB)
+
+
+def test_device_memory_falls_back_to_the_whole_device_when_nvml_cannot_see_our_pids(monkeypatch):
+    import sys
+
+    from specgate.engine import _device_bytes
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setitem(sys.modules, "pynvml", _Nvml(host_pids=[4242]))
+    assert _device_bytes([4242]) == (7 * MIB, "process")
+    assert _device_bytes([77]) == (11 * MIB, "device")  # device 1 only: the one this run may use
+    base = MemoryReading(1000, 0, 10 * MIB, None, "process")
+    spec = MemoryReading(900, 0, 12 * MIB, 0, "device")
+    assert memory.overhead(spec, base, 0, 0).device_bytes is None  # never a difference across two sources
