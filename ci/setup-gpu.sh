@@ -10,6 +10,8 @@
 #   HF_TOKEN       hub token for gated models (Llama); never printed
 #   PYTHON         interpreter for the venv (python3, >= 3.11)
 #   SPECGATE_VENV  venv directory (.venv)
+#   SPECGATE_PROFILE  a profile whose hub models to download now (`specgate download`), so that engine
+#                  boots do not spend vLLM's start-up limit on downloads
 # In GitHub Actions the resulting HF_HOME / CUDA_VISIBLE_DEVICES are written to $GITHUB_ENV for later steps.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -50,6 +52,9 @@ if [ -z "${HF_TOKEN:-}" ]; then
 fi
 
 # --- Python environment ----------------------------------------------------------------------------
+command -v "$PY" > /dev/null || die "$PY not found: install Python >= 3.11 (or set PYTHON)."
+"$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+  || die "$("$PY" -V 2>&1) is too old: specgate needs Python >= 3.11 (set PYTHON to a newer interpreter)."
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check --no-input)
 "${pip[@]}" install -q --upgrade pip
@@ -62,6 +67,25 @@ if [ -n "${VLLM_VERSION:-}" ]; then
   say "pinning vllm==$VLLM_VERSION"
 fi
 "${pip[@]}" install "${constraints[@]}" -e '.[gpu,dev]'
+
+# Suffix decoding (arctic-inference) is an sdist: it needs a C++20 compiler and the Python headers,
+# and its build pulls torch. Without them the suite installs without it and suffix methods skip,
+# saying why.
+suffix_problem=""
+cxx=${CXX:-$(command -v g++ || command -v clang++ || true)}
+if [ -z "$cxx" ]; then
+  suffix_problem="no C++ compiler (install g++ >= 10 or clang++ >= 12)"
+elif ! echo 'int main() { return 0; }' | "$cxx" -std=c++20 -x c++ - -o /dev/null 2> /dev/null; then
+  suffix_problem="$cxx cannot compile C++20 (install g++ >= 10 or clang++ >= 12)"
+elif ! "$VENV/bin/python" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+  suffix_problem="the Python headers are missing (install python3-dev for $("$VENV/bin/python" -V 2>&1))"
+fi
+if [ -z "$suffix_problem" ] && ! "${pip[@]}" install "${constraints[@]}" -e '.[suffix]'; then
+  suffix_problem="pip could not build arctic-inference (see the log above)"
+fi
+if [ -n "$suffix_problem" ]; then
+  say "WARNING: suffix decoding unavailable: $suffix_problem; suffix methods will be skipped, naming the reason."
+fi
 
 # vLLM's CUDA wheel brings its own torch; it must see the GPUs through this driver.
 "$VENV/bin/python" - <<'PY'
@@ -84,4 +108,8 @@ if summary:
         fh.write(f"**Environment:** vLLM {vllm.__version__}, torch {torch.__version__}, CUDA {torch.version.cuda}, "
                  f"{len(names)} x {names[0] if names else '?'}\n\n")
 PY
+if [ -n "${SPECGATE_PROFILE:-}" ]; then
+  say "downloading the hub models of profile $SPECGATE_PROFILE into $HF_HOME"
+  "$VENV/bin/python" -m specgate.cli download --profile "$SPECGATE_PROFILE"
+fi
 say "done"

@@ -4,6 +4,7 @@
     specgate baselines diff A B            what moved from A to B (baseline files or results dirs)
     specgate matrix DIR                    the vLLM release matrix table (ci/vllm-matrix.sh's results)
     specgate rehearse --from A --to B      two vLLM releases side by side on this machine (exit 1: worse)
+    specgate download --profile NAME       fetch a profile's hub models ahead of the gate
 
 Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
 `baselines diff` exits 0 whether or not values differ, like `diff --stat`; with `--exit-code` it
@@ -51,9 +52,10 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Print release x gate -> pass / fail / skip with the diagnosis, from "
                                              "the per-release results ci/vllm-matrix.sh writes (default results/matrix).")
     matrix.add_argument("matrix_dir", metavar="DIR", type=Path, nargs="?", default=Path("results/matrix"))
-    from specgate import rehearse
+    from specgate import download, rehearse
 
     rehearse.add_parser(commands)
+    download.add_parser(commands)
     return parser
 
 
@@ -70,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
             from specgate import rehearse
 
             return rehearse.main(args)
+        if args.command == "download":
+            from specgate import download
+
+            return download.main(args)
         if args.command == "matrix":
             from specgate.matrix import markdown
 

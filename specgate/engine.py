@@ -508,6 +508,12 @@ def _wait_for_exit(children_before: set[int], wait_s: float = SHUTDOWN_WAIT_S) -
 def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) -> Engine:
     """Start a vLLM engine for `method`; raise EngineBootError with the log tail if it will not start."""
     kwargs = engine_kwargs(profile, method, root)
+    # The memory reading sends one small function to the worker (collective_rpc), which vLLM only
+    # serializes with this set. The engine is ours and local; no input crosses a trust boundary.
+    # Set before vLLM is imported: it reads some (VLLM_ENGINE_READY_TIMEOUT_S) once, at import.
+    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **profile.engine_env}
+    env_before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
     AsyncEngineArgs, AsyncLLM = compat.engine_classes()
     if method.speculative_config is not None and compat.PER_REQUEST_METRICS in compat.engine_arg_names():
@@ -518,11 +524,6 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     children_before = _children()
     rss_before = _rss()
     available_before = _available_memory()
-    # The memory reading sends one small function to the worker (collective_rpc), which vLLM only
-    # serializes with this set. The engine is ours and local; no input crosses a trust boundary.
-    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **profile.engine_env}
-    env_before = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
     start = time.monotonic()
     loop = EventLoopThread()
 

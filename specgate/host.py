@@ -77,15 +77,26 @@ class EngineHost:
         return self._engine
 
     def _check_offered(self, name: str) -> None:
-        """A method the installed vLLM does not offer is skipped, naming the release and what it offers."""
+        """A method the installed vLLM does not offer (or cannot run without a package that is not
+        installed) is skipped, saying which and what to do."""
+        import importlib.util
+
         from specgate import vllm_compat
 
         kind, offered = self.by_name[name].kind, vllm_compat.speculative_methods()
+        reason = None
         if offered and kind not in offered:
             reason = (
                 f"method '{name}': {vllm_compat.release()} does not offer speculative_config.method = {kind!r}; "
                 f"it offers: {', '.join(offered)}"
             )
+        elif kind == "suffix" and importlib.util.find_spec("arctic_inference") is None:
+            reason = (
+                f"method '{name}': suffix decoding needs the arctic-inference package, which is not installed here "
+                "(pip install arctic-inference, or the [suffix] extra; it builds from source: a C++20 compiler and "
+                "the Python headers; ci/setup-gpu.sh says why it could not build it)"
+            )
+        if reason:
             self.records[name].skipped_reason = reason
             raise NotMeasurable(reason)
 

@@ -217,11 +217,21 @@ def test_release_matrix_runs_the_local_script_per_release_and_always_builds_the_
         assert needle in script, needle
 
 
+def test_the_gpu_workflow_rehearses_an_upgrade_by_hand_on_the_profiles_runner(gate):
+    job = gate["jobs"]["rehearse"]
+    assert "workflow_dispatch" in job["if"] and "inputs.rehearse_from" in job["if"] and "inputs.rehearse_to" in job["if"]
+    assert job["runs-on"] == gate["jobs"]["gate"]["runs-on"]
+    setup = step_running(job, "ci/setup-gpu.sh")["run"]
+    assert 'VLLM_VERSION="$FROM" SPECGATE_VENV=".venvs/vllm-$FROM"' in setup and 'VLLM_VERSION="$TO"' in setup
+    assert 'rehearse --from "$FROM" --to "$TO" --profile "$PROFILE"' in step_running(job, "rehearse --from")["run"]
+
+
 def test_setup_script_is_executable_bash():
     assert os.access(SETUP, os.X_OK)
     subprocess.run(["bash", "-n", str(SETUP)], check=True)
     text = SETUP.read_text()
-    for needle in ("nvidia-smi", "HF_HOME", "CUDA_VISIBLE_DEVICES", "'.[gpu,dev]'", "vllm==$VLLM_VERSION"):
+    for needle in ("nvidia-smi", "HF_HOME", "CUDA_VISIBLE_DEVICES", "'.[gpu,dev]'", "vllm==$VLLM_VERSION",
+                   "sys.version_info < (3, 11)", "-std=c++20", "Python.h", "'.[suffix]'", "specgate.cli download"):
         assert needle in text, needle
     if shutil.which("shellcheck"):
         subprocess.run(["shellcheck", str(SETUP)], check=True)

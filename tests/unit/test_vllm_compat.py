@@ -155,3 +155,15 @@ def test_kernel_override_launches_like_triton_over_a_positional_implementation()
     override[(4,)](1, 2, 3, BLOCK=8)  # 0.29: positional, constexpr by keyword
     override[(4,)](in_ptr=2, out_ptr=1, n=3)  # 0.30's dispatcher: by name
     assert calls == [((1, 2, 3), {"BLOCK": 8}), ((1, 2, 3), {})]
+
+
+def test_suffix_without_arctic_inference_is_skipped_saying_how_to_get_it(tmp_path, monkeypatch):
+    import importlib.util
+
+    path = tmp_path / "fake.toml"
+    path.write_text(fake_profile('[methods.suffix]\nspeculative_config = { method = "suffix", num_speculative_tokens = 3 }\n'))
+    profile = load_profile(path, tmp_path)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "arctic_inference" else real(name, *a))
+    with pytest.raises(NotMeasurable, match=r"suffix decoding needs the arctic-inference package.*C\+\+20"):
+        fake_session(profile, tmp_path).boot("suffix")
