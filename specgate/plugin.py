@@ -85,6 +85,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "Memory and lifecycle are skipped: they are not visible from outside the server.",
     )
     group.addoption(
+        "--specgate-dtype",
+        metavar="DTYPE",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="run every engine in this dtype instead of the profile's (default: the profile's). float32 also makes "
+        "equivalence exact: the equivalence pass for targets that fit (`-k equivalence`), without bf16 near-ties.",
+    )
+    group.addoption(
         "--specgate-out",
         metavar="DIR",
         default=None,
@@ -181,6 +189,8 @@ def run_plan(config: pytest.Config):
         root = project_root(config)
         try:
             profile = load_profile(find_profile(_profile_name(config), root), root)
+            if dtype := config.getoption("--specgate-dtype"):
+                profile = profile.with_dtype(dtype)
             endpoints = None
             if config.getoption("--specgate-endpoint"):
                 from specgate.endpoint import parse_endpoints

@@ -94,6 +94,8 @@ class Method:
     # acceptance must FAIL draft_self's baseline checks, which shows in every run that the gate can
     # fail. Gates not named here check the method against its own baselines as usual.
     canary_of: dict[str, str] = field(default_factory=dict)
+    # A lossy method's declared tolerance, e.g. {"max_diverged_share": 0.2}: equivalence is judged on it.
+    lossy: dict[str, float] = field(default_factory=dict)
 
     @property
     def kind(self) -> str:
@@ -134,6 +136,13 @@ class Profile:
     def baseline(self) -> Method:
         return Method(BASELINE, None)
 
+    def with_dtype(self, dtype: str) -> Profile:
+        """This profile computing in `dtype`; in float32 greedy equivalence is exact (no bf16 near-ties)."""
+        from dataclasses import replace
+
+        equivalence = replace(self.equivalence, mode="exact") if dtype == "float32" else self.equivalence
+        return replace(self, dtype=dtype, equivalence=equivalence)
+
     def select(self, names: list[str] | None) -> list[Method]:
         """The methods to run, in profile order; unknown names raise with the available ones."""
         if not names:
@@ -172,8 +181,13 @@ _METHOD_KEYS = {
     "note": str,
     "floors": dict,
     "canary_of": dict,
+    "lossy": dict,
 }
 CANARY_GATES = ("acceptance", "speedup", "memory")
+# Verification that may accept a draft the target would have rejected (vLLM 0.33: an entropy gate
+# overrules rejections), so outputs are not the target's greedy ones: such a method must declare
+# `lossy = { max_diverged_share = X }` and is judged on it.
+LOSSY_REJECTION = {"fly"}
 FLOOR_KEYS = {"acceptance_rate": float, "mean_acceptance_length": float}
 _ENGINE_KEYS = {"kwargs": dict, "env": dict}
 _MODEL_KEYS = ("model", "tokenizer")  # speculative_config keys that name a model
@@ -316,6 +330,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
             note=spec.get("note", ""),
             floors={k: float(v) for k, v in floors.items()},
             canary_of=dict(spec.get("canary_of", {})),
+            lossy=_lossy(check, prefix, sc, spec.get("lossy")),
         )
     for name, m in methods.items():
         check.table(m.canary_of, {g: str for g in CANARY_GATES}, f"methods.{name}.canary_of.")
@@ -373,6 +388,25 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         seed=data.get("seed", 0),
         description=data.get("description", ""),
     )
+
+
+def _lossy(check: _Checker, prefix: str, sc: dict, lossy: dict | None) -> dict[str, float]:
+    """A lossy verification must be declared with the share of prompts that may diverge."""
+    method = sc.get("rejection_sample_method")
+    if lossy is None:
+        if method in LOSSY_REJECTION:
+            raise check.fail(
+                prefix + "speculative_config.rejection_sample_method",
+                f"is {method!r}, a lossy verification (it may accept drafts the target would reject), so this "
+                "method cannot be held to greedy equivalence: declare `lossy = { max_diverged_share = 0.2 }` (the "
+                "share of prompts whose greedy output may differ) and it is judged on that instead.",
+            )
+        return {}
+    check.table(lossy, {"max_diverged_share": float}, prefix + "lossy.")
+    share = lossy.get("max_diverged_share")
+    if share is None or not 0 <= share <= 1:
+        raise check.fail(prefix + "lossy.max_diverged_share", f"must be a share in [0, 1], got {share!r}.")
+    return {"max_diverged_share": float(share)}
 
 
 def _check_method(check: _Checker, key: str, kind: str) -> None:

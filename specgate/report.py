@@ -56,6 +56,7 @@ _HEADLINES = {
                ("process_mib", "process MiB"), ("kv_capacity_tokens", "KV capacity tokens"),
                ("peak_process_mib", "peak process MiB")],
 }
+_PER_ITEM = ("position_rate", "logprob_gap")  # many rows per (method, key): plotted, not a column
 _MEMORY_PANELS = (("static_mib_measured", "drafter weights (MiB)"), ("kv_tokens_lost", "KV-cache tokens lost"),
                   ("process_mib", "process memory over baseline (MiB)"))
 
@@ -216,7 +217,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
     known = [m for m, _ in _HEADLINES.get(gate, [])]
     labels = dict(_HEADLINES.get(gate, []))
     metrics = [m for m in known if m in set(rows["metric"])]
-    metrics += [m for m in _ordered(rows["metric"], first="") if m not in known and m != "position_rate"]
+    metrics += [m for m in _ordered(rows["metric"], first="") if m not in known and m not in _PER_ITEM]
     has_positions = "position_rate" in set(rows["metric"])
     out.header = ["method", "key", "verdict"] + [_label(rows, m, labels) for m in metrics]
     out.header += ["per-position rates"] if has_positions else []
@@ -651,17 +652,47 @@ def _short(metric: str) -> str:
     return metric.replace("_", " ")
 
 
+def plot_divergence_gaps(table: pd.DataFrame):
+    """Per method, the baseline's logprob gap (nats) between its token and the method's at each first
+    divergence, with the tie-aware margin: where to set `logprob_margin`. None without divergences."""
+    rows = table[(table["gate"] == "equivalence") & (table["metric"] == "logprob_gap")].dropna(subset=["value"])
+    if rows.empty:
+        return None
+    plt = _pyplot()
+    methods = _ordered(rows["method"])
+    fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(methods) + 1.8))
+    for i, method in enumerate(methods):
+        gaps = rows[rows["method"] == method]["value"]
+        ax.scatter(gaps, [i] * len(gaps), alpha=0.6, s=22, color="#1f77b4")
+        ax.text(float(gaps.max()), i + 0.25, f" {len(gaps)} divergences, p50 {gaps.median():.3g}, max {gaps.max():.3g}",
+                fontsize=8, va="center")
+    margins = rows.dropna(subset=["bound"])["bound"]
+    if not margins.empty:
+        ax.axvline(float(margins.iloc[0]), color="#e41a1c", linestyle="--", label=f"logprob_margin {margins.iloc[0]:g}")
+        ax.legend(fontsize=8, loc="lower right")
+    ax.set_xscale("symlog", linthresh=0.01)
+    ax.set_yticks(range(len(methods)), methods)
+    ax.set_ylim(-0.6, len(methods) - 0.4)
+    ax.set_xlabel("baseline logprob gap at the first divergence (nats)")
+    ax.set_title("Greedy divergences: how close the two tokens were in the baseline's own logprobs", fontsize=11)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 PLOTS: dict[str, tuple[str, Callable]] = {
     "acceptance_heatmap": ("Acceptance by category", plot_acceptance_heatmap),
     "acceptance_positions": ("Per-position acceptance", plot_position_curves),
     "speedup": ("Speedup vs concurrency", plot_speedup),
     "memory": ("Memory overhead", plot_memory),
+    "divergence_gaps": ("Greedy divergences", plot_divergence_gaps),
 }
 _NO_DATA = {
     "acceptance_heatmap": "No acceptance measurements in this run, so there is no acceptance heatmap.",
     "acceptance_positions": "No per-position acceptance rates in this run, so there are no position curves.",
     "speedup": "No speedup measurements in this run, so there is no speedup plot.",
     "memory": "No memory overhead measurements in this run, so there is no memory plot.",
+    "divergence_gaps": "No greedy output diverged from the baseline's in this run.",
 }
 
 

@@ -37,7 +37,8 @@ WRONG_TOKEN = 99
 class FakeMethod:
     """How one method's fake engine behaves."""
 
-    diverge_at: int | None = None  # emit WRONG_TOKEN at this output position (a broken verifier)
+    diverge_at: int | None = None  # emit `wrong_token` at this output position (a broken verifier)
+    wrong_token: int = WRONG_TOKEN  # 98 is in the baseline's top-k (gap 2.9 nats), 99 is not
     boot_error: str | None = None  # refuse to boot; the engine's own one-line error
     accepted: float = 1.0  # draft tokens accepted per verification step (a worse drafter: less)
     step_cost: float = 1.2  # a speculative step's time in plain steps (raise it: a slower proposer)
@@ -102,7 +103,7 @@ class FakeEngine:
         for p in prompts:
             ids = list(TOKENS)
             if self.behaviour.diverge_at is not None:
-                ids[self.behaviour.diverge_at] = WRONG_TOKEN
+                ids[self.behaviour.diverge_at] = self.behaviour.wrong_token
             tops = tuple({t: -0.1, 98: -3.0} for t in ids) if top_logprobs else ()
             out[p.id] = GreedyOutput(tuple(ids), tops)
             steps[p.id] = [1, 2, 2]

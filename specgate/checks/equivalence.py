@@ -26,11 +26,13 @@ class EquivalenceCheck:
         reference = self.store.greedy_outputs(BASELINE)
         outputs = self.store.greedy_outputs(method)
         prompts = self.inputs.tokenized()
-        failures, numerical = [], 0
+        failures, numerical, gaps = [], 0, []
         for prompt in prompts:
             div = compare(reference[prompt.id], outputs[prompt.id].token_ids, rule)
             if div is None:
                 continue
+            if div.gap is not None:
+                gaps.append((div.position, div.gap))
             if div.numerical:
                 numerical += 1
                 continue
@@ -39,12 +41,23 @@ class EquivalenceCheck:
                 + div.describe(self.inputs.decode, rule.logprob_margin, rule.mode)
             )
         identical = len(prompts) - numerical - len(failures)
-        j = Judgement(self.gate, method, key, Verdict.FAIL if failures else Verdict.PASS)
-        if failures:
-            more = f"\n... and {len(failures) - SHOW} more" if len(failures) > SHOW else ""
-            j.messages = [f"{len(failures)} of {len(prompts)} prompts diverge from the baseline:\n" + "\n".join(failures[:SHOW]) + more]
+        allowed = self.ctx.method(method).lossy.get("max_diverged_share")
+        lossy = allowed is not None
+        broken = len(failures) > (allowed * len(prompts) if lossy else 0)
+        j = Judgement(self.gate, method, key, Verdict.FAIL if broken else Verdict.PASS, basis="lossy" if lossy else "")
+        more = f"\n... and {len(failures) - SHOW} more" if len(failures) > SHOW else ""
+        if broken:
+            j.messages = [f"{len(failures)} of {len(prompts)} prompts diverge from the baseline"
+                          + (f" (more than the declared lossy max_diverged_share {allowed})" if lossy else "")
+                          + ":\n" + "\n".join(failures[:SHOW]) + more]
+        elif lossy:
+            j.messages = [f"lossy method: judged on its declared tolerance, not greedy equivalence: {len(failures)} of "
+                          f"{len(prompts)} prompts diverge (max_diverged_share {allowed})"]
         j.rows = [Row(m, v, headline=True) for m, v in
                   (("identical", identical), ("compared", len(prompts)), ("diverged", len(failures)))]
+        # every divergence's logprob gap in the baseline's top-k (tie-aware's margin is calibrated on these)
+        j.rows += [Row("logprob_gap", gap, bound=rule.logprob_margin if rule.mode == "tie-aware" else None, unit="nats",
+                       position=pos) for pos, gap in gaps]
         return j
 
     def _reference(self) -> Judgement:

@@ -258,3 +258,17 @@ def test_the_summary_opens_with_how_much_was_judged_and_why_the_rest_was_skipped
     assert line.startswith("judged 1 of 6 checks (1 passed, 0 failed); 5 skipped, mostly (5): no stored acceptance baseline")
     text = report.summary_markdown(fabricated_table(gates=("equivalence",)), fabricated_run(outcomes=outcomes))
     assert text.splitlines()[2] == f"**{line}**"
+
+
+def test_divergence_gaps_are_plotted_against_the_margin_not_listed_as_a_column(tmp_path):
+    rows = [row("eagle", "equivalence", "greedy", "identical", 38, verdict="pass"),
+            row("eagle", "equivalence", "greedy", "compared", 40), row("eagle", "equivalence", "greedy", "diverged", 0)]
+    rows += [row("eagle", "equivalence", "greedy", "logprob_gap", g, bound=0.1, unit="nats", position=p)
+             for p, g in ((3, 0.02), (9, 0.07))]
+    table = report.normalize(pd.DataFrame(rows))
+    assert report.plot_divergence_gaps(table) is not None
+    assert report.plot_divergence_gaps(report.normalize(pd.DataFrame(rows[:3]))) is None
+    text = report.summary_markdown(table, {})
+    assert "logprob gap" not in text.split("## equivalence")[1].split("\n")[2]  # not a column of the gate table
+    paths = report.write_report(tmp_path, table, {}, step_summary=False)
+    assert "plot:divergence_gaps" in paths

@@ -178,3 +178,27 @@ def test_each_engine_boots_once_and_the_previous_one_is_released(profile, tmp_pa
     assert s.host.records["good"].shutdown is not None  # released when 'self' booted
     assert s.judge("lifecycle", "self").passed and s.judge("lifecycle", "good").passed
     assert [r.boots for r in s.host.records.values()] == [1, 1, 1]
+
+
+def test_every_divergence_records_the_baselines_logprob_gap_for_calibrating_the_margin(profile, tmp_path):
+    near = session(profile, tmp_path, "good", good={"diverge_at": 2, "wrong_token": 98})
+    j = near.judge("equivalence", "good")
+    gaps = [r for r in j.rows if r.metric == "logprob_gap"]
+    assert j.verdict is Verdict.FAIL and len(gaps) == 60 and gaps[0].value == pytest.approx(2.9) and gaps[0].position == 2
+
+
+def test_a_lossy_method_is_judged_on_its_declared_share_of_diverging_prompts(tmp_path):
+    from specgate.errors import ProfileError
+
+    fly = 'speculative_config = { method = "ngram", num_speculative_tokens = 2, rejection_sample_method = "fly" }\n'
+    path = tmp_path / "lossy.toml"
+    path.write_text(fake_profile("[methods.fly]\n" + fly))
+    with pytest.raises(ProfileError, match="lossy verification .* declare `lossy = { max_diverged_share"):
+        load_profile(path, tmp_path)
+    path.write_text(fake_profile("[methods.fly]\n" + fly + "lossy = { max_diverged_share = 1.0 }\n"))
+    lossy = load_profile(path, tmp_path)
+    j = session(lossy, tmp_path, "fly", fly={"diverge_at": 3}).judge("equivalence", "fly")
+    assert j.passed and j.basis == "lossy" and "judged on its declared tolerance" in j.message
+    path.write_text(fake_profile("[methods.fly]\n" + fly + "lossy = { max_diverged_share = 0.5 }\n"))
+    strict = session(load_profile(path, tmp_path), tmp_path, "fly", fly={"diverge_at": 3}).judge("equivalence", "fly")
+    assert strict.verdict is Verdict.FAIL and "more than the declared lossy max_diverged_share 0.5" in strict.message
