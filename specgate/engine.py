@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import logging
 import os
@@ -406,18 +407,52 @@ def _start_step_timer(worker) -> bool:
 
         return wrapper
 
+    # an instance attribute shadows the method; one set before (slow_steps) is put back afterwards
+    runner._specgate_timed = [(owner, attr, owner.__dict__.get(attr)) for owner, attr, _ in timers.values()]
     for name, (owner, attr, skip) in timers.items():
-        setattr(owner, attr, timed(name, getattr(owner, attr), skip))  # instance attribute shadows the method
-    runner._specgate_timed = [(owner, attr) for owner, attr, _ in timers.values()]
+        setattr(owner, attr, timed(name, getattr(owner, attr), skip))
     runner._specgate_step_totals = totals
+    return True
+
+
+def _slow_drafting(worker, share: float) -> bool:
+    """Runs inside the vLLM worker (calibration only): every drafting call also sleeps `share` of the
+    mean interval between engine steps, measured as it runs: a proposer that much slower."""
+    import time as _time
+
+    from specgate import vllm_compat
+
+    runner = worker.model_runner
+    timers = vllm_compat.step_timers(runner)
+    if "propose" not in timers:
+        return False
+    owner, attr, skip = timers["propose"]
+    state = {"last": None, "mean": 0.0, "n": 0}
+    propose = getattr(owner, attr)
+
+    def slowed(*args, **kwargs):
+        now = _time.perf_counter()
+        if state["last"] is not None and now - state["last"] < 1.0:  # the step that drafts; idle gaps ignored
+            state["n"] += 1
+            state["mean"] += (now - state["last"] - state["mean"]) / state["n"]
+        state["last"] = now
+        out = propose(*args, **kwargs)
+        if not (skip and skip(kwargs)) and state["n"] >= 8:
+            _time.sleep(share * state["mean"])
+        return out
+
+    setattr(owner, attr, slowed)
     return True
 
 
 def _stop_step_timer(worker) -> dict[str, float]:
     """Runs inside the vLLM worker: remove the timers, return their totals."""
     runner = worker.model_runner
-    for owner, attr in runner.__dict__.pop("_specgate_timed", []):
-        owner.__dict__.pop(attr, None)
+    for owner, attr, before in runner.__dict__.pop("_specgate_timed", []):
+        if before is None:
+            owner.__dict__.pop(attr, None)
+        else:
+            setattr(owner, attr, before)
     return runner.__dict__.pop("_specgate_step_totals", {})
 
 
@@ -552,6 +587,11 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
                     children_before, env_before, processes=_engine_processes(children_before))
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
         engine.runner = engine.collective_rpc(_runner_kind)[0]
+    if method.slow_steps and not all(engine.collective_rpc(functools.partial(_slow_drafting, share=method.slow_steps))):
+        engine.shutdown()
+        raise EngineBootError(f"method '{method.name}': slow_steps needs a drafting call to slow down, and this "
+                              f"runner has none ({engine.runner or 'unknown runner'})", method=method.name,
+                              reason="slow_steps: no drafting call")
     return engine
 
 

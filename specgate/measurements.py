@@ -174,34 +174,49 @@ class MeasurementStore:
             return cached[concurrency]
         cfg = self.profile.speedup
         engine = self.engine(name)
-        prompts = self.inputs.tokenized()
-        max_tokens = cfg.max_tokens or self.profile.max_tokens
-        batch = trial_prompts(prompts, concurrency, cfg.num_requests(concurrency), self.profile.seed)
         if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
             top = max(self.profile.concurrency)
-            warm = trial_prompts(prompts, top, 2 * top, self.profile.seed + 1)
-            self._measuring(engine.closed_loop, warm, top, max_tokens, cfg.temperature)
+            warm = trial_prompts(self.inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
+            self._measuring(engine.closed_loop, warm, top, self._max_tokens, cfg.temperature)
             self._warmed.add(name)
         result = LoadTrials(concurrency)
-        counters = []
+        self._trials(name, result, cfg.trials, repeat)
+        if cfg.measure_step_costs:
+            batch = self._batch(concurrency)
+            result.step_times = self._measuring(
+                engine.timed_steps, lambda: engine.closed_loop(batch, concurrency, self._max_tokens, cfg.temperature))
+        cached[concurrency] = result
+        return result
+
+    def more_trials(self, name: str, concurrency: int, n: int) -> None:
+        """`n` more paired trials for a cell whose decision is still open (sequential trials)."""
+        self._trials(name, self.load_trials(name, concurrency), n)
+
+    @property
+    def _max_tokens(self) -> int:
+        return self.profile.speedup.max_tokens or self.profile.max_tokens
+
+    def _batch(self, concurrency: int) -> list:
+        cfg = self.profile.speedup
+        return trial_prompts(self.inputs.tokenized(), concurrency, cfg.num_requests(concurrency), self.profile.seed)
+
+    def _trials(self, name: str, result: LoadTrials, n: int, repeat=None) -> None:
+        cfg, concurrency = self.profile.speedup, result.concurrency
+        engine, batch = self.engine(name), self._batch(concurrency)
         reference = self.host.reference if name != BASELINE else None
         paired = self._paired.setdefault((name, concurrency), LoadTrials(concurrency)) if reference else None
+        counters = [result.counters] if result.counters is not None else []
 
         def one_trial():
             if reference is not None:
-                paired.runs.append(reference.closed_loop(batch, concurrency, max_tokens, cfg.temperature)[0])
-            run, moved = engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature)
+                paired.runs.append(reference.closed_loop(batch, concurrency, self._max_tokens, cfg.temperature)[0])
+            run, moved = engine.closed_loop(batch, concurrency, self._max_tokens, cfg.temperature)
             result.runs.append(run)
             counters.append(moved)
             return run
 
-        self._measuring(repeat or _repeat, one_trial, cfg.trials)
+        self._measuring(repeat or _repeat, one_trial, n)
         result.counters = functools.reduce(lambda a, b: a + b, counters)
-        if cfg.measure_step_costs:
-            result.step_times = self._measuring(
-                engine.timed_steps, lambda: engine.closed_loop(batch, concurrency, max_tokens, cfg.temperature))
-        cached[concurrency] = result
-        return result
 
     def baseline_alone(self, concurrency: int) -> float:
         """Median throughput of the baseline engine's own trials at this level."""

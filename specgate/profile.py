@@ -71,6 +71,10 @@ class Speedup:
     # engines (fine on CPU; not with two large models on one GPU, where one-at-a-time holds).
     interleave_baseline: bool = False
     max_tokens: int = 0  # output tokens per load request; 0 = the profile's max_tokens
+    # Sequential trials: while a cell's interval straddles its floor, add `step_trials` paired trials,
+    # up to `max_trials` (0 = never: `trials` only). Cells the evidence already decides cost nothing more.
+    max_trials: int = 0
+    step_trials: int = 2
 
     def num_requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.requests_per_slot * concurrency, 2 * concurrency + 1)
@@ -96,6 +100,9 @@ class Method:
     canary_of: dict[str, str] = field(default_factory=dict)
     # A lossy method's declared tolerance, e.g. {"max_diverged_share": 0.2}: equivalence is judged on it.
     lossy: dict[str, float] = field(default_factory=dict)
+    # Calibration only: each drafting call also sleeps this share of the engine's mean step time (a
+    # proposer made ~that much slower), to measure how small a loss the speedup gate detects.
+    slow_steps: float = 0.0
 
     @property
     def kind(self) -> str:
@@ -182,6 +189,7 @@ _METHOD_KEYS = {
     "floors": dict,
     "canary_of": dict,
     "lossy": dict,
+    "slow_steps": float,
 }
 CANARY_GATES = ("acceptance", "speedup", "memory")
 # Verification that may accept a draft the target would have rejected (vLLM 0.33: an entropy gate
@@ -318,6 +326,8 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
             if key in method_engine["kwargs"]:
                 ref = method_engine["kwargs"][key]
                 method_engine["kwargs"][key] = _check_model_ref(check, prefix + "engine.kwargs." + key, ref, root)
+        if not 0 <= spec.get("slow_steps", 0.0) < 1:
+            raise check.fail(prefix + "slow_steps", f"is a share of a step in [0, 1), got {spec['slow_steps']!r}.")
         floors = spec.get("floors", {})
         check.table(floors, FLOOR_KEYS, prefix + "floors.")
         for key, value in floors.items():
@@ -331,6 +341,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
             floors={k: float(v) for k, v in floors.items()},
             canary_of=dict(spec.get("canary_of", {})),
             lossy=_lossy(check, prefix, sc, spec.get("lossy")),
+            slow_steps=float(spec.get("slow_steps", 0.0)),
         )
     for name, m in methods.items():
         check.table(m.canary_of, {g: str for g in CANARY_GATES}, f"methods.{name}.canary_of.")
@@ -360,11 +371,14 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
 
     sp_data = data.get("speedup", {})
     sp_types = {"trials": int, "requests_per_slot": int, "min_requests": int, "temperature": float, "measure_step_costs": bool,
-                "interleave_baseline": bool, "max_tokens": int}
+                "interleave_baseline": bool, "max_tokens": int, "max_trials": int, "step_trials": int}
     check.table(sp_data, sp_types, "speedup.")
     speedup = Speedup(**sp_data)
     if speedup.trials < 2:
         raise check.fail("speedup.trials", f"must be >= 2 (a confidence interval needs repeats), got {speedup.trials!r}.")
+    if speedup.max_trials and speedup.max_trials < speedup.trials:
+        raise check.fail("speedup.max_trials", f"({speedup.max_trials}) must be 0 (off) or >= trials ({speedup.trials}).")
+    check.positive("speedup.step_trials", speedup.step_trials)
     check.positive("speedup.requests_per_slot", speedup.requests_per_slot)
     check.positive("speedup.min_requests", speedup.min_requests)
     check.positive("speedup.temperature", speedup.temperature, allow_zero=True)

@@ -77,6 +77,20 @@ def ratio_estimate(numerators: Sequence[float], denominators: Sequence[float], s
     return Estimate(median(ratios), low, high, len(ratios))
 
 
+def sequential(estimate: Callable[[], Estimate], more: Callable[[int], None], floor: float | None,
+               max_n: int, step: int) -> Estimate:
+    """Add trials (`more(step)`) while the interval straddles the floor (low < floor <= high), up to
+    `max_n`; the final estimate. Cells the evidence already decides (the interval clear of the floor
+    either way) stop at once, so the extra time goes where the decision is close."""
+    current = estimate()
+    budget = max_n - current.n
+    while floor is not None and current.low < floor <= current.high and budget >= step:
+        more(step)
+        budget -= step
+        current = estimate()
+    return current
+
+
 def within_rtol(ratio: float, rtol: float) -> bool:
     """`ratio` inside [1 - rtol, 1 / (1 - rtol)] (symmetric in log space); rtol 0 = always."""
     return not rtol or 1 - rtol <= ratio <= 1 / (1 - rtol)

@@ -30,10 +30,6 @@ class SpeedupCheck:
         result = self.store.speedup(method, concurrency, repeat)
         alone = self.store.baseline_alone(concurrency)
         j = Judgement(self.gate, method, key, Verdict.PASS)
-        if disturbed := self._disturbed(result, alone):  # not recorded either: an update keeps the stored value
-            j.basis = "disturbed"
-            return self.ctx.skip_unless_strict(j, f"method '{method}', " + disturbed)
-        j.record = result.record()
         ref = self.ctx.reference(method, self.gate)
         found = self.ctx.baselines.lookup(ref, self.gate, key)
         stored = found.values if found else None
@@ -44,6 +40,16 @@ class SpeedupCheck:
             coarse = mismatch
         j.basis = "coarse" if coarse else ""
         rtol_name, rtol = self.rtol(j.basis)
+        cfg = self.ctx.profile.speedup
+        if cfg.max_trials and stored is not None and "speedup" in stored and not self.ctx.update:
+            floor = stored["speedup"] * (1 - rtol)
+            stats.sequential(lambda: self.store.speedup(method, concurrency).estimate,
+                             lambda n: self.store.more_trials(method, concurrency, n), floor, cfg.max_trials, cfg.step_trials)
+            result = self.store.speedup(method, concurrency)
+        if disturbed := self._disturbed(result, alone):  # not recorded either: an update keeps the stored value
+            j.basis = "disturbed"
+            return self.ctx.skip_unless_strict(j, f"method '{method}', " + disturbed)
+        j.record = result.record()
         j.rows = self._rows(j.record, stored or {}, concurrency, False, rtol)
         failures = []
         if stored is not None and "speedup" in stored:

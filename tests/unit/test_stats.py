@@ -1,5 +1,8 @@
 """Statistics of the speedup gate and the analytic speedup model."""
 
+import math
+import random
+
 import numpy as np
 import pytest
 
@@ -55,3 +58,48 @@ def test_alpha_is_recovered_from_the_mean_acceptance_length(alpha):
 def test_impossible_acceptance_length_is_an_error():
     with pytest.raises(ValueError, match="outside"):
         stats.alpha_from_acceptance_length(4.5, 3)
+
+
+def _simulated_cell(rng, true_ratio, sigma, stored, rtol, trials=4, max_trials=12, step=2):
+    """One speedup cell with paired trials whose ratios carry lognormal noise: (fails, trials used)."""
+    ratios = []
+
+    def more(n):
+        ratios.extend(true_ratio * math.exp(rng.gauss(0, sigma)) for _ in range(n))
+
+    def estimate():  # stats.ratio_estimate's statistic, with fewer resamples to keep the test quick
+        low, high = stats.bootstrap_ci(ratios, resamples=1000)
+        return stats.Estimate(stats.median(ratios), low, high, len(ratios))
+
+    more(trials)
+    floor = stored * (1 - rtol)
+    est = stats.sequential(estimate, more, floor, max_trials, step)
+    return stats.fails_floor(est, floor), est.n
+
+
+def test_sequential_trials_catch_a_ten_percent_loss_without_false_alarms_on_simulated_noise():
+    """Paired-ratio noise of 3 % per trial (an interleaved cell on a quiet 2-core machine); the stored
+    speedup is itself the median of 4 trials of an earlier run. rtol 0.05, 4 trials, up to 12."""
+    rng = random.Random(7)
+    runs, sigma = 150, 0.03
+
+    def stored():  # an update run's median of 4 noisy trials
+        return stats.median([math.exp(rng.gauss(0, sigma)) for _ in range(4)])
+
+    aa = [_simulated_cell(rng, 1.0, sigma, stored(), 0.05) for _ in range(runs)]
+    loss = [_simulated_cell(rng, 0.90, sigma, stored(), 0.05) for _ in range(runs)]
+    false_alarms = sum(f for f, _ in aa) / runs
+    detected = sum(f for f, _ in loss) / runs
+    assert false_alarms <= 0.01, false_alarms
+    assert detected >= 0.9, detected
+    # the extra trials go where the decision is close: most A/A cells stop at the first 4
+    assert stats.median([n for _, n in aa]) == 4
+
+
+def test_sequential_trials_stop_at_their_limit_and_without_a_floor():
+    calls = []
+    est = stats.Estimate(1.0, 0.9, 1.1, 4)
+    assert stats.sequential(lambda: est, calls.append, 1.0, max_n=8, step=2) is est  # straddles, but n never grows
+    assert calls == [2, 2]
+    calls.clear()
+    assert stats.sequential(lambda: est, calls.append, None, max_n=8, step=2) is est and calls == []
