@@ -428,8 +428,13 @@ class OutcomeRecorder:
 
 
 def _failure_text(text: str, limit: int = 4000) -> str:
-    """The assertion's own message ('E   ' lines of a traceback), or the whole text (pytrace=False)."""
-    lines = [line[4:] for line in text.splitlines() if line.startswith("E   ")]
+    """The assertion's own message ('E   ' lines of a traceback, without pytest's `assert ...`
+    explanation after it), or the whole text (pytrace=False)."""
+    lines = [line[4:].strip() for line in text.splitlines() if line.startswith("E   ")]
+    if lines and lines[0].startswith("AssertionError: "):
+        lines[0] = lines[0].removeprefix("AssertionError: ")
+        explained = next((i for i, line in enumerate(lines) if line.startswith("assert ")), len(lines))
+        lines = lines[:explained]
     return ("\n".join(lines) if lines else text.strip())[:limit]
 
 

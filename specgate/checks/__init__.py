@@ -82,6 +82,9 @@ class Judgement:
     def passed(self) -> bool:
         return self.verdict is Verdict.PASS
 
+    def __repr__(self) -> str:  # what pytest shows next to a failed `assert verdict.passed`
+        return f"Judgement({self.gate}, {self.method}, {self.key}: {self.verdict.value})"
+
     @property
     def message(self) -> str:
         return "\n".join(self.messages)

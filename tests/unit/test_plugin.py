@@ -237,3 +237,16 @@ def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir)
     result.stdout.fnmatch_lines([f"*baseline file {path} is not valid JSON*truncated*"])
     result.stdout.fnmatch_lines(["*--update-baselines: not written*"])
     assert path.read_text() == truncated
+
+
+def test_a_failed_judgement_is_recorded_as_its_message_without_pytests_explanation():
+    from specgate.plugin import _failure_text
+
+    longrepr = (
+        "    def test_x(judge, method):\n>       assert verdict.passed, verdict.message\n"
+        "E       AssertionError: method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\n"
+        "E         second line of the message\n"
+        "E       assert False\n"
+        "E        +  where False = Judgement(memory, ngram, overhead: fail).passed\n"
+    )
+    assert _failure_text(longrepr) == "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
