@@ -1,0 +1,80 @@
+"""How small a speedup loss the gate detects, measured: repeated gate runs of a calibration profile.
+
+    python -m tools.calibrate_speedup [--profile cpu-tiny-calibration] [--runs 10] [--out results/calibration]
+
+The profile has a method judged against its own stored speedups (A/A: every run must pass) and a
+deliberately slower copy of it marked `canary_of = { speedup = ... }` (must fail the original's
+floor). The first run stores the baselines (--update-baselines, in a scratch copy of the checkout's
+baselines directory, so committed files stay as they are); every later run is judged. Printed per
+concurrency level: A/A false alarms, detections of the slowed copy, the measured ratio of the two,
+the interval's upper half-width and the trials the sequential decision used; and each run's wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+
+
+def run_gate(root: Path, profile: str, out: Path, update: bool) -> tuple[dict, list[dict], float]:
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:randomly", "-k", "speedup or lifecycle",
+           "--specgate-profile", profile, "--specgate-out", str(out), "--benchmark-disable"]
+    if update:
+        cmd.append("--update-baselines")
+    start = time.monotonic()
+    subprocess.run(cmd, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wall = time.monotonic() - start
+    run = json.loads((out / "run.json").read_text())
+    table = json.loads((out / "measurements.json").read_text())
+    return run, table, wall
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.calibrate_speedup", description=__doc__.split("\n")[0])
+    parser.add_argument("--profile", default="cpu-tiny-calibration")
+    parser.add_argument("--runs", type=int, default=10, help="judged runs after the one that stores baselines")
+    parser.add_argument("--out", type=Path, default=Path("results/calibration"))
+    args = parser.parse_args(argv)
+    root = Path.cwd()
+    base_dir = root / "baselines" / args.profile
+    kept = base_dir.with_name(base_dir.name + ".kept")
+    if base_dir.exists():
+        shutil.move(base_dir, kept)  # the calibration stores and judges its own, then puts these back
+    try:
+        _, _, wall = run_gate(root, args.profile, args.out / "update", update=True)
+        print(f"update run: {wall:.0f} s")
+        cells = defaultdict(list)  # (method, key) -> [(verdict, value, ci_high, bound, trials)]
+        walls = []
+        for i in range(args.runs):
+            run, table, wall = run_gate(root, args.profile, args.out / f"run-{i + 1}", update=False)
+            walls.append(wall)
+            outcomes = {(o["method"], o["key"]): o["outcome"] for o in run["outcomes"] if o["gate"] == "speedup"}
+            for r in table:
+                if r["gate"] == "speedup" and r["metric"] == "speedup":
+                    cells[(r["method"], r["key"])].append((outcomes.get((r["method"], r["key"])), r["value"], r["ci_high"],
+                                                           r["bound"]))
+            print(f"run {i + 1}: {wall:.0f} s", flush=True)
+    finally:
+        if kept.exists():
+            shutil.rmtree(base_dir, ignore_errors=True)
+            shutil.move(kept, base_dir)
+    print("\nmethod / level: outcomes (passed = A/A held, or the canary was caught); median speedup; "
+          "upper half-width of the interval (median)")
+    for (method, key), rows in sorted(cells.items()):
+        passed = sum(o == "passed" for o, *_ in rows)
+        halfwidth = sorted((hi - v) / v for _, v, hi, _ in rows if hi is not None and v)
+        median = sorted(v for _, v, *_ in rows)[len(rows) // 2]
+        print(f"  {method:<14} {key:<6} {passed}/{len(rows)} passed; speedup {median:.3f}; upper half-width "
+              f"{halfwidth[len(halfwidth) // 2]:.1%} (max {halfwidth[-1]:.1%}); floor {rows[0][3]}")
+    print(f"\nwall time per judged run: {min(walls):.0f}-{max(walls):.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
