@@ -100,6 +100,7 @@ def _repeat(fn, times: int) -> None:
 class MeasurementStore:
     def __init__(self, profile, host, inputs, gates: frozenset[str], levels: tuple[int, ...]):
         self.profile, self.host, self.inputs = profile, host, inputs
+        self.load_inputs = inputs.speedup_inputs()  # the speedup load's prompts ([speedup] prompts, else these)
         self.gates, self.levels = gates, levels
         self.reference_ready = False
         self._runs: dict[str, dict[str, BatchResult]] = {}  # method -> category -> batch
@@ -114,6 +115,8 @@ class MeasurementStore:
         if name != BASELINE:
             self.prepare_reference()
         self.inputs.tokenized()  # fail on bad prompts before paying for a boot
+        if "speedup" in self.gates:
+            self.load_inputs.tokenized()
         return self.host.engine(name)
 
     def _measuring(self, fn, *args):
@@ -176,7 +179,7 @@ class MeasurementStore:
         engine = self.engine(name)
         if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
             top = max(self.profile.concurrency)
-            warm = trial_prompts(self.inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
+            warm = trial_prompts(self.load_inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
             self._measuring(engine.closed_loop, warm, top, self._max_tokens, cfg.temperature)
             self._warmed.add(name)
         result = LoadTrials(concurrency)
@@ -198,7 +201,7 @@ class MeasurementStore:
 
     def _batch(self, concurrency: int) -> list:
         cfg = self.profile.speedup
-        return trial_prompts(self.inputs.tokenized(), concurrency, cfg.num_requests(concurrency), self.profile.seed)
+        return trial_prompts(self.load_inputs.tokenized(), concurrency, cfg.num_requests(concurrency), self.profile.seed)
 
     def _trials(self, name: str, result: LoadTrials, n: int, repeat=None) -> None:
         cfg, concurrency = self.profile.speedup, result.concurrency

@@ -9,6 +9,7 @@ unknown key, an unknown method, a model path that does not exist or a value out 
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -22,6 +23,20 @@ MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 BASELINE = "baseline"
 DTYPES = frozenset({"auto", "float32", "float16", "bfloat16"})
 HARDWARE = frozenset({"cpu", "cuda"})
+
+# SPEED-Bench (nvidia/SPEED-Bench): the layout vLLM's `vllm bench serve --dataset-name speed_bench`
+# reads, a directory of <split>.jsonl files, one row per prompt with `category` and `messages`.
+SPEED_BENCH_ENV = "SPECGATE_SPEED_BENCH_DIR"
+SPEED_BENCH_SPLITS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "throughput_16k", "throughput_32k")
+SPEED_BENCH_PREPARE = (
+    "Prepare it as vLLM's speed_bench dataset expects (the recipe vLLM's SpeedBench class names): `pip install "
+    "datasets tiktoken`, then `curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/heads/main/"
+    "nemo_skills/dataset/speed-bench/prepare.py | python3 - --config all --output_dir DIR`; it fetches "
+    "nvidia/SPEED-Bench (NVIDIA Evaluation Dataset License) and the public datasets its prompts are built from, "
+    "some of which ask you to accept their terms on the hub first (see the dataset card)"
+)
+# What happens to a prompt longer than max_model_len - max_tokens (after the chat template).
+TOO_LONG = ("error", "skip", "truncate")
 
 
 @dataclass(frozen=True)
@@ -75,9 +90,34 @@ class Speedup:
     # up to `max_trials` (0 = never: `trials` only). Cells the evidence already decides cost nothing more.
     max_trials: int = 0
     step_trials: int = 2
+    # The load's own prompts (e.g. a SPEED-Bench throughput split); empty = the profile's prompts.
+    prompts: tuple[PromptSource, ...] = ()
 
     def num_requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.requests_per_slot * concurrency, 2 * concurrency + 1)
+
+
+@dataclass(frozen=True)
+class PromptSource:
+    """One entry of `prompts = [...]` (or `[speedup] prompts`), resolved to the file that is read.
+
+    kind "file": our schema (id, category, messages or text); "chat": rows with `messages` and `category`
+    (a team's own traffic; other keys ignored, ids derived); "speed_bench": a prepared SPEED-Bench split
+    (a chat file whose multi-turn rows are sent as their first turn, as vLLM's speed_bench loader does).
+    A SPEED-Bench entry whose directory is not configured on this machine resolves to its `fallback`
+    file, with `note` saying so, so the same profile collects everywhere."""
+
+    kind: str
+    path: Path
+    per_category: int | None = None  # prompts drawn from each category (seeded, stable); None = all
+    too_long: str = "error"  # a prompt past max_model_len - max_tokens: error | skip (and refill) | truncate
+    split: str = ""  # the SPEED-Bench split
+    name: str = ""  # as the profile wrote it, for summaries
+    note: str = ""  # why this is a fallback file
+
+    @property
+    def label(self) -> str:
+        return self.name or str(self.path)
 
 
 @dataclass(frozen=True)
@@ -138,6 +178,12 @@ class Profile:
     hardware: str = "cpu"
     seed: int = 0
     description: str = ""
+    prompt_sources: tuple[PromptSource, ...] = ()  # what `prompts` came from; `prompts` are their files
+
+    @property
+    def sources(self) -> tuple[PromptSource, ...]:
+        """The acceptance and equivalence prompts' sources (plain files for a hand-built Profile)."""
+        return self.prompt_sources or tuple(PromptSource("file", p) for p in self.prompts)
 
     @property
     def baseline(self) -> Method:
@@ -272,16 +318,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     if len(set(concurrency)) != len(concurrency):
         raise check.fail("concurrency", f"lists a level twice: {concurrency!r}.")
 
-    prompts = []
-    for i, p in enumerate(data["prompts"]):
-        if not isinstance(p, str):
-            raise check.fail(f"prompts[{i}]", f"must be a path string, got {p!r}.")
-        resolved = (root / p).resolve()
-        if not resolved.is_file():
-            raise check.fail(f"prompts[{i}]", f"names {p!r}, but {resolved} does not exist.")
-        prompts.append(resolved)
-    if not prompts:
-        raise check.fail("prompts", "must list at least one prompt file.")
+    sources = _prompt_sources(check, "prompts", data["prompts"], root)
 
     target = _check_model_ref(check, "target", data["target"], root)
     engine = data.get("engine", {})
@@ -369,11 +406,16 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     check.positive("equivalence.top_logprobs", equivalence.top_logprobs)
     check.positive("equivalence.logprob_margin", equivalence.logprob_margin, allow_zero=True)
 
-    sp_data = data.get("speedup", {})
+    sp_data = dict(data.get("speedup", {}))
     sp_types = {"trials": int, "requests_per_slot": int, "min_requests": int, "temperature": float, "measure_step_costs": bool,
-                "interleave_baseline": bool, "max_tokens": int, "max_trials": int, "step_trials": int}
+                "interleave_baseline": bool, "max_tokens": int, "max_trials": int, "step_trials": int, "prompts": list}
     check.table(sp_data, sp_types, "speedup.")
+    if "prompts" in sp_data:
+        sp_data["prompts"] = _prompt_sources(check, "speedup.prompts", sp_data["prompts"], root)
     speedup = Speedup(**sp_data)
+    check.positive("speedup.max_tokens", speedup.max_tokens, allow_zero=True)
+    if speedup.max_tokens >= max_model_len:
+        raise check.fail("speedup.max_tokens", f"({speedup.max_tokens}) must be smaller than max_model_len ({max_model_len}).")
     if speedup.trials < 2:
         raise check.fail("speedup.trials", f"must be >= 2 (a confidence interval needs repeats), got {speedup.trials!r}.")
     if speedup.max_trials and speedup.max_trials < speedup.trials:
@@ -389,7 +431,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         target=target,
         dtype=dtype,
         max_model_len=max_model_len,
-        prompts=tuple(prompts),
+        prompts=tuple(src.path for src in sources),
         max_tokens=max_tokens,
         concurrency=tuple(concurrency),
         methods=methods,
@@ -401,7 +443,98 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         hardware=hardware,
         seed=data.get("seed", 0),
         description=data.get("description", ""),
+        prompt_sources=sources,
     )
+
+
+_SOURCE_KINDS = ("file", "chat", "speed_bench")
+_SOURCE_KEYS = {"file": str, "chat": str, "speed_bench": str, "dir": str, "fallback": str, "per_category": object,
+                "too_long": str}
+_SOURCE_EXAMPLE = '{ speed_bench = "qualitative", per_category = 10 }'
+
+
+def _prompt_sources(check: _Checker, key: str, entries: list, root: Path) -> tuple[PromptSource, ...]:
+    """`prompts = [...]` entries: a path (our schema, as ever) or a table naming a file, a chat JSONL or a
+    SPEED-Bench split, with per_category and too_long."""
+    if not entries:
+        raise check.fail(key, "must list at least one prompt file.")
+    out = []
+    for i, entry in enumerate(entries):
+        where = f"{key}[{i}]"
+        if isinstance(entry, str):
+            out.append(PromptSource("file", _prompt_file(check, where, entry, root), name=entry))
+            continue
+        if not isinstance(entry, dict):
+            raise check.fail(where, f"must be a path string or a table like {_SOURCE_EXAMPLE}, got {entry!r}.")
+        check.table(entry, _SOURCE_KEYS, where + ".")
+        kinds = [k for k in _SOURCE_KINDS if k in entry]
+        if len(kinds) != 1:
+            raise check.fail(where, "must name exactly one of file = PATH (our schema, with ids), chat = PATH (rows with "
+                             f"messages and category) or speed_bench = SPLIT; got {', '.join(kinds) or 'none'}.")
+        kind = kinds[0]
+        per_category = _per_category(check, where + ".per_category", entry.get("per_category", "all"))
+        too_long = entry.get("too_long", "skip" if kind == "speed_bench" else "error")
+        if too_long not in TOO_LONG:
+            raise check.fail(where + ".too_long", f"must be one of {', '.join(map(repr, TOO_LONG))}"
+                             f"{_did_you_mean(too_long, TOO_LONG)}, got {too_long!r}.")
+        for extra in ("dir", "fallback"):
+            if extra in entry and kind != "speed_bench":
+                raise check.fail(f"{where}.{extra}", "only applies to a speed_bench entry.")
+        if kind != "speed_bench":
+            path = _prompt_file(check, f"{where}.{kind}", entry[kind], root)
+            out.append(PromptSource(kind, path, per_category, too_long, name=entry[kind]))
+        else:
+            out.append(_speed_bench(check, where, entry, root, per_category, too_long))
+    return tuple(out)
+
+
+def _prompt_file(check: _Checker, key: str, p: str, root: Path) -> Path:
+    resolved = (root / Path(p).expanduser()).resolve()
+    if not resolved.is_file():
+        raise check.fail(key, f"names {p!r}, but {resolved} does not exist.")
+    return resolved
+
+
+def _per_category(check: _Checker, key: str, value: Any) -> int | None:
+    if value == "all":
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise check.fail(key, f'must be a whole number >= 1 or "all", got {value!r}.')
+    return value
+
+
+def _speed_bench(check: _Checker, where: str, entry: dict, root: Path, per_category, too_long) -> PromptSource:
+    """The split's file in the configured directory (the entry's `dir`, else $SPECGATE_SPEED_BENCH_DIR). With
+    no directory configured, the entry's `fallback` file stands in, saying so; a configured directory that
+    does not hold the split is an error (someone meant to use it)."""
+    split = entry["speed_bench"]
+    if split not in SPEED_BENCH_SPLITS and not re.fullmatch(r"throughput_\d+k", split):
+        raise check.fail(where + ".speed_bench", f"names split {split!r}{_did_you_mean(split, SPEED_BENCH_SPLITS)}; "
+                         f"SPEED-Bench has: {', '.join(SPEED_BENCH_SPLITS)}.")
+    fallback = entry.get("fallback")
+    fallback_path = _prompt_file(check, where + ".fallback", fallback, root) if fallback is not None else None
+    configured = entry.get("dir") or os.environ.get(SPEED_BENCH_ENV, "")
+    origin = f"{where}.dir = {entry['dir']!r}" if entry.get("dir") else f"${SPEED_BENCH_ENV} = {configured!r}"
+    if not configured:
+        if fallback_path is None:
+            raise check.fail(where, f"names SPEED-Bench split {split!r}, but no SPEED-Bench directory is configured: set "
+                             f"${SPEED_BENCH_ENV} (or dir = \"...\" in this entry) to a directory holding {split}.jsonl. "
+                             f"{SPEED_BENCH_PREPARE}. Or add fallback = \"fixtures/prompts/general.jsonl\" to gate on that "
+                             "file where the data is absent.")
+        note = (f"SPEED-Bench {split} is not on this machine (set ${SPEED_BENCH_ENV} to its directory), "
+                f"so {fallback} stands in")
+        return PromptSource("file", fallback_path, name=fallback, note=note)
+    directory = Path(configured).expanduser()
+    directory = directory if directory.is_absolute() else root / directory
+    if not directory.is_dir():
+        raise check.fail(where, f"names SPEED-Bench split {split!r} in {origin}, but {directory} is not a directory. "
+                         f"{SPEED_BENCH_PREPARE.replace('DIR', str(directory))}.")
+    path = directory / f"{split}.jsonl"
+    if not path.is_file():
+        raise check.fail(where, f"names SPEED-Bench split {split!r}, but {directory} (from {origin}) has no {split}.jsonl. "
+                         + SPEED_BENCH_PREPARE.replace("--config all", f"--config {split}").replace("DIR", str(directory)) + ".")
+    return PromptSource("speed_bench", path.resolve(), per_category, too_long, split=split,
+                        name=f"SPEED-Bench {split} ({path})")
 
 
 def _lossy(check: _Checker, prefix: str, sc: dict, lossy: dict | None) -> dict[str, float]:

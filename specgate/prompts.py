@@ -1,23 +1,32 @@
-"""Prompt sets: load category-tagged JSONL, reject sets that look like random tokens, tokenize once.
+"""Prompt sets: load category-tagged JSONL, reject sets that look like random tokens, sample per
+category, tokenize once.
 
-One line per prompt:
+Our schema, one line per prompt:
     {"id": "short_qa-01", "category": "short_qa", "messages": [{"role": "user", "content": "..."}]}
     {"id": "code-01", "category": "code_continuation", "text": "def parse(..."}
 `messages` get the target's chat template (applied here, not by the engine); `text` is sent as raw
 text after the BOS token. Either way the suite sends token ids, so every method sees identical input.
+
+Chat files a team already has (its own traffic, or SPEED-Bench prepared for vLLM's `vllm bench serve
+--dataset-name speed_bench`) need only `category` and `messages` per row; other keys are ignored and
+ids are derived (the row's `id` or `question_id`, else a hash of its content), so they stay stable
+when rows are added or reordered. A profile entry may take `per_category` prompts from each
+category: the lowest hashes of (seed, id), the same prompts every run.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import unicodedata
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from specgate.errors import PromptSetError
+from specgate.profile import SPEED_BENCH_PREPARE, PromptSource
 
 ROLES = frozenset({"system", "user", "assistant"})
 
@@ -31,6 +40,15 @@ MIN_TOP_WORD_COVERAGE = 0.2
 MIN_WORD_SHAPE_SCORE = 0.9
 MIN_WORDS_TO_JUDGE = 500
 TOP_WORDS = 50
+# Statistics of the first characters of each prompt: enough words, and a 32k-token split stays fast
+# (our own sets' prompts are all shorter, so their verdicts do not depend on it).
+JUDGE_CHARS_PER_PROMPT = 4000
+# A chat file from elsewhere may hold a few characters split at a token boundary (SPEED-Bench pads and
+# cuts its long prompts with tiktoken); token salad has them in most prompts.
+FOREIGN_UNDECODABLE_SHARE = 0.05
+_UNDECODABLE = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
+# What nvidia/SPEED-Bench holds before its preparation script fetched the real prompts.
+SPEED_BENCH_PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE"
 
 @dataclass(frozen=True)
 class Prompt:
@@ -57,22 +75,10 @@ class TokenizedPrompt:
 def load_prompt_set(path: Path | str) -> list[Prompt]:
     """Parse one JSONL prompt file; every problem names the file and line."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise PromptSetError(f"prompt set {path}: file not found.") from None
-    except UnicodeDecodeError as exc:
-        raise PromptSetError(f"prompt set {path}: not UTF-8 ({exc}).") from None
     prompts: list[Prompt] = []
     seen: set[str] = set()
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for lineno, rec in _json_lines(path):
         where = f"prompt set {path}, line {lineno}"
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise PromptSetError(f"{where}: not valid JSON ({exc.msg}).") from None
         prompts.append(_parse_record(rec, where, path))
         if prompts[-1].id in seen:
             raise PromptSetError(f"{where}: id {prompts[-1].id!r} is used twice; ids must be unique.")
@@ -98,7 +104,13 @@ def _parse_record(rec: Any, where: str, path: Path) -> Prompt:
         if not isinstance(rec["text"], str) or not rec["text"].strip():
             raise PromptSetError(f"{where}: 'text' must be a non-empty string.")
         return Prompt(rec["id"], rec["category"], path, text=rec["text"])
-    messages = rec["messages"]
+    messages = _checked_messages(rec["messages"], where)
+    if messages[-1]["role"] != "user":
+        raise PromptSetError(f"{where}: the last message must be from the user (the model answers it).")
+    return Prompt(rec["id"], rec["category"], path, messages=messages)
+
+
+def _checked_messages(messages: Any, where: str) -> tuple[dict[str, str], ...]:
     if not isinstance(messages, list) or not messages:
         raise PromptSetError(f"{where}: 'messages' must be a non-empty list.")
     for i, m in enumerate(messages):
@@ -106,9 +118,76 @@ def _parse_record(rec: Any, where: str, path: Path) -> Prompt:
             raise PromptSetError(
                 f"{where}: messages[{i}] must be {{'role': one of {sorted(ROLES)}, 'content': string}}, got {m!r}."
             )
-    if messages[-1]["role"] != "user":
-        raise PromptSetError(f"{where}: the last message must be from the user (the model answers it).")
-    return Prompt(rec["id"], rec["category"], path, messages=tuple(dict(m) for m in messages))
+        if not m["content"].strip():
+            raise PromptSetError(f"{where}: messages[{i}] ({m['role']}) has empty content.")
+        if m["content"].startswith(SPEED_BENCH_PLACEHOLDER):
+            raise PromptSetError(
+                f"{where}: messages[{i}] is SPEED-Bench's placeholder ({SPEED_BENCH_PLACEHOLDER!r}): this file is the "
+                f"split as the hub ships it, before its prompts were fetched from their sources. {SPEED_BENCH_PREPARE}."
+            )
+    return tuple(dict(m) for m in messages)
+
+
+def load_chat_set(path: Path | str, first_turn: bool = False) -> list[Prompt]:
+    """A chat JSONL without our ids: every row needs `category` and `messages` (other keys are ignored).
+
+    Ids: `<file stem>/<row id>` from the row's `id` or `question_id`, else `<file stem>/<content hash>`.
+    `first_turn`: send a multi-turn row as its first user turn (and any system message before it), as
+    vLLM's speed_bench loader does: SPEED-Bench's later turns expect the model's own answers in between,
+    which a single prompt cannot carry. Every problem names the file and line."""
+    path = Path(path)
+    prompts: list[Prompt] = []
+    first_line: dict[str, int] = {}
+    for lineno, rec in _json_lines(path):
+        where = f"prompt set {path}, line {lineno}"
+        if not isinstance(rec, dict):
+            raise PromptSetError(f"{where}: each line must be a JSON object.")
+        if "messages" not in rec:
+            raise PromptSetError(f"{where}: no 'messages'; every row of a chat prompt file needs 'messages' "
+                                 "(a list of {'role', 'content'}) and 'category'.")
+        category = rec.get("category")
+        if not isinstance(category, str) or not category.strip():
+            raise PromptSetError(f"{where}: 'category' must be a non-empty string, got {category!r}.")
+        messages = _checked_messages(rec["messages"], where)
+        if first_turn:
+            first_user = next((i for i, m in enumerate(messages) if m["role"] == "user"), None)
+            if first_user is None:
+                raise PromptSetError(f"{where}: no message from the user (the model answers the first one).")
+            messages = messages[: first_user + 1]
+        elif messages[-1]["role"] != "user":
+            raise PromptSetError(f"{where}: the last message must be from the user (the model answers it).")
+        raw = next((rec[k] for k in ("id", "question_id") if isinstance(rec.get(k), (str, int)) and str(rec[k]).strip()), None)
+        if raw is None:
+            content = json.dumps([category, rec["messages"]], sort_keys=True, ensure_ascii=False)
+            raw = hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
+        pid = f"{path.stem}/{raw}"
+        if pid in first_line:
+            raise PromptSetError(
+                f"{where}: the same prompt as line {first_line[pid]} (id {pid!r}); drop one of them, or give the rows "
+                "distinct 'id' values."
+            )
+        first_line[pid] = lineno
+        prompts.append(Prompt(pid, category, path, messages=messages))
+    if not prompts:
+        raise PromptSetError(f"prompt set {path}: no prompts.")
+    return prompts
+
+
+def _json_lines(path: Path):
+    """(line number, parsed record) of every non-blank line; unreadable files and bad JSON name file and line."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise PromptSetError(f"prompt set {path}: file not found.") from None
+    except UnicodeDecodeError as exc:
+        raise PromptSetError(f"prompt set {path}: not UTF-8 ({exc}).") from None
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptSetError(f"prompt set {path}, line {lineno}: not valid JSON ({exc.msg}).") from None
 
 
 _WORD = re.compile(r"[^\W\d_]+")
@@ -123,12 +202,16 @@ def word_shape_score(words: list[str]) -> float:
 
     Text decoded from random token ids glues sub-word fragments into long, vowel-less or
     case-flipping "words" ("ationReturnxQ"), which real prose and real code rarely contain.
-    Scripts without case (CJK, ...) count as well-shaped; the check targets token salad, not language.
+    Scripts without case (CJK, ...) count as well-shaped, and so do other scripts' words in one case
+    (Cyrillic, Greek, Vietnamese: SPEED-Bench's multilingual category); the check targets token salad,
+    not language.
     """
     good = 0
     for w in words:
         if not w.isascii() and not any(unicodedata.category(c) in ("Lu", "Ll") for c in w):
             good += 1  # caseless script
+        elif not w.isascii() and len(w) <= 20 and (w.islower() or w.isupper() or w.istitle()):
+            good += 1
         elif len(w) <= 20 and _SHAPES.match(w) and not (len(w) >= 5 and w.isascii() and not set(w) & _LATIN_VOWELS):
             good += 1
     return good / len(words) if words else 1.0
@@ -140,13 +223,15 @@ def top_word_coverage(words: list[str], top: int = TOP_WORDS) -> float:
     return sum(n for _, n in counts.most_common(top)) / len(words) if words else 1.0
 
 
-def naturalness_problems(prompts: list[Prompt]) -> list[str]:
-    """Why a prompt set looks like random tokens rather than text (empty when it looks real)."""
+def naturalness_problems(prompts: list[Prompt], undecodable_share: float = 0.0) -> list[str]:
+    """Why a prompt set looks like random tokens rather than text (empty when it looks real).
+    `undecodable_share`: the share of prompts that may hold replacement/control characters."""
     problems = []
-    bad = [p.id for p in prompts if any(c == "\ufffd" or (unicodedata.category(c) == "Cc" and c not in "\n\t\r") for c in p.plain_text)]
-    if bad:
-        problems.append(f"prompts {bad[:5]} contain replacement/control characters (undecodable bytes)")
-    words = [w for p in prompts for w in _WORD.findall(p.plain_text)]
+    bad = [p.id for p in prompts if _UNDECODABLE.search(p.plain_text)]
+    if len(bad) > undecodable_share * len(prompts):
+        problems.append(f"prompts {bad[:5]} contain replacement/control characters (undecodable bytes)"
+                        + (f": {len(bad)} of {len(prompts)}" if undecodable_share else ""))
+    words = [w for p in prompts for w in _WORD.findall(p.plain_text[:JUDGE_CHARS_PER_PROMPT])]
     if len(words) >= MIN_WORDS_TO_JUDGE:
         coverage = top_word_coverage(words)
         if coverage < MIN_TOP_WORD_COVERAGE:
@@ -160,9 +245,9 @@ def naturalness_problems(prompts: list[Prompt]) -> list[str]:
     return problems
 
 
-def validate_prompt_set(prompts: list[Prompt], min_per_category: int = 1) -> None:
+def validate_prompt_set(prompts: list[Prompt], min_per_category: int = 1, undecodable_share: float = 0.0) -> None:
     """Reject sets that look like random tokens or have categories too small to measure."""
-    problems = naturalness_problems(prompts)
+    problems = naturalness_problems(prompts, undecodable_share)
     if problems:
         raise PromptSetError(
             f"prompt set {prompts[0].source} looks like random tokens rather than text: {'; '.join(problems)}. "
@@ -176,57 +261,201 @@ def validate_prompt_set(prompts: list[Prompt], min_per_category: int = 1) -> Non
         )
 
 
+def load_source(source: PromptSource | Path | str, min_per_category: int = 1) -> list[Prompt]:
+    """Every prompt of one profile entry (a path: our schema), validated."""
+    if not isinstance(source, PromptSource):
+        source = PromptSource("file", Path(source))
+    if source.kind == "file":
+        prompts = load_prompt_set(source.path)
+    else:
+        prompts = load_chat_set(source.path, first_turn=source.kind == "speed_bench")
+    validate_prompt_set(prompts, min_per_category, 0.0 if source.kind == "file" else FOREIGN_UNDECODABLE_SHARE)
+    return prompts
+
+
 def load_prompts(paths, min_per_category: int = 1) -> list[Prompt]:
-    """Load and validate every file; ids must be unique across files too."""
-    prompts: list[Prompt] = []
-    for path in paths:
-        batch = load_prompt_set(path)
-        validate_prompt_set(batch, min_per_category)
-        prompts.extend(batch)
+    """Load and validate every file (or PromptSource); ids must be unique across files too."""
+    return _unique([p for path in paths for p in load_source(path, min_per_category)])
+
+
+def _unique(prompts: list[Prompt]) -> list[Prompt]:
     dupes = [i for i, n in Counter(p.id for p in prompts).items() if n > 1]
     if dupes:
         raise PromptSetError(f"prompt ids {dupes[:5]} appear in more than one prompt file; make them unique.")
     return prompts
 
 
+def sample_rank(prompt_id: str, seed: int) -> str:
+    """A prompt's place in its category's draw: depends on nothing but (seed, id), so adding or reordering
+    rows never changes which of the old prompts are drawn."""
+    return hashlib.sha256(f"{seed}/{prompt_id}".encode()).hexdigest()
+
+
+def by_category(prompts: list[Prompt]) -> dict[str, list[Prompt]]:
+    groups: dict[str, list[Prompt]] = {}
+    for p in prompts:
+        groups.setdefault(p.category, []).append(p)
+    return groups
+
+
+def draw_order(prompts: list[Prompt], per_category: int | None, seed: int) -> dict[str, list[Prompt]]:
+    """Per category, the prompts in the order they are drawn: by sample_rank when sampling, else file order."""
+    groups = by_category(prompts)
+    if per_category is None:
+        return groups
+    return {c: sorted(g, key=lambda p: sample_rank(p.id, seed)) for c, g in groups.items()}
+
+
+def sample_per_category(prompts: list[Prompt], per_category: int | None, seed: int) -> list[Prompt]:
+    """`per_category` prompts of each category (all when None), seeded and stable, in file order."""
+    if per_category is None:
+        return list(prompts)
+    chosen = {p.id for group in draw_order(prompts, per_category, seed).values() for p in group[:per_category]}
+    return [p for p in prompts if p.id in chosen]
+
+
+def encode(p: Prompt, tokenizer) -> list[int]:
+    """The token ids the engines get: the chat template applied by us (not the engine), or BOS + text."""
+    if p.messages is not None:
+        if not getattr(tokenizer, "chat_template", None):
+            raise PromptSetError(
+                f"prompt {p.id} ({p.source}) is a chat prompt, but the target's tokenizer has no chat template."
+            )
+        ids = tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=True)
+        if hasattr(ids, "keys"):  # newer transformers return a BatchEncoding
+            ids = ids["input_ids"]
+    else:
+        ids = tokenizer.encode(p.text, add_special_tokens=False)
+        if tokenizer.bos_token_id is not None:
+            ids = [tokenizer.bos_token_id, *ids]
+    return [int(i) for i in ids]
+
+
+def _too_long(p: Prompt, n: int, max_prompt_tokens: int) -> PromptSetError:
+    return PromptSetError(
+        f"prompt {p.id} ({p.source}) has {n} tokens; the profile leaves room for {max_prompt_tokens} "
+        "(max_model_len - max_tokens). Shorten it or raise max_model_len (or give its prompts entry "
+        'too_long = "skip" or "truncate").'
+    )
+
+
 def tokenize(prompts: list[Prompt], tokenizer, max_prompt_tokens: int) -> list[TokenizedPrompt]:
-    """Token ids for each prompt, once, with the chat template applied by us (not the engine)."""
+    """Token ids for each prompt, once; a prompt past `max_prompt_tokens` is an error."""
     out = []
     for p in prompts:
-        if p.messages is not None:
-            if not getattr(tokenizer, "chat_template", None):
-                raise PromptSetError(
-                    f"prompt {p.id} ({p.source}) is a chat prompt, but the target's tokenizer has no chat template."
-                )
-            ids = tokenizer.apply_chat_template(list(p.messages), add_generation_prompt=True, tokenize=True)
-            if hasattr(ids, "keys"):  # newer transformers return a BatchEncoding
-                ids = ids["input_ids"]
-        else:
-            ids = tokenizer.encode(p.text, add_special_tokens=False)
-            if tokenizer.bos_token_id is not None:
-                ids = [tokenizer.bos_token_id, *ids]
+        ids = encode(p, tokenizer)
         if len(ids) > max_prompt_tokens:
+            raise _too_long(p, len(ids), max_prompt_tokens)
+        out.append(TokenizedPrompt(p.id, p.category, tuple(ids)))
+    return out
+
+
+def truncate(p: Prompt, tokenizer, max_prompt_tokens: int) -> list[int]:
+    """Token ids of `p` with the middle of its longest message (or of its text) cut out until it fits:
+    a long prompt's instructions open it and its question closes it, the bulk between is context."""
+    ids = encode(p, tokenizer)
+    for attempt in range(8):
+        over = len(ids) - max_prompt_tokens
+        if over <= 0:
+            return ids
+        if p.text is not None:
+            body = p.text
+        else:
+            longest = max(range(len(p.messages)), key=lambda i: len(p.messages[i]["content"]))
+            body = p.messages[longest]["content"]
+        body_ids = tokenizer.encode(body, add_special_tokens=False)
+        keep = len(body_ids) - over - 4 * 2**attempt  # slack: the seam may tokenize differently
+        if keep < 2:
+            break
+        head = keep // 2
+        cut = tokenizer.decode(body_ids[:head]) + tokenizer.decode(body_ids[len(body_ids) - (keep - head):])
+        if p.text is not None:
+            p = replace(p, text=cut)
+        else:
+            p = replace(p, messages=tuple(dict(m, content=cut) if i == longest else m for i, m in enumerate(p.messages)))
+        ids = encode(p, tokenizer)
+    raise PromptSetError(
+        f"prompt {p.id} ({p.source}) does not fit in {max_prompt_tokens} tokens even with the middle of its longest "
+        "message cut out (the rest of it and the chat template take the room); raise max_model_len or use "
+        'too_long = "skip".'
+    )
+
+
+@dataclass
+class Fitted:
+    """A prompt set after tokenization: what was sent, and what did not fit as it was."""
+
+    prompts: list[TokenizedPrompt]
+    skipped: list[str]  # longer than the room left: left out (the next in the draw took its place)
+    truncated: list[str]  # longer than the room left: the middle cut out
+
+
+def fit(source: PromptSource, prompts: list[Prompt], tokenizer, max_prompt_tokens: int, seed: int) -> Fitted:
+    """Tokenize one entry's draw: per category, prompts in draw order until `per_category` fit. A prompt
+    that does not fit is an error, skipped (the next one drawn takes its place) or truncated, as the
+    entry says; a category left with no prompt is an error (its acceptance would measure nothing)."""
+    out = Fitted([], [], [])
+    position = {p.id: i for i, p in enumerate(prompts)}
+    taken: list[tuple[int, TokenizedPrompt]] = []
+    for category, drawn in draw_order(prompts, source.per_category, seed).items():
+        want, got = source.per_category or len(drawn), 0
+        for p in drawn:
+            if got == want:
+                break
+            ids = encode(p, tokenizer)
+            if len(ids) > max_prompt_tokens:
+                if source.too_long == "error":
+                    raise _too_long(p, len(ids), max_prompt_tokens)
+                if source.too_long == "skip":
+                    out.skipped.append(p.id)
+                    continue
+                ids = truncate(p, tokenizer, max_prompt_tokens)
+                out.truncated.append(p.id)
+            taken.append((position[p.id], TokenizedPrompt(p.id, p.category, tuple(ids))))
+            got += 1
+        if not got:
             raise PromptSetError(
-                f"prompt {p.id} ({p.source}) has {len(ids)} tokens; the profile leaves room for {max_prompt_tokens} "
-                "(max_model_len - max_tokens). Shorten it or raise max_model_len."
+                f"prompt set {source.label}: every prompt of category {category!r} is longer than the {max_prompt_tokens} "
+                "tokens the profile leaves (max_model_len - max_tokens), so the category would measure nothing; raise "
+                'max_model_len, pick a shorter split, or set too_long = "truncate" on its prompts entry.'
             )
-        out.append(TokenizedPrompt(p.id, p.category, tuple(int(i) for i in ids)))
+    out.prompts = [t for _, t in sorted(taken, key=lambda x: x[0])]
     return out
 
 
 class PromptInputs:
-    """A profile's prompts: loaded and validated once (cheap, for collection), tokenized once with the
-    target's tokenizer when an engine first needs them."""
+    """A prompt set: loaded and validated once (cheap, for collection), tokenized once with the target's
+    tokenizer when an engine first needs it. The profile's prompts serve equivalence and acceptance (and
+    the speedup load, unless `[speedup] prompts` gives it its own set: `speedup_inputs()`)."""
 
-    def __init__(self, profile, root: Path):
+    def __init__(self, profile, root: Path, sources=None, max_tokens: int | None = None, parent: PromptInputs | None = None):
         self.profile, self.root = profile, Path(root)
+        self.sources: tuple[PromptSource, ...] = tuple(sources) if sources is not None else profile.sources
+        self.max_tokens = max_tokens or profile.max_tokens
+        self._parent = parent
+        self._pools: list[list[Prompt]] | None = None
         self._loaded: list[Prompt] | None = None
-        self._tokenized: list[TokenizedPrompt] | None = None
+        self._fitted: list[Fitted] | None = None
         self._tokenizer = None
+        self._speedup: PromptInputs | None = None
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        return self.profile.max_model_len - self.max_tokens
+
+    def pools(self) -> list[list[Prompt]]:
+        """Every prompt of each entry, validated (ids unique across entries)."""
+        if self._pools is None:
+            pools = [load_source(source) for source in self.sources]
+            _unique([p for pool in pools for p in pool])
+            self._pools = pools
+        return self._pools
 
     def loaded(self) -> list[Prompt]:
+        """The drawn prompts (per_category of each category; no tokenizer needed)."""
         if self._loaded is None:
-            self._loaded = load_prompts(self.profile.prompts)
+            self._loaded = [p for source, pool in zip(self.sources, self.pools())
+                            for p in sample_per_category(pool, source.per_category, self.profile.seed)]
         return self._loaded
 
     def categories(self) -> list[str]:
@@ -234,6 +463,8 @@ class PromptInputs:
         return list(dict.fromkeys(p.category for p in self.loaded()))
 
     def tokenizer(self):
+        if self._parent is not None:
+            return self._parent.tokenizer()
         if self._tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -242,11 +473,75 @@ class PromptInputs:
             self._tokenizer = AutoTokenizer.from_pretrained(resolve(self.profile.target, self.root))
         return self._tokenizer
 
+    def fitted(self) -> list[Fitted]:
+        """Per entry: the prompts tokenized, and which were skipped or truncated for length."""
+        if self._fitted is None:
+            self._fitted = [fit(source, pool, self.tokenizer(), self.max_prompt_tokens, self.profile.seed)
+                            for source, pool in zip(self.sources, self.pools())]
+        return self._fitted
+
+    @property
+    def is_tokenized(self) -> bool:
+        return self._fitted is not None
+
     def tokenized(self) -> list[TokenizedPrompt]:
-        if self._tokenized is None:
-            budget = self.profile.max_model_len - self.profile.max_tokens
-            self._tokenized = tokenize(self.loaded(), self.tokenizer(), budget)
-        return self._tokenized
+        return [t for f in self.fitted() for t in f.prompts]
 
     def decode(self, token_id: int) -> str:
         return self.tokenizer().decode([token_id])
+
+    def speedup_inputs(self) -> PromptInputs:
+        """The speedup load's prompts: `[speedup] prompts` with room for `[speedup] max_tokens`, else these."""
+        speedup = self.profile.speedup
+        if not speedup.prompts:
+            return self
+        if self._speedup is None:
+            self._speedup = PromptInputs(self.profile, self.root, speedup.prompts, speedup.max_tokens or None, parent=self)
+        return self._speedup
+
+    # -- what a run records -----------------------------------------------------------------------
+    def notes(self) -> list[str]:
+        """Why an entry reads a stand-in file (SPEED-Bench not on this machine)."""
+        return [s.note for s in self.sources if s.note]
+
+    def record(self) -> dict[str, Any]:
+        """For run.json: each entry, how many prompts per category were used, the ids, and what did not fit.
+        Before tokenization (nothing was measured) the draw stands, without the length checks."""
+        entries = []
+        fitted = self._fitted or [None] * len(self.sources)
+        for source, pool, f in zip(self.sources, self.pools(), fitted):
+            used = f.prompts if f is not None else sample_per_category(pool, source.per_category, self.profile.seed)
+            entries.append({
+                "source": source.label,
+                "kind": source.kind,
+                "path": str(source.path),
+                "split": source.split or None,
+                "per_category": source.per_category or "all",
+                "too_long": source.too_long,
+                "note": source.note or None,
+                "available": dict(Counter(p.category for p in pool)),
+                "used": dict(Counter(p.category for p in used)),
+                "prompt_ids": [p.id for p in used],
+                "skipped_too_long": f.skipped if f is not None else None,
+                "truncated": f.truncated if f is not None else None,
+            })
+        return {"max_prompt_tokens": self.max_prompt_tokens, "tokenized": self.is_tokenized, "entries": entries}
+
+    def summary(self) -> str:
+        """'<source>: 11 categories x 10 of 80 = 110 prompts (seeded draw); 3 longer than 3840 tokens skipped'."""
+        parts = []
+        for entry in self.record()["entries"]:
+            used, available = entry["used"], entry["available"]
+            counts = sorted(set(used.values()))
+            if len(counts) == 1:
+                shape = f"{len(used)} categories x {counts[0]}"
+            else:
+                shape = f"{len(used)} categories, " + ", ".join(f"{c} {n}" for c, n in used.items())
+            if entry["per_category"] != "all":
+                shape += f" of {'/'.join(map(str, sorted(set(available.values()))))} (seeded draw)"
+            text = f"{entry['source']}: {shape} = {sum(used.values())} prompts"
+            for key, verb in (("skipped_too_long", "skipped"), ("truncated", "truncated")):
+                if entry[key]:
+                    text += f"; {len(entry[key])} longer than {self.max_prompt_tokens} tokens {verb}"
+            parts.append(text)
+        return "; ".join(parts)

@@ -51,6 +51,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
     lines += header_lines(session)
     lines += [
         f"profile {session.profile.name} ({session.profile.path}); results in {plan.out_dir}",
+        *prompt_lines(session),
         f"engines booted: {host.engines_booted} (methods run: {len(ran)} + {len(host.records[BASELINE].boot_s)} baseline"
         f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - session.started:.0f} s",
     ]
@@ -98,7 +99,44 @@ def header_lines(session) -> list[str]:
                      + coarse[0].message.removeprefix("coarse judgement: ").split("; held to")[0])
     if upgrade := session.baselines.upgrade():
         lines.append(upgrade)
+    inputs = session.plan.inputs
+    load = inputs.speedup_inputs()
+    for role, notes in (("equivalence and acceptance", inputs.notes()), ("speedup load", load.notes() if load is not inputs else [])):
+        lines += [f"{role} prompts: {note}" for note in notes]
     return lines
+
+
+def prompt_lines(session) -> list[str]:
+    """Which prompts each gate used: source, prompts per category, and how many did not fit."""
+    from specgate.errors import SpecgateError
+
+    inputs = session.plan.inputs
+    load = inputs.speedup_inputs()
+    try:
+        if load is inputs:
+            return [f"prompts (every gate): {inputs.summary()}"]
+        return [f"prompts for equivalence and acceptance: {inputs.summary()}",
+                f"prompts for the speedup load ({load.max_tokens} output tokens each): {load.summary()}"]
+    except SpecgateError as exc:
+        return [f"prompts: not loaded: {exc}"]
+
+
+def prompt_record(session) -> dict[str, Any]:
+    """run.json's account of the prompts: per set, each entry, the ids used, and what did not fit."""
+    from specgate.errors import SpecgateError
+
+    inputs = session.plan.inputs
+    load = inputs.speedup_inputs()
+    out: dict[str, Any] = {}
+    for role, which in (("equivalence_acceptance", inputs), ("speedup", load)):
+        if role == "speedup" and which is inputs:
+            out[role] = "the equivalence and acceptance prompts"
+            continue
+        try:
+            out[role] = which.record()
+        except SpecgateError as exc:
+            out[role] = {"error": str(exc)}
+    return out
 
 
 def diagnosis(session) -> list[str]:
@@ -173,6 +211,7 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
         "vllm_release": vllm_release(),
         "baselines": {"file": str(session.baselines.path), "upgrade": session.baselines.upgrade()},
         "notes": header_lines(session),
+        "prompts": prompt_record(session),
         "engines": engines(session),
         "outcomes": [asdict(o) for o in outcomes],
         "summary_lines": summary_lines,
