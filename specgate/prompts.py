@@ -208,10 +208,9 @@ def word_shape_score(words: list[str]) -> float:
     """
     good = 0
     for w in words:
-        if not w.isascii() and not any(unicodedata.category(c) in ("Lu", "Ll") for c in w):
-            good += 1  # caseless script
-        elif not w.isascii() and len(w) <= 20 and (w.islower() or w.isupper() or w.istitle()):
-            good += 1
+        one_case = len(w) <= 20 and (w.islower() or w.isupper() or w.istitle())
+        if not w.isascii() and (one_case or not any(unicodedata.category(c) in ("Lu", "Ll") for c in w)):
+            good += 1  # another script's word in one case, or a caseless script
         elif len(w) <= 20 and _SHAPES.match(w) and not (len(w) >= 5 and w.isascii() and not set(w) & _LATIN_VOWELS):
             good += 1
     return good / len(words) if words else 1.0
