@@ -91,6 +91,22 @@ def sequential(estimate: Callable[[], Estimate], more: Callable[[int], None], fl
     return current
 
 
+def geometric_mean(values: Sequence[float]) -> float:
+    """The mean a speedup summary over concurrency levels wants: a 2x and a 0.5x level cancel out."""
+    if not values or any(v <= 0 for v in values):
+        raise ValueError(f"a geometric mean needs positive values, got {list(values)}")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def crossover(levels: Sequence[int], estimates: Sequence[Estimate]) -> int | None:
+    """The lowest concurrency at which speculation is slower than the baseline engine, evidence
+    permitting (the interval's upper bound below 1.0); None when there is none up to the top level."""
+    for level, est in sorted(zip(levels, estimates), key=lambda x: x[0]):
+        if est.high < 1.0:
+            return level
+    return None
+
+
 def within_rtol(ratio: float, rtol: float) -> bool:
     """`ratio` inside [1 - rtol, 1 / (1 - rtol)] (symmetric in log space); rtol 0 = always."""
     return not rtol or 1 - rtol <= ratio <= 1 / (1 - rtol)

@@ -110,3 +110,11 @@ def test_unknown_profile_and_method_selection_say_what_exists(tmp_path):
 def test_hub_ids_are_accepted_without_a_local_check(tmp_path):
     p = load_text(tmp_path, GOOD.replace("zoo:target", "meta-llama/Llama-3.1-8B-Instruct"))
     assert p.target == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_the_readmes_profile_example_is_a_profile_that_loads(tmp_path):
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("```toml\n", readme.index("## Profiles")) + len("```toml\n")
+    example = readme[start:readme.index("```", start)]
+    p = load_text(tmp_path, example.replace("fixtures/prompts/embedded.jsonl", str(ROOT / "fixtures/prompts/embedded.jsonl")))
+    assert p.name == "cpu-tiny" and list(p.methods) == ["eagle3"] and p.speedup.interleave_baseline

@@ -103,3 +103,15 @@ def test_sequential_trials_stop_at_their_limit_and_without_a_floor():
     assert calls == [2, 2]
     calls.clear()
     assert stats.sequential(lambda: est, calls.append, None, max_n=8, step=2) is est and calls == []
+
+
+def test_the_speedup_summaries_geometric_mean_and_crossover():
+    assert stats.geometric_mean([2.0, 0.5]) == pytest.approx(1.0)
+    assert stats.geometric_mean([1.2, 1.2, 1.2]) == pytest.approx(1.2)
+    with pytest.raises(ValueError):
+        stats.geometric_mean([])
+    e = lambda v, lo, hi: stats.Estimate(v, lo, hi, 4)  # noqa: E731
+    levels = [16, 1, 4]
+    assert stats.crossover(levels, [e(0.9, 0.85, 0.95), e(1.3, 1.2, 1.4), e(0.98, 0.9, 1.02)]) == 16
+    assert stats.crossover(levels, [e(0.97, 0.9, 1.01), e(1.3, 1.2, 1.4), e(0.9, 0.85, 0.99)]) == 4
+    assert stats.crossover(levels, [e(0.97, 0.9, 1.01), e(1.3, 1.2, 1.4), e(1.1, 1.0, 1.2)]) is None
