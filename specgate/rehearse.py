@@ -149,7 +149,7 @@ class Rehearsal:
     def _speed(self, method, old, new) -> None:
         from specgate.load import trial_prompts
 
-        cfg, prompts = self.profile.speedup, self.inputs.tokenized()
+        cfg, prompts = self.profile.speedup, self.inputs.speedup_inputs().tokenized()  # the load's own set
         max_tokens = cfg.max_tokens or self.profile.max_tokens
         top = max(self.profile.concurrency)
         warm = trial_prompts(prompts, top, 2 * top, self.profile.seed + 1)

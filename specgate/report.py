@@ -484,8 +484,10 @@ def _legend(fig, spare: list, handles: list, ncol: int) -> float:
         spare[0].legend(handles=handles, loc="center", fontsize=9, frameon=False)
         return 0.0
     ncol = max(1, min(ncol, int(fig.get_figwidth() // 2.2)))  # ~2.2 inches per legend entry
+    legend_h = 0.3 * math.ceil(len(handles) / ncol) + 0.15
+    fig.set_figheight(fig.get_figheight() + legend_h)  # room below the plots, not on top of them
     fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
-    return (0.3 * math.ceil(len(handles) / ncol) + 0.15) / fig.get_figheight()
+    return legend_h / fig.get_figheight()
 
 
 def plot_position_curves(table: pd.DataFrame):
@@ -496,7 +498,8 @@ def plot_position_curves(table: pd.DataFrame):
         return None
     plt = _pyplot()
     methods, cats = _ordered(rows["method"]), _ordered(rows["key"], first="")
-    colors = {c: plt.get_cmap("tab10")(i % 10) for i, c in enumerate(cats)}
+    palette = plt.get_cmap("tab10" if len(cats) <= 10 else "tab20")  # SPEED-Bench has 11 categories
+    colors = {c: palette(i % palette.N) for i, c in enumerate(cats)}
     fig, axes, spare = _grid(plt, len(methods))
     for ax, method in zip(axes, methods):
         mrows = rows[rows["method"] == method]

@@ -80,7 +80,8 @@ def test_gpu_profile_loads_with_gpu_settings(name):
     assert p.hardware == "cuda"
     assert p.target == TARGETS[name]
     assert p.dtype == "bfloat16"
-    assert [q.relative_to(ROOT).as_posix() for q in p.prompts] == ["fixtures/prompts/general.jsonl"]
+    # general.jsonl, or SPEED-Bench's qualitative split where $SPECGATE_SPEED_BENCH_DIR points at it
+    assert [src.path.name for src in p.sources] in (["general.jsonl"], ["qualitative.jsonl"])
     # bf16 on GPU: exact token equality would flag numerical near-ties, so tie-aware with a margin.
     assert p.equivalence.mode == "tie-aware"
     assert 0 < p.equivalence.logprob_margin <= 0.5
