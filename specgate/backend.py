@@ -82,8 +82,10 @@ class Backend(Protocol):
     def counters(self) -> SpecCounters:
         """The engine's spec-decode counters now (monotone; measurements are differences)."""
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
-        """Greedy continuations of `prompts`, submitted at once; per prompt the tokens each step emitted."""
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
+                  seed: int | None = None) -> BatchResult:
+        """Continuations of `prompts` (greedy unless a temperature is given), submitted at once; per
+        prompt the tokens each step emitted."""
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0) -> tuple[LoadRun, SpecCounters]:
         """One closed-loop trial (exactly `concurrency` requests in flight) and the counters it moved."""
@@ -121,7 +123,8 @@ class StreamingBackend:
     def counters(self) -> SpecCounters:
         raise NotImplementedError
 
-    def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
+    def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
+              seed: int | None = None):
         raise NotImplementedError
 
     def timed_steps(self, work):
@@ -145,16 +148,19 @@ class StreamingBackend:
             if new:
                 yield len(new)
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
-        """Greedy continuations of `prompts`, all submitted at once, streamed step by step: how many
-        tokens each verification step emitted (accepted + 1), and the spec-decode counters read
-        before and after, so the batch's own numbers are the difference."""
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
+                  seed: int | None = None) -> BatchResult:
+        """Continuations of `prompts` (greedy, or sampled with a seed per request), all submitted at
+        once, streamed step by step: how many tokens each verification step emitted (accepted + 1),
+        and the spec-decode counters read before and after, so the batch's own numbers are the
+        difference."""
         tokens: dict[str, list[int]] = {p.id: [] for p in prompts}
         tops: dict[str, list[dict[int, float]]] = {p.id: [] for p in prompts}
         steps: dict[str, list[int]] = {p.id: [] for p in prompts}
+        sampling = {"temperature": temperature, "seed": seed} if temperature else {}
 
         async def one(p) -> None:
-            async for new, top in self.steps(p.token_ids, max_tokens, p.id, top_logprobs):
+            async for new, top in self.steps(p.token_ids, max_tokens, p.id, top_logprobs, **sampling):
                 if new:
                     steps[p.id].append(len(new))
                     tokens[p.id].extend(new)

@@ -115,7 +115,8 @@ class Endpoint(StreamingBackend):
                         return int(blocks) * int(size)
         return None
 
-    async def _chunks(self, token_ids, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0):
+    async def _chunks(self, token_ids, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
+                      seed: int | None = None):
         """The streamed completion's chunks (choice dicts), one per engine step."""
         import httpx
 
@@ -130,6 +131,8 @@ class Endpoint(StreamingBackend):
         }
         if top_logprobs:
             body.update(logprobs=top_logprobs, return_tokens_as_token_ids=True)
+        if seed is not None:
+            body["seed"] = seed
         try:
             async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
                 async with client.stream("POST", self.url + "/v1/completions", json=body) as resp:
@@ -147,17 +150,18 @@ class Endpoint(StreamingBackend):
         except httpx.HTTPError as exc:
             raise EndpointError(f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc}).") from None
 
-    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
-        async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature):
+    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
+                    seed: int | None = None):
+        async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature, seed):
             top = [
                 {int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()}
                 for pos in (choice.get("logprobs") or {}).get("top_logprobs") or []
             ]
             yield [int(t) for t in choice.get("token_ids") or []], top
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0):
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None):
         self.served_model()
-        return super().run_batch(prompts, max_tokens, top_logprobs)
+        return super().run_batch(prompts, max_tokens, top_logprobs, temperature, seed)
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
         self.served_model()

@@ -190,9 +190,10 @@ class Engine(StreamingBackend):
         self._requests += 1
         return f"{tag}#{self._requests}"
 
-    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0):
+    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
+                    seed: int | None = None):
         """The request's new tokens (and top-k logprobs) as the engine emits them, step by step."""
-        params = compat.sampling_params(max_tokens, top_logprobs, temperature)
+        params = compat.sampling_params(max_tokens, top_logprobs, temperature, seed)
         async for out in self.client.generate(compat.tokens_prompt(token_ids), params, self._request_id(tag)):
             completion = out.outputs[0]
             if (metrics := getattr(completion, "spec_decode_metrics", None)) is not None:  # the finished output
@@ -427,18 +428,19 @@ def _slow_drafting(worker, share: float) -> bool:
     if "propose" not in timers:
         return False
     owner, attr, skip = timers["propose"]
-    state = {"last": None, "mean": 0.0, "n": 0}
+    state = {"last": None, "mean": 0.0, "n": 0, "slept": 0.0}
     propose = getattr(owner, attr)
 
     def slowed(*args, **kwargs):
         now = _time.perf_counter()
-        if state["last"] is not None and now - state["last"] < 1.0:  # the step that drafts; idle gaps ignored
+        if state["last"] is not None and now - state["last"] < 1.0:  # one step, without our own sleep in it
             state["n"] += 1
-            state["mean"] += (now - state["last"] - state["mean"]) / state["n"]
-        state["last"] = now
+            state["mean"] += (now - state["last"] - state["slept"] - state["mean"]) / state["n"]
+        state["last"], state["slept"] = now, 0.0
         out = propose(*args, **kwargs)
         if not (skip and skip(kwargs)) and state["n"] >= 8:
-            _time.sleep(share * state["mean"])
+            state["slept"] = share * state["mean"]
+            _time.sleep(state["slept"])
         return out
 
     setattr(owner, attr, slowed)

@@ -110,7 +110,7 @@ class LoadRun:
         e2e = [r.e2e for r in reqs]
         out: dict[str, float] = {"requests": float(len(reqs)), "output_tokens": float(sum(r.output_tokens for r in reqs))}
         for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
-            for q in (50, 90, 99):
+            for q in (50, 90, 95, 99):
                 out[f"{name}_p{q}_ms"] = percentile(values, q) * 1000 if values else float("nan")
         out["user_tok_s_p50"] = 1.0 / percentile(tpot, 50) if tpot else float("nan")
         return out

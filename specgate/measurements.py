@@ -11,6 +11,7 @@ baseline's own tests measures it here, on its own devices).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass, field
 
 from specgate import stats
@@ -59,6 +60,7 @@ class SpeedupResult:
     verify_cost: float | None = None  # one verification forward / one plain target step
     expected: float | None = None  # Leviathan et al.
     latency: dict = field(default_factory=dict)
+    baseline_latency: dict = field(default_factory=dict)  # the baseline engine's paired trials
 
     def model_check(self) -> str:
         return (
@@ -86,9 +88,12 @@ class SpeedupResult:
                 expected_speedup=r6(self.expected),
                 measured_over_expected=r6(self.estimate.value / self.expected),
             )
-        for name in ("ttft_p50_ms", "tpot_p50_ms", "itl_p99_ms", "e2e_p50_ms"):
-            if name in self.latency:
+        for name in ("ttft_p50_ms", "ttft_p95_ms", "tpot_p50_ms", "itl_p95_ms", "itl_p99_ms", "e2e_p50_ms"):
+            if name in self.latency and math.isfinite(self.latency[name]):
                 rec[name] = round(self.latency[name], 3)
+        for name in ("ttft_p50_ms", "ttft_p95_ms", "itl_p95_ms"):  # the same tails without speculation
+            if name in self.baseline_latency and math.isfinite(self.baseline_latency[name]):
+                rec[f"baseline_{name}"] = round(self.baseline_latency[name], 3)
         return rec
 
 
@@ -140,30 +145,34 @@ class MeasurementStore:
         self.reference_ready = True
 
     # -- the greedy pass --------------------------------------------------------------------------
-    def category_runs(self, name: str) -> dict[str, BatchResult]:
-        """One greedy batch per prompt category (the baseline also keeps top-k logprobs)."""
-        if name in self._run_errors:  # do not rerun an engine whose generation already failed
-            error = self._run_errors[name]
+    def category_runs(self, name: str, temperature: float = 0.0) -> dict[str, BatchResult]:
+        """One batch per prompt category: greedy (the baseline also keeps top-k logprobs), or sampled
+        at `temperature` with a fixed seed per request. The greedy pass gives the equivalence outputs
+        and, from counter deltas, each category's acceptance; a sampled pass only acceptance."""
+        cache_key = name if not temperature else f"{name}@T{temperature:g}"
+        if cache_key in self._run_errors:  # do not rerun an engine whose generation already failed
+            error = self._run_errors[cache_key]
             raise error.again() if isinstance(error, EngineDied) else error
-        if name not in self._runs:
+        if cache_key not in self._runs:
             engine = self.engine(name)
-            top = self.profile.equivalence.top_logprobs if name == BASELINE else 0
+            top = self.profile.equivalence.top_logprobs if name == BASELINE and not temperature else 0
+            sampling = {"temperature": temperature, "seed": self.profile.seed} if temperature else {}
             runs = {}
             try:
                 for category in self.inputs.categories():
                     batch = [p for p in self.inputs.tokenized() if p.category == category]
-                    runs[category] = self._measuring(engine.run_batch, batch, self.profile.max_tokens, top)
+                    runs[category] = self._measuring(engine.run_batch, batch, self.profile.max_tokens, top, **sampling)
             except Exception as exc:
-                self._run_errors[name] = exc
+                self._run_errors[cache_key] = exc
                 raise
-            self._runs[name] = runs
-        return self._runs[name]
+            self._runs[cache_key] = runs
+        return self._runs[cache_key]
 
     def greedy_outputs(self, name: str) -> dict[str, GreedyOutput]:
         return {pid: out for run in self.category_runs(name).values() for pid, out in run.outputs.items()}
 
-    def acceptance(self, name: str, category: str) -> AcceptanceResult:
-        run = self.category_runs(name)[category]
+    def acceptance(self, name: str, category: str, temperature: float = 0.0) -> AcceptanceResult:
+        run = self.category_runs(name, temperature)[category]
         k = self.profile.methods[name].num_speculative_tokens if name != BASELINE else 0
         return AcceptanceResult.from_batch(run.counters, run.tokens_per_step, k, run.step_histograms)
 
@@ -247,6 +256,7 @@ class MeasurementStore:
             result.alpha = stats.alpha_from_acceptance_length(min(length, k + 1.0), k)
             result.expected = stats.expected_speedup(result.alpha, k, result.cost_ratio)
         result.latency = spec.runs[-1].latency_summary() if spec.runs else {}
+        result.baseline_latency = base.runs[-1].latency_summary() if base.runs else {}
         return result
 
     # -- memory --------------------------------------------------------------------------------

@@ -243,6 +243,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         except SpecgateError as exc:
             raise pytest.UsageError(str(exc)) from None
         metafunc.parametrize("category", categories, ids=categories)
+    if _ours(metafunc, "temperature") and len(temperatures := run_plan(metafunc.config).profile.temperatures) > 1:
+        metafunc.parametrize("temperature", temperatures, ids=[f"T{t:g}" for t in temperatures])
 
 
 def gate_of(item: pytest.Item) -> tuple[str, int] | None:
@@ -268,7 +270,9 @@ def method_of(item: pytest.Item) -> str:
 
 def _param_of(item: pytest.Item):
     params = getattr(getattr(item, "callspec", None), "params", {})
-    return params.get("category", params.get("concurrency"))
+    if "category" in params:
+        return params["category"], params.get("temperature", 0.0)
+    return params.get("concurrency")
 
 
 @pytest.hookimpl(trylast=True)  # after -m / -k deselection
@@ -337,6 +341,13 @@ def pytest_xdist_make_scheduler(config, log):
 def specgate_plan(request: pytest.FixtureRequest):
     """The run's plan: profile, methods, root, results directory, prompt inputs."""
     return run_plan(request.config)
+
+
+@pytest.fixture
+def temperature() -> float:
+    """The sampling temperature of an acceptance test: greedy, unless the profile lists several
+    ([acceptance] temperatures), which parametrize it."""
+    return 0.0
 
 
 @pytest.fixture(scope="session")

@@ -57,6 +57,12 @@ class Tolerance:
     # stored x (1 - coarse_speedup_rtol). On cpu-tiny the ratios moved by -22 % to +9 % between two
     # machines of one CPU name; with speedup_rtol's 15 % on top: 1 - 0.78 x 0.85 = 0.34.
     coarse_speedup_rtol: float = 0.35
+    # The geometric mean of a method's speedups over the concurrency levels may fall this far below
+    # its stored value (the summary over levels is steadier than any one level).
+    geomean_rtol: float = 0.10
+    # > 0: TTFT p95 with speculation, relative to the baseline engine's in the same trials, may grow
+    # this far over its stored value before the gate fails (0 = shown, not gated: tails are noisy).
+    ttft_p95_rtol: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,8 @@ class Method:
     # Calibration only: each drafting call also sleeps this share of the engine's mean step time (a
     # proposer made ~that much slower), to measure how small a loss the speedup gate detects.
     slow_steps: float = 0.0
+    # A draft-length sweep's variant ("eagle3@k3" of "eagle3"): the report compares them by k.
+    sweep_of: str = ""
 
     @property
     def kind(self) -> str:
@@ -179,6 +187,9 @@ class Profile:
     seed: int = 0
     description: str = ""
     prompt_sources: tuple[PromptSource, ...] = ()  # what `prompts` came from; `prompts` are their files
+    # Acceptance is measured at each of these sampling temperatures ([acceptance] temperatures; 0 = greedy).
+    temperatures: tuple[float, ...] = (0.0,)
+    usd_per_hour: float | None = None  # [cost] usd_per_hour: the runner's price, for cost per million tokens
 
     @property
     def sources(self) -> tuple[PromptSource, ...]:
@@ -225,6 +236,8 @@ _TOP_KEYS = {
     "tolerance": dict,
     "equivalence": dict,
     "speedup": dict,
+    "acceptance": dict,
+    "cost": dict,
 }
 _REQUIRED = ("name", "target", "prompts", "methods")
 _METHOD_KEYS = {
@@ -343,8 +356,10 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
             raise check.fail(prefix + "speculative_config.method", f"must name a speculative method, got {kind!r}.")
         _check_method(check, prefix + "speculative_config.method", kind)
         k = sc.get("num_speculative_tokens")
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise check.fail(prefix + "speculative_config.num_speculative_tokens", f"must be an integer >= 1, got {k!r}.")
+        ks = k if isinstance(k, list) else [k]  # a list: a draft-length sweep, one engine per value
+        if not ks or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ks) or len(set(ks)) != len(ks):
+            raise check.fail(prefix + "speculative_config.num_speculative_tokens",
+                             f"must be an integer >= 1 or a list of distinct ones (a sweep), got {k!r}.")
         if kind not in MODEL_FREE_METHODS and "model" not in sc and not kind.endswith("mtp"):
             raise check.fail(prefix + "speculative_config.model", f"is required for method {kind!r}.")
         for key in _MODEL_KEYS:
@@ -369,17 +384,21 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         check.table(floors, FLOOR_KEYS, prefix + "floors.")
         for key, value in floors.items():
             check.positive(prefix + "floors." + key, value, allow_zero=True)
-        methods[name] = Method(
-            name=name,
-            speculative_config=sc,
-            engine_kwargs=dict(method_engine.get("kwargs", {})),
-            expected_boot_error=pattern,
-            note=spec.get("note", ""),
-            floors={k: float(v) for k, v in floors.items()},
-            canary_of=dict(spec.get("canary_of", {})),
-            lossy=_lossy(check, prefix, sc, spec.get("lossy")),
-            slow_steps=float(spec.get("slow_steps", 0.0)),
-        )
+        for one_k in ks:
+            swept = len(ks) > 1 or isinstance(k, list)
+            variant = f"{name}@k{one_k}" if swept else name
+            methods[variant] = Method(
+                name=variant,
+                speculative_config={**sc, "num_speculative_tokens": one_k},
+                engine_kwargs=dict(method_engine.get("kwargs", {})),
+                expected_boot_error=pattern,
+                note=spec.get("note", ""),
+                floors={f: float(v) for f, v in floors.items()},
+                canary_of=dict(spec.get("canary_of", {})),
+                lossy=_lossy(check, prefix, sc, spec.get("lossy")),
+                slow_steps=float(spec.get("slow_steps", 0.0)),
+                sweep_of=name if swept else "",
+            )
     for name, m in methods.items():
         check.table(m.canary_of, {g: str for g in CANARY_GATES}, f"methods.{name}.canary_of.")
         for gate, ref in m.canary_of.items():
@@ -425,6 +444,17 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     check.positive("speedup.min_requests", speedup.min_requests)
     check.positive("speedup.temperature", speedup.temperature, allow_zero=True)
 
+    acceptance = data.get("acceptance", {})
+    check.table(acceptance, {"temperatures": list}, "acceptance.")
+    temperatures = acceptance.get("temperatures", [0.0])
+    if not temperatures or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in temperatures) \
+            or len(set(temperatures)) != len(temperatures):
+        raise check.fail("acceptance.temperatures", f"must be a list of distinct temperatures >= 0, got {temperatures!r}.")
+    cost = data.get("cost", {})
+    check.table(cost, {"usd_per_hour": float}, "cost.")
+    if "usd_per_hour" in cost:
+        check.positive("cost.usd_per_hour", cost["usd_per_hour"])
+
     return Profile(
         name=data["name"],
         path=path.resolve(),
@@ -444,6 +474,8 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         seed=data.get("seed", 0),
         description=data.get("description", ""),
         prompt_sources=sources,
+        temperatures=tuple(float(t) for t in temperatures),
+        usd_per_hour=float(cost["usd_per_hour"]) if "usd_per_hour" in cost else None,
     )
 
 

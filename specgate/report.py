@@ -382,9 +382,53 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
             lines.append(f"- **{verdict}** {', '.join(where)}: {_one_line(message)}")
         if gt.notes:
             lines.append("")
+    for family, header, body in sweeps(table):
+        lines += [f"## draft-length sweep: {family}", "", "| " + " | ".join(header) + " |",
+                  "| " + " | ".join("---" for _ in header) + " |", *("| " + " | ".join(r) + " |" for r in body), ""]
     if run.get("summary_lines"):
         lines += ["## session", "", "```", *map(str, run["summary_lines"]), "```", ""]
     return "\n".join(lines)
+
+
+def _sweep_family(method: str) -> tuple[str, int] | None:
+    """'eagle3@k3' -> ('eagle3', 3): a draft-length sweep's variant."""
+    m = re.fullmatch(r"(.+)@k(\d+)", method)
+    return (m.group(1), int(m.group(2))) if m else None
+
+
+def sweeps(table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
+    """Per swept method: a row per k (mean acceptance length and acceptance rate over the categories,
+    speedup per level) and a last row naming the best k per level, this run's and the stored one's."""
+    out = []
+    families: dict[str, dict[int, str]] = {}
+    for method in _ordered(table["method"]):
+        if hit := _sweep_family(method):
+            families.setdefault(hit[0], {})[hit[1]] = method
+    for family, by_k in families.items():
+        levels = sorted({int(c) for c in table[(table["gate"] == "speedup") & table["method"].isin(by_k.values())
+                                               & (table["metric"] == "speedup")]["concurrency"].dropna()})
+        header = ["k", "mean acceptance length", "acceptance rate", *(f"speedup C={c}" for c in levels)]
+        body, best = [], {}
+        for k in sorted(by_k):
+            rows = table[table["method"] == by_k[k]]
+            acc = rows[rows["gate"] == "acceptance"]
+            length = acc[acc["metric"] == "mean_acceptance_length"]["value"].mean()
+            rate = acc[acc["metric"] == "acceptance_rate"]["value"].mean()
+            cells = [str(k), fmt(length), fmt(rate)]
+            for c in levels:
+                hit = rows[(rows["gate"] == "speedup") & (rows["metric"] == "speedup") & (rows["concurrency"] == c)]
+                cells.append(headline(hit.iloc[0]) if not hit.empty else "–")
+                if not hit.empty:
+                    for which, col in (("now", "value"), ("stored", "baseline")):
+                        v = hit.iloc[0][col]
+                        if _present(v) and v > best.get((which, c), (None, -1.0))[1]:
+                            best[(which, c)] = (k, float(v))
+            body.append(cells)
+        body.append(["best k", "", "", *(f"k={best[('now', c)][0]}" + (f" (stored: k={best[('stored', c)][0]})"
+                                                                        if ("stored", c) in best else "")
+                                           if ("now", c) in best else "–" for c in levels)])
+        out.append((family, header, body))
+    return out
 
 
 def moved_rows(table: pd.DataFrame, rtol: float = 0.005) -> list[tuple]:
@@ -577,6 +621,10 @@ def plot_speedup(table: pd.DataFrame):
             exp = exp.sort_values("c")
             ax.plot(exp["c"], exp["value"], color="#2ca02c", linestyle=":", linewidth=1.4)
         ax.axhline(1.0, color="black", linewidth=0.8, alpha=0.5)
+        cross = table[(table["gate"] == "speedup") & (table["method"] == method) & (table["metric"] == "crossover_concurrency")]
+        if not cross.empty and _present(cross.iloc[0]["value"]):
+            ax.axvline(float(cross.iloc[0]["value"]), color="#ff7f00", linestyle="-.", linewidth=1.2)
+            ax.text(float(cross.iloc[0]["value"]), ax.get_ylim()[1], " crossover", color="#ff7f00", fontsize=8, va="top")
         ax.set_xscale("log", base=2)
         levels = sorted(s["c"].unique())
         ax.set_xticks(levels, [str(int(c)) for c in levels])
@@ -796,6 +844,9 @@ def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, 
         if gt.notes:
             parts.append("<ul class='notes'>" + "".join(
                 f"<li><b>{esc(v)}</b> {esc(', '.join(where))}: {esc(m)}</li>" for v, m, where in gt.notes) + "</ul>")
+    for family, header, body in sweeps(table):
+        parts.append(f"<h2>Draft-length sweep: {esc(family)}</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header)
+                     + "</tr>" + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
     if run.get("summary_lines"):
         parts.append("<h2>Session</h2><pre>" + esc("\n".join(map(str, run["summary_lines"]))) + "</pre>")
     parts.append("</body></html>")

@@ -98,7 +98,8 @@ class FakeEngine:
         per_pos = tuple(round(drafts * min(1.0, max(0.0, self.behaviour.accepted - i))) for i in range(self.k))
         return SpecCounters(drafts, drafts * self.k, sum(per_pos), per_pos)
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0) -> BatchResult:
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
+                  seed: int | None = None) -> BatchResult:
         out, steps = {}, {}
         for p in prompts:
             ids = list(TOKENS)

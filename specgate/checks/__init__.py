@@ -172,10 +172,11 @@ class Check(Protocol):
 
 def key_of(gate: str, method: str, param: Any = None) -> str:
     """(gate, method, test parameter) -> the key the results table and baselines use."""
-    if gate == "acceptance":
-        return str(param)
-    if gate == "speedup":
-        return f"C={param}"
+    if gate == "acceptance":  # a category, or (category, sampling temperature)
+        category, temperature = param if isinstance(param, tuple) else (param, 0.0)
+        return str(category) if not temperature else f"{category}@T{temperature:g}"
+    if gate == "speedup":  # a concurrency level, or none: the summary over the levels
+        return "summary" if param is None else f"C={param}"
     if gate == "memory":
         return "engine" if method == BASELINE else "overhead"
     return {"equivalence": "greedy"}.get(gate, gate)

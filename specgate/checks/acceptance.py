@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specgate import vllm_compat
 from specgate.acceptance import AcceptanceResult
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.errors import NotMeasurable
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,11 @@ class AcceptanceCheck:
 
     def judge(self, method: str, key: str, **_) -> Judgement:
         ctx, tol = self.ctx, self.ctx.profile.tolerance
-        result = self.store.acceptance(method, key)
+        category, _, temp = key.partition("@T")
+        temperature = float(temp) if temp else 0.0
+        if temperature and (broken := vllm_compat.sampled_verification_broken()):
+            raise NotMeasurable(f"method '{method}', category '{category}' at temperature {temperature:g}: {broken}")
+        result = self.store.acceptance(method, category, temperature)
         ref = ctx.reference(method, self.gate)
         found = ctx.baselines.lookup(ref, self.gate, key)  # portable: another machine's serves too
         stored, source = (found.values, found.source) if found else (None, "")

@@ -11,7 +11,7 @@ stored x (1 - coarse_speedup_rtol), and say so.
 from __future__ import annotations
 
 from specgate import stats
-from specgate.checks import Context, Judgement, Row, Verdict
+from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
 from specgate.profile import BASELINE
 
 
@@ -22,6 +22,8 @@ class SpeedupCheck:
         self.ctx, self.store = ctx, store
 
     def judge(self, method: str, key: str, repeat=None, **_) -> Judgement:
+        if key == "summary":
+            return self._summary(method)
         concurrency = int(key.split("=", 1)[1])
         if method == BASELINE:
             trials = self.store.load_trials(method, concurrency, repeat)
@@ -50,8 +52,9 @@ class SpeedupCheck:
             j.basis = "disturbed"
             return self.ctx.skip_unless_strict(j, f"method '{method}', " + disturbed)
         j.record = result.record()
+        j.record.update(self._cost(result))
         j.rows = self._rows(j.record, stored or {}, concurrency, False, rtol)
-        failures = []
+        failures = self._tail_latency(method, concurrency, j.record, stored) if not coarse else []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - rtol)
             if stats.fails_floor(result.estimate, floor):
@@ -67,6 +70,64 @@ class SpeedupCheck:
             j.messages = [f"coarse judgement: {coarse}; held to stored x (1 - coarse_speedup_rtol {rtol})"]
         return j
 
+    def _cost(self, result) -> dict[str, float]:
+        """Cost per million output tokens at the runner's hourly price ([cost] usd_per_hour), with and
+        without speculation, and the saving: 1 - baseline throughput / method throughput."""
+        price = self.ctx.profile.usd_per_hour
+        if not price or not result.throughput or not result.baseline_throughput:
+            return {}
+        per_mtok = lambda tok_s: round(price / (tok_s * 3600) * 1e6, 6)  # noqa: E731
+        return {"usd_per_mtok": per_mtok(result.throughput), "baseline_usd_per_mtok": per_mtok(result.baseline_throughput),
+                "cost_saving": round(1 - result.baseline_throughput / result.throughput, 6)}
+
+    def _tail_latency(self, method: str, concurrency: int, record: dict, stored: dict | None) -> list[str]:
+        """With ttft_p95_rtol > 0: TTFT p95 with speculation over the baseline engine's in the same
+        trials must not grow past its stored ratio x (1 + ttft_p95_rtol)."""
+        rtol = self.ctx.profile.tolerance.ttft_p95_rtol
+        keys = ("ttft_p95_ms", "baseline_ttft_p95_ms")
+        if not rtol or not stored or not all(record.get(k) for k in keys) or not all(stored.get(k) for k in keys):
+            return []
+        now, before = record[keys[0]] / record[keys[1]], stored[keys[0]] / stored[keys[1]]
+        if now <= before * (1 + rtol):
+            return []
+        return [f"method '{method}', C={concurrency}: TTFT p95 is {now:.2f}x the baseline engine's "
+                f"({record[keys[0]]:.1f} vs {record[keys[1]]:.1f} ms), stored {before:.2f}x; ceiling {before * (1 + rtol):.2f}x "
+                f"(ttft_p95_rtol {rtol})"]
+
+    def _summary(self, method: str) -> Judgement:
+        """Over the concurrency levels: the geometric mean of the speedups (gated with geomean_rtol) and
+        the crossover, the lowest level at which speculation is slower than the baseline engine (its
+        interval below 1.0): it must not drop to a lower level than stored."""
+        levels = list(self.ctx.profile.concurrency)
+        estimates = [self.store.speedup(method, c).estimate for c in levels]
+        geomean = stats.geometric_mean([e.value for e in estimates])
+        crossover = stats.crossover(levels, estimates)
+        record = {"geomean_speedup": round(geomean, 6), "top_level": max(levels)}
+        if crossover is not None:
+            record["crossover_concurrency"] = crossover
+        j = Judgement(self.gate, method, "summary", Verdict.PASS, record=record)
+        ref = self.ctx.reference(method, self.gate)
+        found = self.ctx.baselines.lookup(ref, self.gate, "summary")
+        stored = found.values if found else None
+        rtol_name, rtol = ("coarse_speedup_rtol", self.ctx.profile.tolerance.coarse_speedup_rtol) if found and not found.own \
+            else ("geomean_rtol", self.ctx.profile.tolerance.geomean_rtol)
+        j.basis = "coarse" if found and not found.own else ""
+        floor = stored["geomean_speedup"] * (1 - rtol) if stored and "geomean_speedup" in stored else None
+        j.rows = [Row("geomean_speedup", geomean, stored.get("geomean_speedup") if stored else None, floor, headline=True),
+                  Row("crossover_concurrency", crossover, stored.get("crossover_concurrency") if stored else None,
+                      unit="" if crossover is not None else f"none up to C={max(levels)}", headline=True)]
+        failures = []
+        if floor is not None and geomean < floor - ROUNDING:
+            failures.append(f"method '{method}': the geometric mean of its speedups over C={levels} is {geomean:.3f}, below "
+                            f"{floor:.3f} (stored {stored['geomean_speedup']:.3f} x (1 - {rtol_name} {rtol}), {found.source})")
+        if stored is not None and crossover is not None:
+            before = stored.get("crossover_concurrency")
+            if before is None or crossover < before:
+                was = f"C={before}" if before is not None else f"none up to C={stored.get('top_level', max(levels))}"
+                failures.append(f"method '{method}': speculation is now slower than the baseline engine from C={crossover} "
+                                f"(its speedup interval below 1.0 there), stored: {was} ({found.source})")
+        return self.ctx.decide(j, stored, [], failures)
+
     def rtol(self, basis: str) -> tuple[str, float]:
         tol = self.ctx.profile.tolerance
         return ("coarse_speedup_rtol", tol.coarse_speedup_rtol) if basis == "coarse" else ("speedup_rtol", tol.speedup_rtol)
@@ -76,7 +137,8 @@ class SpeedupCheck:
         for metric, value in values.items():
             if value is None or metric in ("trials", "ci_low", "ci_high"):
                 continue
-            unit = "tok/s" if metric.endswith("tok_s") else ("ms" if metric.endswith("_ms") else "")
+            unit = {"tok_s": "tok/s", "_ms": "ms", "usd_per_mtok": "USD / M tokens"}.get(
+                next((e for e in ("tok_s", "_ms", "usd_per_mtok") if metric.endswith(e)), ""), "")
             row = dict(baseline=base.get(metric), unit=unit, concurrency=concurrency)
             if metric == "speedup":
                 bound = base["speedup"] * (1 - rtol) if "speedup" in base else None

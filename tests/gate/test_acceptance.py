@@ -1,4 +1,5 @@
-"""Acceptance per (method, prompt category) against the stored baseline and the profile's floors."""
+"""Acceptance per (method, prompt category[, temperature]) against the stored baseline and the
+profile's floors."""
 
 import pytest
 
@@ -6,6 +7,6 @@ import pytest
 pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="acceptance", stage=20)]
 
 
-def test_acceptance_holds_per_category(judge, method, category):
-    verdict = judge(method, category)
+def test_acceptance_holds_per_category(judge, method, category, temperature):
+    verdict = judge(method, (category, temperature))
     assert verdict.passed, verdict.message

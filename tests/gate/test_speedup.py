@@ -21,3 +21,11 @@ def timed_by(benchmark):
         benchmark.pedantic(trial, rounds=times, iterations=1, warmup_rounds=0)
 
     return repeat
+
+
+@pytest.mark.specgate(gate="speedup", stage=65)  # after every level of the method
+def test_speedup_summary_holds_over_the_levels(judge, method):
+    """The geometric mean over the concurrency levels, and the crossover (the lowest level at which
+    speculation is slower than the baseline engine) must not drop."""
+    verdict = judge(method)
+    assert verdict.passed, verdict.message

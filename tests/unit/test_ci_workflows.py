@@ -26,7 +26,7 @@ UPDATE = WORKFLOWS / "specgate-update-baselines.yml"
 MATRIX = WORKFLOWS / "specgate-vllm-matrix.yml"
 ALL_WORKFLOWS = sorted(WORKFLOWS.glob("*.yml"))
 SETUP = ROOT / "ci" / "setup-gpu.sh"
-GPU_LABELS = {"h100", "a100"}
+GPU_LABELS = {"h100", "a100", "h200"}
 BASE_LABELS = ["self-hosted", "linux", "x64", "gpu"]
 
 

@@ -15,7 +15,8 @@ import pytest
 from specgate.profile import MODEL_FREE_METHODS, Profile, find_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU_PROFILES = ["llama31-8b-h100", "qwen3-8b-h100", "mimo-7b-mtp-h100", "llama33-70b-tp4-a100"]
+GPU_PROFILES = ["llama31-8b-h100", "qwen3-8b-h100", "mimo-7b-mtp-h100", "llama33-70b-tp4-a100", "gpt-oss-120b-h200",
+                "gpt-oss-120b-tp2-h200"]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # What the issue asks for, per profile: {method name: (method kind, drafter hub id or None)}.
@@ -35,12 +36,17 @@ REQUIRED = {
         "draft_model": ("draft_model", "meta-llama/Llama-3.2-1B-Instruct"),
         "eagle3": ("eagle3", "yuhuili/EAGLE3-LLaMA3.3-Instruct-70B"),
     },
+    # the published EAGLE-3 study of this setup swept k = 2, 3, 4: one engine per draft length
+    "gpt-oss-120b-h200": {f"eagle3@k{k}": ("eagle3", "nvidia/gpt-oss-120b-Eagle3-v2") for k in (2, 3, 4)},
+    "gpt-oss-120b-tp2-h200": {f"eagle3@k{k}": ("eagle3", "nvidia/gpt-oss-120b-Eagle3-v2") for k in (2, 3, 4)},
 }
 TARGETS = {
     "llama31-8b-h100": "meta-llama/Llama-3.1-8B-Instruct",
     "qwen3-8b-h100": "Qwen/Qwen3-8B",
     "mimo-7b-mtp-h100": "XiaomiMiMo/MiMo-7B-RL",
     "llama33-70b-tp4-a100": "meta-llama/Llama-3.3-70B-Instruct",
+    "gpt-oss-120b-h200": "openai/gpt-oss-120b",
+    "gpt-oss-120b-tp2-h200": "openai/gpt-oss-120b",
 }
 
 
@@ -79,7 +85,7 @@ def test_gpu_profile_loads_with_gpu_settings(name):
     assert p.name == name
     assert p.hardware == "cuda"
     assert p.target == TARGETS[name]
-    assert p.dtype == "bfloat16"
+    assert p.dtype == ("auto" if name.startswith("gpt-oss") else "bfloat16")  # gpt-oss: its MXFP4 checkpoint as served
     # general.jsonl, or SPEED-Bench's qualitative split where $SPECGATE_SPEED_BENCH_DIR points at it
     assert [src.path.name for src in p.sources] in (["general.jsonl"], ["qualitative.jsonl"])
     # bf16 on GPU: exact token equality would flag numerical near-ties, so tie-aware with a margin.
@@ -199,3 +205,13 @@ def test_mlp_speculator_is_skipped_with_vllms_own_refusal(vllm_schema):
 def test_mimo_loads_its_remote_config_class():
     # model_type "mimo" is defined by the checkpoint's own code, not by transformers or vLLM.
     assert load("mimo-7b-mtp-h100").engine_kwargs.get("trust_remote_code") is True
+
+
+def test_the_published_setups_sweep_k_reach_their_concurrency_and_price_their_runner():
+    oss = load("gpt-oss-120b-h200")
+    assert oss.concurrency == (1, 5, 25, 50, 100, 200) and oss.usd_per_hour > 0
+    assert [m.num_speculative_tokens for m in oss.methods.values() if m.sweep_of == "eagle3"] == [2, 3, 4]
+    assert load("gpt-oss-120b-tp2-h200").engine_kwargs["tensor_parallel_size"] == 2
+    assert oss.engine_kwargs.get("max_num_seqs", 0) >= max(oss.concurrency)
+    llama = load("llama33-70b-tp4-a100")
+    assert max(llama.concurrency) == 64 and 32 in llama.concurrency and llama.temperatures == (0.0, 0.5, 1.0)

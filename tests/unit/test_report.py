@@ -272,3 +272,20 @@ def test_divergence_gaps_are_plotted_against_the_margin_not_listed_as_a_column(t
     assert "logprob gap" not in text.split("## equivalence")[1].split("\n")[2]  # not a column of the gate table
     paths = report.write_report(tmp_path, table, {}, step_summary=False)
     assert "plot:divergence_gaps" in paths
+
+
+def test_a_draft_length_sweep_is_shown_against_k_with_the_best_k_per_level():
+    rows = []
+    for k, (length, speeds, stored) in {2: (1.9, (1.30, 1.10), (1.25, 1.12)), 3: (2.3, (1.40, 1.05), (1.20, 1.15)),
+                                        4: (2.5, (1.35, 0.95), (1.10, 1.00))}.items():
+        m = f"ngram@k{k}"
+        rows.append(row(m, "acceptance", "code", "mean_acceptance_length", length))
+        rows.append(row(m, "acceptance", "code", "acceptance_rate", (length - 1) / k))
+        for c, v, b in zip((1, 4), speeds, stored):
+            rows.append(row(m, "speedup", f"C={c}", "speedup", v, concurrency=c, baseline=b, ci_low=v - 0.02, ci_high=v + 0.02))
+    table = report.normalize(pd.DataFrame(rows))
+    ((family, header, body),) = report.sweeps(table)
+    assert family == "ngram" and header == ["k", "mean acceptance length", "acceptance rate", "speedup C=1", "speedup C=4"]
+    assert [r[0] for r in body] == ["2", "3", "4", "best k"]
+    assert body[-1][3:] == ["k=3 (stored: k=2)", "k=2 (stored: k=3)"]  # the best k moved at both levels
+    assert "## draft-length sweep: ngram" in report.summary_markdown(table, {})

@@ -202,3 +202,28 @@ def test_a_lossy_method_is_judged_on_its_declared_share_of_diverging_prompts(tmp
     path.write_text(fake_profile("[methods.fly]\n" + fly + "lossy = { max_diverged_share = 0.5 }\n"))
     strict = session(load_profile(path, tmp_path), tmp_path, "fly", fly={"diverge_at": 3}).judge("equivalence", "fly")
     assert strict.verdict is Verdict.FAIL and "more than the declared lossy max_diverged_share 0.5" in strict.message
+
+
+def test_the_speedup_summary_gates_the_geometric_mean_and_a_crossover_that_dropped(profile, tmp_path):
+    s = session(profile, tmp_path, "good", update=True)
+    for c in profile.concurrency:
+        s.judge("speedup", "baseline", c)
+    first = s.judge("speedup", "good")
+    assert first.key == "summary" and first.record == {"geomean_speedup": pytest.approx(1.6667, abs=1e-3), "top_level": 4}
+    s.write_baselines()
+    assert session(profile, tmp_path, "good").judge("speedup", "good").passed
+    slow = session(profile, tmp_path, "good", good={"step_cost": 2.4})  # half the speed: slower than no speculation
+    j = slow.judge("speedup", "good")
+    assert j.verdict is Verdict.FAIL and j.record["crossover_concurrency"] == 1
+    assert "geometric mean of its speedups over C=[1, 4] is 0.833" in j.message
+    assert "now slower than the baseline engine from C=1" in j.message and "stored: none up to C=4" in j.message
+
+
+def test_cost_per_million_tokens_and_the_saving_at_the_runners_price(profile, tmp_path):
+    priced = profile.path.read_text() + "\n[cost]\nusd_per_hour = 3.6\n"
+    profile.path.write_text(priced)
+    j = session(load_profile(profile.path, tmp_path), tmp_path, "good").judge("speedup", "good", 1)
+    # the fake baseline engine emits 100 tok/s, 'good' 2 tokens per 12 ms: 166.7 tok/s
+    assert j.record["baseline_usd_per_mtok"] == pytest.approx(3.6 / (100 * 3600) * 1e6)
+    assert j.record["usd_per_mtok"] == pytest.approx(6.0, rel=1e-3) and j.record["cost_saving"] == pytest.approx(0.4, abs=1e-3)
+    assert {r.metric: r.unit for r in j.rows}["usd_per_mtok"] == "USD / M tokens"
