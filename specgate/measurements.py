@@ -124,10 +124,10 @@ class MeasurementStore:
             self.load_inputs.tokenized()
         return self.host.engine(name)
 
-    def _measuring(self, fn, *args):
+    def _measuring(self, fn, *args, **kwargs):
         """Run a measurement; an engine that dies on the way is recorded with the host."""
         try:
-            return fn(*args)
+            return fn(*args, **kwargs)
         except EngineDied as exc:
             self.host.died(exc)
             raise

