@@ -474,9 +474,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
     gs.release_all()
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
+    try:
+        lines = gs.summary_lines(outcomes)
+    except Exception as exc:  # as in pytest_terminal_summary: never a crash of the run
+        lines = [f"specgate: the summary could not be built ({type(exc).__name__}: {exc})"]
     payload = {
         "worker": scaleout.worker_id(),
-        "lines": gs.summary_lines(outcomes),
+        "lines": lines,
         "outcomes": [o.__dict__ for o in outcomes],
         "table": measurement_table(gs.judgements.values()).to_json(orient="records"),
         "measured": gs.measured,
@@ -498,7 +502,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     session.release_all()
     terminalreporter.section("specgate")
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
-    lines = session.summary_lines(outcomes)
+    try:
+        lines = session.summary_lines(outcomes)
+    except Exception as exc:  # the verdicts stand; a summary that cannot be built must not crash pytest
+        lines = [f"specgate: the summary could not be built ({type(exc).__name__}: {exc}); the results files follow"]
     for line in lines:
         terminalreporter.write_line(line)
     if session.plan.update_baselines:

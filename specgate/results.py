@@ -183,12 +183,18 @@ def _figure_lines(kinds: dict, is_baseline: bool) -> list[str]:
     if speed := kinds.get("speedup", {}):
         parts = []
         for key, v in speed.items():
-            if "speedup" in v:
+            if "geomean_speedup" in v:  # the summary over the levels
+                cross = v.get("crossover_concurrency")
+                part = (f"geometric mean {v['geomean_speedup']:.2f}, crossover "
+                        + (f"C={cross}" if cross is not None else f"none up to C={v.get('top_level')}"))
+            elif "speedup" in v:
                 part = f"{key} {v['speedup']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]"
                 if v.get("measured_over_expected") is not None:
                     part += f" ({v['measured_over_expected']:.2f} of model)"
-            else:
+            elif "throughput_tok_s" in v:
                 part = f"{key} {v['throughput_tok_s']:.0f} tok/s"
+            else:
+                continue
             parts.append(part)
         lines.append(f"{pad} {'throughput' if is_baseline else 'speedup'}: {', '.join(parts)}")
     return lines

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _, _, wall = run_gate(root, args.profile, args.out / "update", update=True)
         print(f"update run: {wall:.0f} s")
-        cells = defaultdict(list)  # (method, key) -> [(verdict, value, ci_high, bound, trials)]
+        cells = defaultdict(list)  # (method, key) -> [(outcome, value, ci_high, bound, run)]
         walls = []
         for i in range(args.runs):
             run, table, wall = run_gate(root, args.profile, args.out / f"run-{i + 1}", update=False)
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
             for r in table:
                 if r["gate"] == "speedup" and r["metric"] == "speedup":
                     cells[(r["method"], r["key"])].append((outcomes.get((r["method"], r["key"])), r["value"], r["ci_high"],
-                                                           r["bound"]))
+                                                           r["bound"], i))
             print(f"run {i + 1}: {wall:.0f} s", flush=True)
     finally:
         if kept.exists():
@@ -68,10 +68,19 @@ def main(argv: list[str] | None = None) -> int:
           "upper half-width of the interval (median)")
     for (method, key), rows in sorted(cells.items()):
         passed = sum(o == "passed" for o, *_ in rows)
-        halfwidth = sorted((hi - v) / v for _, v, hi, _ in rows if hi is not None and v)
+        halfwidth = sorted((hi - v) / v for _, v, hi, _, _ in rows if hi is not None and v)
         median = sorted(v for _, v, *_ in rows)[len(rows) // 2]
         print(f"  {method:<14} {key:<6} {passed}/{len(rows)} passed; speedup {median:.3f}; upper half-width "
               f"{halfwidth[len(halfwidth) // 2]:.1%} (max {halfwidth[-1]:.1%}); floor {rows[0][3]}")
+    print("\nthe slowed copy's speedup over the original's in the same run (the loss actually injected):")
+    for (method, key), rows in sorted(cells.items()):
+        original = next((m for (m, k) in cells if k == key and m != method and method.startswith(m)), None)
+        if original is None:
+            continue
+        theirs = {run: v for _, v, _, _, run in cells[(original, key)]}
+        ratios = sorted(v / theirs[run] for _, v, _, _, run in rows if v and theirs.get(run))
+        if ratios:
+            print(f"  {method:<14} {key:<6} median {ratios[len(ratios) // 2]:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})")
     print(f"\nwall time per judged run: {min(walls):.0f}-{max(walls):.0f} s")
     return 0
 

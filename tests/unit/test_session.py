@@ -217,6 +217,7 @@ def test_the_speedup_summary_gates_the_geometric_mean_and_a_crossover_that_dropp
     assert j.verdict is Verdict.FAIL and j.record["crossover_concurrency"] == 1
     assert "geometric mean of its speedups over C=[1, 4] is 0.833" in j.message
     assert "now slower than the baseline engine from C=1" in j.message and "stored: none up to C=4" in j.message
+    assert any("speedup: geometric mean 0.83, crossover C=1" in line for line in slow.summary_lines())
 
 
 def test_cost_per_million_tokens_and_the_saving_at_the_runners_price(profile, tmp_path):
