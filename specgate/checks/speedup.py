@@ -109,9 +109,12 @@ class SpeedupCheck:
         ref = self.ctx.reference(method, self.gate)
         found = self.ctx.baselines.lookup(ref, self.gate, "summary")
         stored = found.values if found else None
-        rtol_name, rtol = ("coarse_speedup_rtol", self.ctx.profile.tolerance.coarse_speedup_rtol) if found and not found.own \
+        # stored on another machine, or this machine's baseline engine now runs outside machine_rtol of
+        # its stored speed at some level: judged coarsely, as the levels are
+        coarse = bool(found) and (not found.own or any(self._other_machine(c, self.store.baseline_alone(c)) for c in levels))
+        rtol_name, rtol = ("coarse_speedup_rtol", self.ctx.profile.tolerance.coarse_speedup_rtol) if coarse \
             else ("geomean_rtol", self.ctx.profile.tolerance.geomean_rtol)
-        j.basis = "coarse" if found and not found.own else ""
+        j.basis = "coarse" if coarse else ""
         floor = stored["geomean_speedup"] * (1 - rtol) if stored and "geomean_speedup" in stored else None
         j.rows = [Row("geomean_speedup", geomean, stored.get("geomean_speedup") if stored else None, floor, headline=True),
                   Row("crossover_concurrency", crossover, stored.get("crossover_concurrency") if stored else None,
@@ -120,7 +123,7 @@ class SpeedupCheck:
         if floor is not None and geomean < floor - ROUNDING:
             failures.append(f"method '{method}': the geometric mean of its speedups over C={levels} is {geomean:.3f}, below "
                             f"{floor:.3f} (stored {stored['geomean_speedup']:.3f} x (1 - {rtol_name} {rtol}), {found.source})")
-        if stored is not None and crossover is not None:
+        if stored is not None and crossover is not None and not coarse:  # another machine's crossover: shown only
             before = stored.get("crossover_concurrency")
             if before is None or crossover < before:
                 was = f"C={before}" if before is not None else f"none up to C={stored.get('top_level', max(levels))}"
