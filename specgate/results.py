@@ -92,7 +92,7 @@ def header_lines(session) -> list[str]:
     """What the reader must know before the numbers: baselines from other machines, coarse speed
     judgements, baselines from another vLLM."""
     lines = list(session.baselines.header())
-    coarse = [j for j in session.judgements.values() if j.basis == "coarse"]
+    coarse = [j for j in session.judgements.values() if j.basis == "coarse" and j.key != "summary"]
     if coarse and not session.baselines.borrowed.get("speedup"):
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))
         lines.append(f"speedups judged coarsely at {keys} (coarse_speedup_rtol {session.profile.tolerance.coarse_speedup_rtol}): "

@@ -115,7 +115,7 @@ class GateSession:
         any level (a busy machine stores a wrong machine stamp with them)."""
         measured, note = self.measured, ""
         if disturbed := sorted({k for (_, g, k), j in self.judgements.items() if j.basis == "disturbed"}):
-            measured = {m: {g: v for g, v in kinds.items() if g != "speedup"} for m, kinds in measured.items()}
+            measured = {m: rest for m, kinds in measured.items() if (rest := {g: v for g, v in kinds.items() if g != "speedup"})}
             note = (f"\nspeed figures not stored, at any level: the machine was disturbed during this run's speedup "
                     f"trials at {', '.join(disturbed)}; acceptance and memory were. Rerun the update on a quiet machine.")
         return self.baselines.write(measured, set(self.plan.method_order)) + note

@@ -139,40 +139,40 @@ def speed_dir(gate_dir):
 
 def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monkeypatch):
     first = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or lifecycle")
-    first.assert_outcomes(passed=2 + 2 + 2)  # speedup at C=1 and C=4 for baseline and good; 2 lifecycles
+    first.assert_outcomes(passed=2 + 2 + 1 + 2)  # speedup at C=1 and C=4 for baseline and good, good's summary; 2 lifecycles
     stored = baseline_file(speed_dir).read_text()
     assert '"speedup"' in stored and '"C=4"' in stored and '"measured_over_expected"' in stored
     same = run(speed_dir, "--specgate-methods", "good", "--specgate-strict", "-k", "speedup")
-    same.assert_outcomes(passed=4)
+    same.assert_outcomes(passed=5)
     script(monkeypatch, good={"step_cost": 1.2 * 1.4})  # speculative steps 40 % slower
     slowed = run(speed_dir, "--specgate-methods", "good", "-k", "speedup")
-    slowed.assert_outcomes(passed=2, failed=2)
+    slowed.assert_outcomes(passed=2, failed=3)  # both levels and the summary (geometric mean)
     slowed.stdout.fnmatch_lines(["*method 'good', C=1: speedup 1.19 ?1.19, 1.19? (n=5) is below the floor 1.42 (stored 1.67*"])
 
 
 def test_speedup_gate_judges_coarsely_on_another_machine_and_says_so(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[tolerance]\nmachine_rtol = 0.35\n")
-    run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup").assert_outcomes(passed=4)
+    run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup").assert_outcomes(passed=5)
     script(monkeypatch, machine={"speed": 1.2})  # within machine_rtol: judged as usual
-    run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=4)
+    run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=5)
     script(monkeypatch, machine={"speed": 2})
     out = speed_dir.path / "out"
     other = run(speed_dir, "--specgate-methods", "good", "-k", "speedup", "--specgate-out", str(out))
-    other.assert_outcomes(passed=4)
+    other.assert_outcomes(passed=5)
     summary = (out / "summary.md").read_text()
     assert "| good | C=1 | pass (coarse) |" in summary
     assert "- speedups judged coarsely at C=1, C=4 (coarse_speedup_rtol 0.35): C=1: the baseline engine runs at" in summary
     assert "(2.00x, outside machine_rtol 0.35" in summary
     script(monkeypatch, machine={"speed": 2}, good={"step_cost": 2.4})  # a proposer at half speed
-    run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=2, failed=2)
+    run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=2, failed=3)
 
 
 def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[tolerance]\nmachine_rtol = 0.35\n")
     both = ("--specgate-methods", "good,also_good", "--update-baselines", "-k", "speedup or acceptance")
-    run(speed_dir, *both).assert_outcomes(passed=6 + 10)
+    run(speed_dir, *both).assert_outcomes(passed=6 + 2 + 10)
     before = json.loads(baseline_file(speed_dir).read_text())["methods"]
     script(monkeypatch, machine={"speed": 2})
     partial = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or acceptance")
@@ -181,7 +181,7 @@ def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir
     for method in ("baseline", "good", "also_good"):  # every ratio keeps the machine stamp it was stored with
         assert after[method]["speedup"] == before[method]["speedup"]
     assert after["good"]["provenance"] != before["good"]["provenance"]  # acceptance was written
-    run(speed_dir, *both).assert_outcomes(passed=6 + 10)  # every method at once moves the stamp
+    run(speed_dir, *both).assert_outcomes(passed=6 + 2 + 10)  # every method at once moves the stamp
     moved = json.loads(baseline_file(speed_dir).read_text())["methods"]
     ratio = moved["baseline"]["speedup"]["C=1"]["throughput_tok_s"] / before["baseline"]["speedup"]["C=1"]["throughput_tok_s"]
     assert ratio > 1.5
@@ -192,7 +192,7 @@ def test_a_measurement_the_machine_disturbed_is_neither_judged_nor_stored(speed_
     profile.write_text(profile.read_text() + "[speedup]\ninterleave_baseline = true\n[tolerance]\nmachine_rtol = 0.35\n")
     script(monkeypatch, machine={"disturbed": True})
     result = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup")
-    result.assert_outcomes(passed=2, skipped=2)
+    result.assert_outcomes(passed=3, skipped=2)  # baseline's levels and good's summary; good's levels disturbed
     result.stdout.fnmatch_lines(["*method 'good', C=1: the baseline engine's trials paired with this method ran at * tok/s against * on their own*(0.50x*"])
     assert "good" not in json.loads(baseline_file(speed_dir).read_text())["methods"]
 
