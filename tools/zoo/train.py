@@ -763,8 +763,6 @@ def offline_acceptance(target, students: dict, perturbed, sequences) -> dict:
             x = seq
             pos = torch.arange(n - 1)
             nxt, cur = embeds[:, 1:], states[:, :-1]
-            # anchors t: the drafts after x_{t+1}, where x_{t+1} is already a generated token
-            anchors = slice(plen - 1, n - 2)
             res = {}
 
             def chain(step_preds):
