@@ -59,6 +59,8 @@ class SpeedupResult:
     cost_ratio: float | None = None  # c: one drafting step / one plain target step
     verify_cost: float | None = None  # one verification forward / one plain target step
     expected: float | None = None  # Leviathan et al.
+    not_measured: str = ""  # why the model check's step costs could not be taken, when they could not
+    merged_chunks: int = 0  # streamed chunks of more than k + 1 tokens: several engine steps merged
     latency: dict = field(default_factory=dict)
     baseline_latency: dict = field(default_factory=dict)  # the baseline engine's paired trials
 
@@ -80,6 +82,8 @@ class SpeedupResult:
             "baseline_throughput_tok_s": round(self.baseline_throughput, 3),
             "mean_acceptance_length": r6(self.mean_acceptance_length),
         }
+        if self.merged_chunks:  # ITL and TPOT from the stream are then not per engine step
+            rec["merged_stream_chunks"] = self.merged_chunks
         if self.expected is not None:
             rec.update(
                 alpha=r6(self.alpha),
@@ -255,6 +259,12 @@ class MeasurementStore:
             result.verify_cost = verify_step / base_step if verify_step else None
             result.alpha = stats.alpha_from_acceptance_length(min(length, k + 1.0), k)
             result.expected = stats.expected_speedup(result.alpha, k, result.cost_ratio)
+        elif self.profile.speedup.measure_step_costs:
+            result.not_measured = (
+                "this method drafted nothing under load" if length is None else
+                "the model runner offers no step timers (vllm_compat.step_timers)" if base.step_times is None
+                or spec.step_times is None else "no drafting call was timed")
+        result.merged_chunks = sum(n > k + 1 for run in spec.runs for r in run.requests for _, n in r.arrivals)
         result.latency = spec.runs[-1].latency_summary() if spec.runs else {}
         result.baseline_latency = base.runs[-1].latency_summary() if base.runs else {}
         return result

@@ -70,7 +70,8 @@ class GateSession:
         self.host = EngineHost(plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave)
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
         self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
-        ctx = Context(plan.profile, self.baselines, plan.strict, plan.update_baselines)
+        ctx = Context(plan.profile, self.baselines, plan.strict, plan.update_baselines,
+                      runner_of=lambda name: self.host.records[name].runner)
         self.checks = {
             "equivalence": EquivalenceCheck(ctx, self.store, plan.inputs),
             "acceptance": AcceptanceCheck(ctx, self.store),

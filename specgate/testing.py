@@ -44,6 +44,9 @@ class FakeMethod:
     step_cost: float = 1.2  # a speculative step's time in plain steps (raise it: a slower proposer)
     drafter_mib: float = 0.0  # weights the worker reports for the drafter (None for model-free)
     extra_kv_tokens_lost: int = 0
+    runner: str = "v1"  # the model runner the engine reports ('v1' / 'v2')
+    timers: bool = True  # whether the runner offers step timers (the model check's step costs)
+    chunk_steps: int = 1  # engine steps per streamed chunk (> 1: a lagging consumer, merged DELTAs)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,7 @@ class FakeEngine:
         self.behaviour = script.method(method.name)
         self.alive, self.boot_s = True, 0.01
         self.k = method.num_speculative_tokens
+        self.runner = self.behaviour.runner
 
     @property
     def method_name(self) -> str:
@@ -123,17 +127,19 @@ class FakeEngine:
             trace = RequestTrace(i, p.id, t)
             emitted = 0
             while emitted < max_tokens:
-                t += step
-                n = min(per_step, max_tokens - emitted)
+                t += step * self.behaviour.chunk_steps
+                n = min(per_step * self.behaviour.chunk_steps, max_tokens - emitted)
                 trace.arrivals.append((t, n))
                 emitted += n
-                steps += 1
+                steps += self.behaviour.chunk_steps
             lanes[lane] = t
             traces.append(trace)
         return LoadRun(concurrency, traces, 0.0, max(lanes)), self._counters(steps)
 
     def timed_steps(self, work):
         work()
+        if not self.behaviour.timers:
+            return None
         return {"forward_s": 0.009, "forward_calls": 1, "propose_s": 0.001 * self.k, "propose_calls": 1}
 
     def memory_reading(self) -> MemoryReading:

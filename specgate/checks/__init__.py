@@ -119,6 +119,13 @@ class Context:
     strict: bool = False
     update: bool = False
 
+    runner_of: Any = None  # name -> the model runner its engine used ('v1' / 'v2'), when known
+
+    def runners(self, name: str) -> tuple[str, str] | None:
+        """(this method's model runner, the baseline engine's), when both are known."""
+        ours, theirs = (self.runner_of(name), self.runner_of(BASELINE)) if self.runner_of else ("", "")
+        return (ours, theirs) if ours and theirs else None
+
     def method(self, name: str):
         return self.profile.baseline if name == BASELINE else self.profile.methods[name]
 

@@ -54,6 +54,12 @@ class SpeedupCheck:
         j.record = result.record()
         j.record.update(self._cost(result))
         j.rows = self._rows(j.record, stored or {}, concurrency, False, rtol)
+        if result.not_measured:
+            j.rows.append(Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency))
+        if (runners := self.ctx.runners(method)) and len(set(runners)) > 1:
+            j.rows.append(Row("speedup_runners", None, concurrency=concurrency,
+                              unit=f"not like for like: the method's engine ran model runner {runners[0]}, the baseline "
+                                   f"engine's {runners[1]} (vLLM chose per method)"))
         failures = self._tail_latency(method, concurrency, j.record, stored) if not coarse else []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - rtol)

@@ -228,3 +228,14 @@ def test_cost_per_million_tokens_and_the_saving_at_the_runners_price(profile, tm
     assert j.record["baseline_usd_per_mtok"] == pytest.approx(3.6 / (100 * 3600) * 1e6)
     assert j.record["usd_per_mtok"] == pytest.approx(6.0, rel=1e-3) and j.record["cost_saving"] == pytest.approx(0.4, abs=1e-3)
     assert {r.metric: r.unit for r in j.rows}["usd_per_mtok"] == "USD / M tokens"
+
+
+def test_what_cannot_be_measured_or_compared_like_for_like_is_said_in_the_table(profile, tmp_path):
+    s = session(profile, tmp_path, "good", good={"runner": "v2", "timers": False, "chunk_steps": 3})
+    j = s.judge("speedup", "good", 4)
+    notes = {r.metric: r.unit for r in j.rows if r.value is None}
+    assert notes["expected_speedup"] == "not measured: the model runner offers no step timers (vllm_compat.step_timers)"
+    assert notes["speedup_runners"].startswith("not like for like: the method's engine ran model runner v2, the baseline engine's v1")
+    assert j.record["merged_stream_chunks"] > 0  # 3 steps per chunk: ITL from the stream is not per step
+    plain = session(profile, tmp_path, "good").judge("speedup", "good", 4)
+    assert not [r for r in plain.rows if r.value is None] and "merged_stream_chunks" not in plain.record
