@@ -10,6 +10,8 @@ stored x (1 - coarse_speedup_rtol), and say so.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specgate import stats
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
 from specgate.profile import BASELINE
@@ -133,8 +135,16 @@ class SpeedupCheck:
             before = stored.get("crossover_concurrency")
             if before is None or crossover < before:
                 was = f"C={before}" if before is not None else f"none up to C={stored.get('top_level', max(levels))}"
-                failures.append(f"method '{method}': speculation is now slower than the baseline engine from C={crossover} "
-                                f"(its speedup interval below 1.0 there), stored: {was} ({found.source})")
+                # A method that broke even (ngram at C=16 on cpu-tiny: 1.03 [0.96, 1.04]) dips under 1.0 by
+                # session drift alone; the drop counts when it is beyond the level gate's own tolerance.
+                at = estimates[levels.index(crossover)]
+                level_rtol = self.ctx.profile.tolerance.speedup_rtol
+                text = (f"method '{method}': speculation is now slower than the baseline engine from C={crossover} "
+                        f"({at.value:.3f} [{at.low:.3f}, {at.high:.3f}]), stored: {was} ({found.source})")
+                if at.high < 1 - level_rtol:
+                    failures.append(text)
+                else:
+                    j.rows[-1] = replace(j.rows[-1], unit=f"was {was}; within speedup_rtol {level_rtol} of break-even: not a failure")
         return self.ctx.decide(j, stored, [], failures)
 
     def rtol(self, basis: str) -> tuple[str, float]:

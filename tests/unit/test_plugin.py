@@ -250,3 +250,17 @@ def test_a_failed_judgement_is_recorded_as_its_message_without_pytests_explanati
         "E        +  where False = Judgement(memory, ngram, overhead: fail).passed\n"
     )
     assert _failure_text(longrepr) == "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
+
+
+def test_a_malformed_specgate_marker_stops_collection_naming_the_test(gate_dir):
+    (gate_dir.path / "gate" / "test_custom.py").write_text(textwrap.dedent("""
+        import pytest
+
+        @pytest.mark.gpu
+        @pytest.mark.specgate(gate="speed", stage=1)
+        def test_mine():
+            pass
+    """))
+    result = run(gate_dir)
+    result.stderr.fnmatch_lines(["*gate/test_custom.py::test_mine: @pytest.mark.specgate takes gate=<one of*got gate='speed', stage=1*"])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR

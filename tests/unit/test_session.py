@@ -220,6 +220,19 @@ def test_the_speedup_summary_gates_the_geometric_mean_and_a_crossover_that_dropp
     assert any("speedup: geometric mean 0.83, crossover C=1" in line for line in slow.summary_lines())
 
 
+def test_a_crossover_that_drops_only_within_the_level_tolerance_of_break_even_is_noted_not_failed(profile, tmp_path):
+    s = session(profile, tmp_path, "good", update=True, good={"step_cost": 1.95})  # stored 2 / 1.95 = 1.03
+    for c in profile.concurrency:
+        s.judge("speedup", "baseline", c)
+    s.judge("speedup", "good")
+    s.write_baselines()
+    # now 2 / 2.105 = 0.95: slower than the baseline engine, but inside speedup_rtol (0.15) of 1.0
+    even = session(profile, tmp_path, "good", good={"step_cost": 2.105}).judge("speedup", "good")
+    row = next(r for r in even.rows if r.metric == "crossover_concurrency")
+    assert even.passed and even.record["crossover_concurrency"] == 1
+    assert row.unit == "was none up to C=4; within speedup_rtol 0.15 of break-even: not a failure"
+
+
 def test_cost_per_million_tokens_and_the_saving_at_the_runners_price(profile, tmp_path):
     priced = profile.path.read_text() + "\n[cost]\nusd_per_hour = 3.6\n"
     profile.path.write_text(priced)
