@@ -215,9 +215,36 @@ def test_the_speedup_summary_gates_the_geometric_mean_and_a_crossover_that_dropp
     slow = session(profile, tmp_path, "good", good={"step_cost": 2.4})  # half the speed: slower than no speculation
     j = slow.judge("speedup", "good")
     assert j.verdict is Verdict.FAIL and j.record["crossover_concurrency"] == 1
-    assert "geometric mean of its speedups over C=[1, 4] is 0.833" in j.message
+    assert "geometric mean of its speedups over C=[1, 4] is 0.833 (of their upper bounds" in j.message
     assert "now slower than the baseline engine from C=1" in j.message and "stored: none up to C=4" in j.message
     assert any("speedup: geometric mean 0.83, crossover C=1" in line for line in slow.summary_lines())
+
+
+def test_the_geometric_mean_fails_only_when_the_levels_upper_bounds_say_so(profile, tmp_path, monkeypatch):
+    import dataclasses
+
+    from specgate import measurements, stats
+
+    s = session(profile, tmp_path, "good", update=True)  # stored: 1.667 at both levels, floor 1.5
+    for c in profile.concurrency:
+        s.judge("speedup", "baseline", c)
+    s.judge("speedup", "good")
+    s.write_baselines()
+    measured = measurements.MeasurementStore.speedup
+
+    def judged_with(low, value, high):
+        def speedup(self, name, concurrency, repeat=None):
+            result = measured(self, name, concurrency, repeat)
+            if name != "good":
+                return result
+            return dataclasses.replace(result, estimate=stats.Estimate(value, low, high, 4))
+        monkeypatch.setattr(measurements.MeasurementStore, "speedup", speedup)
+        return session(profile, tmp_path, "good").judge("speedup", "good")
+
+    noisy = judged_with(1.2, 1.4, 1.6)  # the point estimate is below the floor, the evidence is not
+    assert noisy.passed and noisy.rows[0].ci_high == pytest.approx(1.6)
+    slower = judged_with(1.2, 1.4, 1.45)
+    assert slower.verdict is Verdict.FAIL and "is 1.400 (of their upper bounds 1.450), below 1.500" in slower.message
 
 
 def test_a_crossover_that_drops_only_within_the_level_tolerance_of_break_even_is_noted_not_failed(profile, tmp_path):
