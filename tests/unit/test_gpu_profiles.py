@@ -103,6 +103,16 @@ def test_gpu_profile_loads_with_gpu_settings(name):
 
 
 @pytest.mark.parametrize("name", GPU_PROFILES)
+def test_boot_timeouts_fit_a_first_load_of_the_profiles_models(name):
+    # vLLM's VLLM_ENGINE_READY_TIMEOUT_S is 600 s including the download (vllm/envs.py), read once when
+    # its core client is imported: the engine sets the profile's env before importing vLLM.
+    p = load(name)
+    timeout = float(p.engine_env.get("VLLM_ENGINE_READY_TIMEOUT_S", "600"))
+    tp = p.engine_kwargs.get("tensor_parallel_size", 1)
+    assert timeout >= (1800 if tp >= 4 or name.startswith("gpt-oss") else 1200)
+
+
+@pytest.mark.parametrize("name", GPU_PROFILES)
 def test_gpu_profile_has_the_required_methods(name):
     p = load(name)
     for method, (kind, model) in REQUIRED[name].items():
