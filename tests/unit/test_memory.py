@@ -120,3 +120,19 @@ def test_device_memory_falls_back_to_the_whole_device_when_nvml_cannot_see_our_p
     base = MemoryReading(1000, 0, 10 * MIB, None, "process")
     spec = MemoryReading(900, 0, 12 * MIB, 0, "device")
     assert memory.overhead(spec, base, 0, 0).device_bytes is None  # never a difference across two sources
+
+
+def test_the_drafters_weights_are_summed_over_its_tensor_parallel_shards(monkeypatch):
+    from specgate import engine as engine_module
+    from specgate.engine import Engine
+
+    # a TP-4 engine: each rank's worker holds a quarter of the drafter (rank 0 alone would say 1/4)
+    eng = object.__new__(Engine)
+    eng.children_before_boot, eng.client = set(), None
+    monkeypatch.setattr(engine_module, "_children", set)
+    monkeypatch.setattr(engine_module, "_device_bytes", lambda pids: (None, "process"))
+    monkeypatch.setattr(engine_module.compat, "kv_capacity_tokens", lambda client: 1000)
+    monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [3 * MIB, 3 * MIB, 3 * MIB, 3 * MIB])
+    assert eng.memory_reading().drafter_weight_bytes == 12 * MIB
+    monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [3 * MIB, None])  # a rank without the hook
+    assert eng.memory_reading().drafter_weight_bytes is None  # not measured, never a partial sum
