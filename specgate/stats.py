@@ -98,6 +98,13 @@ def geometric_mean(values: Sequence[float]) -> float:
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
+def geometric_mean_estimate(estimates: Sequence[Estimate]) -> Estimate:
+    """The geometric mean of several levels' estimates, with the geometric means of their bounds as
+    its interval (each level inside its own interval puts the mean inside this one)."""
+    return Estimate(geometric_mean([e.value for e in estimates]), geometric_mean([e.low for e in estimates]),
+                    geometric_mean([e.high for e in estimates]), min(e.n for e in estimates))
+
+
 def crossover(levels: Sequence[int], estimates: Sequence[Estimate]) -> int | None:
     """The lowest concurrency at which speculation is slower than the baseline engine, evidence
     permitting (the interval's upper bound below 1.0); None when there is none up to the top level."""

@@ -115,3 +115,5 @@ def test_the_speedup_summaries_geometric_mean_and_crossover():
     assert stats.crossover(levels, [e(0.9, 0.85, 0.95), e(1.3, 1.2, 1.4), e(0.98, 0.9, 1.02)]) == 16
     assert stats.crossover(levels, [e(0.97, 0.9, 1.01), e(1.3, 1.2, 1.4), e(0.9, 0.85, 0.99)]) == 4
     assert stats.crossover(levels, [e(0.97, 0.9, 1.01), e(1.3, 1.2, 1.4), e(1.1, 1.0, 1.2)]) is None
+    summary = stats.geometric_mean_estimate([e(2.0, 1.0, 4.0), e(0.5, 0.25, 1.0)])
+    assert (summary.value, summary.low, summary.high) == pytest.approx((1.0, 0.5, 2.0))
