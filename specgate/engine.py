@@ -18,7 +18,6 @@ import gc
 import logging
 import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -28,12 +27,12 @@ from typing import Any
 
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
-from specgate import vllm_compat as compat
+from specgate import processes as procs, vllm_compat as compat, worker
 from specgate.errors import EngineBootError, EngineDied
+from specgate.memory import device_bytes
 from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
 
-SHUTDOWN_WAIT_S = 30.0
 LOG_TAIL_LINES = 25
 MAX_REASON = 400  # characters of the engine's one-line reason kept in messages
 
@@ -59,29 +58,6 @@ def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any
                 sc[key] = resolve_model(sc[key], root)
         kwargs["speculative_config"] = sc
     return kwargs
-
-
-def _available_memory() -> int:
-    import psutil
-
-    return psutil.virtual_memory().available
-
-
-def _rss(pids=()) -> int:
-    """Resident bytes of this process plus the given processes (those that still exist)."""
-    import psutil
-
-    total = psutil.Process().memory_info().rss
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            total += psutil.Process(pid).memory_info().rss
-    return total
-
-
-def _children() -> set[int]:
-    import psutil
-
-    return {p.pid for p in psutil.Process().children(recursive=True)}
 
 
 @contextlib.contextmanager
@@ -223,8 +199,8 @@ class Engine(StreamingBackend):
         ended = []
         for name, pid, code in compat.engine_core_processes(self.client):
             if code:
-                ended.append(f"{name} (pid {pid}) {_exit_words(code)}")
-        gone = [f"{name} (pid {pid})" for pid, name in self.processes.items() if not _running(pid)]
+                ended.append(f"{name} (pid {pid}) {procs.exit_words(code)}")
+        gone = [f"{name} (pid {pid})" for pid, name in self.processes.items() if not procs.running(pid)]
         if not ended and gone:
             ended.append(f"{', '.join(gone)} exited")
         how = "; ".join(ended) or "its processes are still running"
@@ -246,12 +222,12 @@ class Engine(StreamingBackend):
     def timed_steps(self, work) -> dict[str, float] | None:
         """Run `work()` with timers in the worker around the target's forward pass and the drafter:
         seconds and calls of each (rank 0), or None when this vLLM's runner lacks the hooks."""
-        if not all(self.collective_rpc(_start_step_timer)):
+        if not all(self.collective_rpc(worker.start_step_timer)):
             return None
         try:
             work()
         finally:
-            timings = self.collective_rpc(_stop_step_timer)
+            timings = self.collective_rpc(worker.stop_step_timer)
         return timings[0]
 
     def memory_reading(self):
@@ -260,18 +236,18 @@ class Engine(StreamingBackend):
         parallel ranks that each hold a shard)."""
         from specgate.memory import MemoryReading
 
-        pids = sorted(_children() - self.children_before_boot)
+        pids = sorted(procs.children() - self.children_before_boot)
         try:
-            per_rank = self.collective_rpc(_drafter_weight_bytes)
+            per_rank = self.collective_rpc(worker.drafter_weight_bytes)
             drafter = None if any(b is None for b in per_rank) else sum(per_rank)
         except EngineDied:
             raise
         except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
             drafter = None
-        device, source = _device_bytes(pids)
+        device, source = device_bytes(pids)
         return MemoryReading(
             kv_capacity_tokens=compat.kv_capacity_tokens(self.client),
-            peak_process_bytes=sum(_peak_rss(pid) for pid in pids),
+            peak_process_bytes=sum(procs.peak_rss(pid) for pid in pids),
             device_bytes=device,
             drafter_weight_bytes=drafter,
             device_source=source,
@@ -280,7 +256,7 @@ class Engine(StreamingBackend):
     def shutdown(self) -> ShutdownReport:
         """Stop the engine, wait for its processes to exit, and measure what memory came back."""
         start = time.monotonic()
-        footprint = _rss(_children() - self.children_before_boot)
+        footprint = procs.rss(procs.children() - self.children_before_boot)
         if self.alive:
             self.alive = False
             with _output_to(self.log_path):
@@ -293,222 +269,17 @@ class Engine(StreamingBackend):
                 self.client = None
                 gc.collect()
             _restore_env(self.env_before)
-        leftover = _wait_for_exit(self.children_before_boot)
+        leftover = procs.wait_for_exit(self.children_before_boot)
         gc.collect()
         return ShutdownReport(
             self.method.name,
             time.monotonic() - start,
             leftover,
             self.rss_before_boot,
-            _rss(),
+            procs.rss(),
             footprint,
-            _available_memory() - self.available_before_boot,
+            procs.available_memory() - self.available_before_boot,
         )
-
-
-def _exit_words(code: int) -> str:
-    if code < 0:
-        try:
-            return f"was killed by signal {-code} ({signal.Signals(-code).name})"
-        except ValueError:
-            return f"was killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _running(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _engine_processes(children_before: set[int]) -> dict[int, str]:
-    """The processes the engine started (pid -> name, e.g. VLLM::EngineCore_DP0)."""
-    import psutil
-
-    out = {}
-    for pid in sorted(_children() - children_before):
-        with contextlib.suppress(psutil.Error):
-            out[pid] = psutil.Process(pid).name()
-    return out
-
-
-def _runner_kind(worker) -> str:
-    """Runs inside the vLLM worker: which model runner it uses."""
-    from specgate import vllm_compat
-
-    return vllm_compat.runner_kind(worker.model_runner)
-
-
-def _drafter_weight_bytes(worker) -> int | None:
-    """Runs inside the vLLM worker: bytes of the drafter's weights that are not the target's.
-
-    Modules the drafter shares with the target (EAGLE's embedding and LM head) are skipped by
-    identity. On CPU, vLLM moves linear weights into oneDNN / packed kernels and leaves an empty
-    parameter behind, so those count by the layer's declared shape. None: no drafter at all.
-    """
-    import torch
-
-    from specgate import vllm_compat
-
-    runner = worker.model_runner
-    has_drafter, model = vllm_compat.drafter_model(runner)
-    if model is None:
-        return 0 if has_drafter else None  # ngram / suffix draft without weights
-    target = runner.get_model() if hasattr(runner, "get_model") else runner.model
-    target_modules = {id(m) for m in target.modules()}
-    target_tensors = {p.data_ptr() for p in target.parameters() if p.numel()}
-    seen: set[int] = set()
-    total = 0
-    for module in model.modules():
-        if id(module) in target_modules:
-            continue
-        for name, p in module.named_parameters(recurse=False):
-            shape = _declared_weight_shape(module) if p.numel() == 0 and name == "weight" else None
-            if shape:
-                elem = torch.empty(0, dtype=getattr(module, "params_dtype", p.dtype)).element_size()
-                total += shape[0] * shape[1] * elem
-            elif p.numel() and p.data_ptr() not in target_tensors and p.data_ptr() not in seen:
-                seen.add(p.data_ptr())
-                total += p.numel() * p.element_size()
-    return total
-
-
-def _start_step_timer(worker) -> bool:
-    """Runs inside the vLLM worker: wrap the runner's target forward pass and its drafting call with
-    timers (vllm_compat.step_timers says which, for either model runner). On CUDA each timed call
-    synchronizes the device, so only a dedicated trial uses them."""
-    import time as _time
-
-    import torch
-
-    from specgate import vllm_compat
-
-    runner = worker.model_runner
-    timers = vllm_compat.step_timers(runner)
-    if not all(hasattr(owner, attr) for owner, attr, _ in timers.values()):
-        return False
-    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
-    totals = {f"{name}_{what}": 0.0 for name in timers for what in ("s", "calls")}
-
-    def timed(name, fn, skip):
-        def wrapper(*args, **kwargs):
-            if skip is not None and skip(kwargs):
-                return fn(*args, **kwargs)
-            sync()
-            start = _time.perf_counter()
-            try:
-                return fn(*args, **kwargs)
-            finally:
-                sync()
-                totals[f"{name}_s"] += _time.perf_counter() - start
-                totals[f"{name}_calls"] += 1
-
-        return wrapper
-
-    # an instance attribute shadows the method; one set before (slow_steps) is put back afterwards
-    runner._specgate_timed = [(owner, attr, owner.__dict__.get(attr)) for owner, attr, _ in timers.values()]
-    for name, (owner, attr, skip) in timers.items():
-        setattr(owner, attr, timed(name, getattr(owner, attr), skip))
-    runner._specgate_step_totals = totals
-    return True
-
-
-def _slow_drafting(worker, share: float) -> bool:
-    """Runs inside the vLLM worker (calibration only): every drafting call also sleeps `share` of the
-    mean interval between engine steps, measured as it runs: a proposer that much slower."""
-    import time as _time
-
-    from specgate import vllm_compat
-
-    runner = worker.model_runner
-    timers = vllm_compat.step_timers(runner)
-    if "propose" not in timers:
-        return False
-    owner, attr, skip = timers["propose"]
-    state = {"last": None, "mean": 0.0, "n": 0, "slept": 0.0}
-    propose = getattr(owner, attr)
-
-    def slowed(*args, **kwargs):
-        now = _time.perf_counter()
-        if state["last"] is not None and now - state["last"] < 1.0:  # one step, without our own sleep in it
-            state["n"] += 1
-            state["mean"] += (now - state["last"] - state["slept"] - state["mean"]) / state["n"]
-        state["last"], state["slept"] = now, 0.0
-        out = propose(*args, **kwargs)
-        if not (skip and skip(kwargs)) and state["n"] >= 8:
-            state["slept"] = share * state["mean"]
-            _time.sleep(state["slept"])
-        return out
-
-    setattr(owner, attr, slowed)
-    return True
-
-
-def _stop_step_timer(worker) -> dict[str, float]:
-    """Runs inside the vLLM worker: remove the timers, return their totals."""
-    runner = worker.model_runner
-    for owner, attr, before in runner.__dict__.pop("_specgate_timed", []):
-        if before is None:
-            owner.__dict__.pop(attr, None)
-        else:
-            setattr(owner, attr, before)
-    return runner.__dict__.pop("_specgate_step_totals", {})
-
-
-def _declared_weight_shape(module) -> tuple[int, int] | None:
-    """(out, in) of a vLLM linear layer whose weight was moved into a packed CPU kernel."""
-    for out_attr, in_attr in (("output_size_per_partition", "input_size_per_partition"), ("output_size", "input_size")):
-        out, inp = getattr(module, out_attr, None), getattr(module, in_attr, None)
-        if isinstance(out, int) and isinstance(inp, int):
-            return out, inp
-    return None
-
-
-def _peak_rss(pid: int) -> int:
-    """Peak resident memory of a process (Linux VmHWM), 0 when it is gone."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
-
-
-def _device_bytes(pids: list[int]) -> tuple[int | None, str]:
-    """(GPU memory of the engine, how it was read): NVML's per-process figures for these PIDs, or,
-    when NVML lists none of them (in a container it reports host PIDs), the memory used on the
-    visible devices as a whole. (None, "") without NVIDIA devices."""
-    try:
-        import pynvml
-    except ImportError:
-        return None, ""
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError:
-        return None, ""
-    try:
-        from specgate.scaleout import visible_devices
-
-        visible = visible_devices()
-        handles = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            uuid = pynvml.nvmlDeviceGetUUID(handle)
-            if not visible or str(i) in visible or str(uuid) in visible:
-                handles.append(handle)
-        per_process = [p.usedGpuMemory for h in handles for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-                       if p.pid in pids and p.usedGpuMemory]
-        if per_process:
-            return sum(per_process), "process"
-        return sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles), "device"
-    except pynvml.NVMLError:
-        return None, ""
-    finally:
-        pynvml.nvmlShutdown()
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
@@ -517,29 +288,6 @@ def _restore_env(saved: dict[str, str | None]) -> None:
             os.environ.pop(key, None)
         else:
             os.environ[key] = value
-
-
-def _wait_for_exit(children_before: set[int], wait_s: float = SHUTDOWN_WAIT_S) -> list[int]:
-    """PIDs of engine processes still alive after `wait_s` (ignoring long-lived helpers)."""
-    import psutil
-
-    deadline = time.monotonic() + wait_s
-    while True:
-        leftover = []
-        for pid in _children() - children_before:
-            try:
-                proc = psutil.Process(pid)
-                if proc.status() == psutil.STATUS_ZOMBIE:
-                    continue
-                # multiprocessing's resource tracker is shared by the whole pytest process.
-                if "resource_tracker" in " ".join(proc.cmdline()):
-                    continue
-            except psutil.Error:
-                continue
-            leftover.append(pid)
-        if not leftover or time.monotonic() > deadline:
-            return sorted(leftover)
-        time.sleep(0.25)
 
 
 def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) -> Engine:
@@ -558,9 +306,9 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         kwargs.setdefault(compat.PER_REQUEST_METRICS, "summary")
 
     gc.collect()
-    children_before = _children()
-    rss_before = _rss()
-    available_before = _available_memory()
+    children_before = procs.children()
+    rss_before = procs.rss()
+    available_before = procs.available_memory()
     start = time.monotonic()
     loop = EventLoopThread()
 
@@ -574,7 +322,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     except Exception as exc:
         loop.close()
         _restore_env(env_before)
-        _kill(_wait_for_exit(children_before, wait_s=5.0))  # vLLM usually reaps them itself
+        procs.kill(procs.wait_for_exit(children_before, wait_s=5.0))  # vLLM usually reaps them itself
         reason, tail = explain_failure(log_path, exc)
         raise EngineBootError(
             f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot on "
@@ -586,23 +334,15 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
             detail=f"{type(exc).__name__}: {exc}",
         ) from None
     engine = Engine(method, client, loop, log_path, time.monotonic() - start, rss_before, available_before,
-                    children_before, env_before, processes=_engine_processes(children_before))
+                    children_before, env_before, processes=procs.engine_processes(children_before))
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
-        engine.runner = engine.collective_rpc(_runner_kind)[0]
-    if method.slow_steps and not all(engine.collective_rpc(functools.partial(_slow_drafting, share=method.slow_steps))):
+        engine.runner = engine.collective_rpc(worker.runner_kind)[0]
+    if method.slow_steps and not all(engine.collective_rpc(functools.partial(worker.slow_drafting, share=method.slow_steps))):
         engine.shutdown()
         raise EngineBootError(f"method '{method.name}': slow_steps needs a drafting call to slow down, and this "
                               f"runner has none ({engine.runner or 'unknown runner'})", method=method.name,
                               reason="slow_steps: no drafting call")
     return engine
-
-
-def _kill(pids: list[int]) -> None:
-    import psutil
-
-    for pid in pids:
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).kill()
 
 
 @contextlib.contextmanager

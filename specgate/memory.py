@@ -169,3 +169,36 @@ def drafter_footprint(profile, method, root: Path) -> tuple[int | None, int]:
     cfg = _config(drafter)
     kv = 0 if kind == "medusa" else kv_bytes_per_token(cfg, elem)
     return checkpoint_params(drafter) * elem, kv
+
+
+def device_bytes(pids: list[int]) -> tuple[int | None, str]:
+    """(GPU memory of the engine, how it was read): NVML's per-process figures for these PIDs, or,
+    when NVML lists none of them (in a container it reports host PIDs), the memory used on the
+    visible devices as a whole. (None, "") without NVIDIA devices."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, ""
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None, ""
+    try:
+        from specgate.scaleout import visible_devices
+
+        visible = visible_devices()
+        handles = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(handle)
+            if not visible or str(i) in visible or str(uuid) in visible:
+                handles.append(handle)
+        per_process = [p.usedGpuMemory for h in handles for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+                       if p.pid in pids and p.usedGpuMemory]
+        if per_process:
+            return sum(per_process), "process"
+        return sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles), "device"
+    except pynvml.NVMLError:
+        return None, ""
+    finally:
+        pynvml.nvmlShutdown()

@@ -110,7 +110,7 @@ class Server:
         """Peak resident memory of the server and every process under it."""
         import psutil
 
-        from specgate.engine import _peak_rss
+        from specgate.processes import peak_rss
 
         if self.proc is None:
             return 0
@@ -119,7 +119,7 @@ class Server:
             pids = [root.pid, *(c.pid for c in root.children(recursive=True))]
         except psutil.Error:
             return 0
-        return sum(_peak_rss(pid) for pid in pids)
+        return sum(peak_rss(pid) for pid in pids)
 
     def stop(self) -> None:
         if self.proc is None or self.proc.poll() is not None:

@@ -111,7 +111,7 @@ class _Nvml:
 def test_device_memory_falls_back_to_the_whole_device_when_nvml_cannot_see_our_pids(monkeypatch):
     import sys
 
-    from specgate.engine import _device_bytes
+    from specgate.memory import device_bytes as _device_bytes
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     monkeypatch.setitem(sys.modules, "pynvml", _Nvml(host_pids=[4242]))
@@ -129,8 +129,8 @@ def test_the_drafters_weights_are_summed_over_its_tensor_parallel_shards(monkeyp
     # a TP-4 engine: each rank's worker holds a quarter of the drafter (rank 0 alone would say 1/4)
     eng = object.__new__(Engine)
     eng.children_before_boot, eng.client = set(), None
-    monkeypatch.setattr(engine_module, "_children", set)
-    monkeypatch.setattr(engine_module, "_device_bytes", lambda pids: (None, "process"))
+    monkeypatch.setattr(engine_module.procs, "children", set)
+    monkeypatch.setattr(engine_module, "device_bytes", lambda pids: (None, "process"))
     monkeypatch.setattr(engine_module.compat, "kv_capacity_tokens", lambda client: 1000)
     monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [3 * MIB, 3 * MIB, 3 * MIB, 3 * MIB])
     assert eng.memory_reading().drafter_weight_bytes == 12 * MIB
