@@ -96,7 +96,7 @@ class MemoryCheck:
         overhead = self.store.memory_overhead(method, self.root)
         j.record = overhead.record()
         ref = self.ctx.reference(method, self.gate)
-        found = self.ctx.baselines.lookup(ref, self.gate, key)  # another machine's: its portable figures only
+        found = self.ctx.lookup(method, self.gate, key)  # another machine's: its portable figures only
         stored = found.values if found else None
         j.basis = "portable" if found and not found.own else ""
         problems = [f"method '{method}': {msg}"] if (msg := consistency_problem(j.record, tol.memory_rtol)) else []

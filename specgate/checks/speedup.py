@@ -33,10 +33,12 @@ class SpeedupCheck:
         alone = self.store.baseline_alone(concurrency)
         j = Judgement(self.gate, method, key, Verdict.PASS)
         ref = self.ctx.reference(method, self.gate)
-        found = self.ctx.baselines.lookup(ref, self.gate, key)
+        found = self.ctx.lookup(method, self.gate, key)
         stored = found.values if found else None
         coarse = None
-        if found and not found.own:
+        if found and found.this_run:
+            pass  # a canary against its parent measured in this run: same machine, same moment
+        elif found and not found.own:
             coarse = f"the speedups were stored on another machine ({found.source})"
         elif found and (mismatch := self._other_machine(concurrency, alone)):
             coarse = mismatch
@@ -66,7 +68,7 @@ class SpeedupCheck:
             if stats.fails_floor(result.estimate, floor):
                 failures.append(
                     f"method '{method}', C={concurrency}: speedup {result.estimate.describe()} is below the "
-                    f"{'coarse ' if coarse else ''}floor {floor:.2f} (stored {stored['speedup']:.2f} for '{ref}' x "
+                    f"{'coarse ' if coarse else ''}floor {floor:.2f} ({'measured' if found.this_run else 'stored'} {stored['speedup']:.2f} for '{ref}' x "
                     f"(1 - {rtol_name} {rtol}), {found.source}); throughput {result.throughput:.1f} vs baseline engine "
                     f"{result.baseline_throughput:.1f} tok/s" + (f"; {result.model_check()}" if result.expected else "")
                     + (f"; coarse judgement: {coarse}" if coarse else "")
@@ -115,11 +117,12 @@ class SpeedupCheck:
             record["crossover_concurrency"] = crossover
         j = Judgement(self.gate, method, "summary", Verdict.PASS, record=record)
         ref = self.ctx.reference(method, self.gate)
-        found = self.ctx.baselines.lookup(ref, self.gate, "summary")
+        found = self.ctx.lookup(method, self.gate, "summary")
         stored = found.values if found else None
         # stored on another machine, or this machine's baseline engine now runs outside machine_rtol of
         # its stored speed at some level: judged coarsely, as the levels are
-        coarse = bool(found) and (not found.own or any(self._other_machine(c, self.store.baseline_alone(c)) for c in levels))
+        coarse = bool(found) and not found.this_run and (
+            not found.own or any(self._other_machine(c, self.store.baseline_alone(c)) for c in levels))
         rtol_name, rtol = ("coarse_speedup_rtol", self.ctx.profile.tolerance.coarse_speedup_rtol) if coarse \
             else ("geomean_rtol", self.ctx.profile.tolerance.geomean_rtol)
         j.basis = "coarse" if coarse else ""

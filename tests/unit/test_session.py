@@ -89,6 +89,36 @@ def test_a_canary_passes_only_when_the_gate_fails_it(profile, tmp_path):
     assert toothless.verdict is Verdict.FAIL and "the acceptance gate cannot fail here" in toothless.message
 
 
+def test_a_canary_is_judged_against_the_method_it_mimics_measured_in_the_same_run(profile, tmp_path):
+    # nothing stored at all: the parent's figures of this run are the reference, paired and decisive
+    run = session(profile, tmp_path, "good", "worse", worse={"accepted": 0.5, "step_cost": 1.2 * 1.6})
+    assert run.judge("acceptance", "good", CATEGORY).verdict is Verdict.SKIP  # the parent itself: no baseline
+    caught = run.judge("acceptance", "worse", CATEGORY)
+    assert caught.passed and caught.basis == ""
+    run.judge("speedup", "good", 4)
+    assert run.judge("speedup", "worse", 4).passed
+    toothless = session(profile, tmp_path, "good", "worse")
+    toothless.judge("acceptance", "good", CATEGORY)
+    j = toothless.judge("acceptance", "worse", CATEGORY)
+    assert j.verdict is Verdict.FAIL and "passed the checks against 'good''s figures" in j.message
+    toothless.judge("speedup", "good", 4)
+    j = toothless.judge("speedup", "worse", 4)
+    assert j.verdict is Verdict.FAIL and "the speedup gate cannot fail here" in j.message
+
+
+def test_a_canary_held_to_another_machines_or_the_coarse_baseline_is_not_decisive_never_a_failure(profile, tmp_path):
+    stored(profile, tmp_path, "good", hardware="other-machine")
+    # its parent not in this run: another machine's portable figures and coarse speedups are all there is
+    here = session(profile, tmp_path, "worse", hardware="this-machine")
+    acceptance, speedup = here.judge("acceptance", "worse", CATEGORY), here.judge("speedup", "worse", 4)
+    for j in (acceptance, speedup):
+        assert j.verdict is Verdict.SKIP and j.message.startswith("not decisive here: canary 'worse'"), j.message
+    assert acceptance.basis == "portable" and speedup.basis == "coarse"
+    # ... but one the wide band still catches is caught
+    caught = session(profile, tmp_path, "worse", hardware="this-machine", worse={"step_cost": 1.2 * 2.5})
+    assert caught.judge("speedup", "worse", 4).passed
+
+
 def test_a_canary_without_the_baseline_it_mimics_skips_naming_that_method(profile, tmp_path):
     j = session(profile, tmp_path, "worse").judge("acceptance", "worse", CATEGORY)
     assert j.verdict is Verdict.SKIP and "method 'good'" in j.message
