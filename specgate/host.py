@@ -102,6 +102,7 @@ class EngineHost:
 
     def _endpoint(self, name: str) -> Backend:
         from specgate.endpoint import Endpoint
+        from specgate.watchdog import Watch
 
         if name not in self.endpoints:
             raise NotMeasurable(
@@ -110,7 +111,7 @@ class EngineHost:
                 + ")"
             )
         if name not in self._clients:
-            client = Endpoint(name, self.endpoints[name])
+            client = Endpoint(name, self.endpoints[name], watch=Watch(self.profile.stall_timeout_s))
             client.served_model()  # fails here, clearly, when the server is not there
             self._clients[name] = client
             self.records[name].boots += 1

@@ -47,7 +47,8 @@ def summary_lines(session, outcomes=()) -> list[str]:
     host, plan, measured = session.host, session.plan, session.measured
     ran = [r for r in host.records.values() if r.boot_s and r.method != BASELINE]
     failed = [r for r in host.records.values() if r.boot_error]
-    lines = [judged_line([o.__dict__ if hasattr(o, "__dict__") else o for o in outcomes])] if outcomes else []
+    lines = [f"{session.interrupted}: the run stopped there; what it measured until then follows"] if session.interrupted else []
+    lines += [judged_line([o.__dict__ if hasattr(o, "__dict__") else o for o in outcomes])] if outcomes else []
     lines += header_lines(session)
     lines += [
         f"profile {session.profile.name} ({session.profile.path}); results in {plan.out_dir}",
@@ -206,6 +207,7 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
     now = _dt.datetime.now(_dt.timezone.utc)
     return {
         "run_id": session.plan.out_dir.name,
+        "interrupted": session.interrupted or None,
         "profile": session.profile.name,
         "profile_path": str(session.profile.path),
         "hardware": session.baselines.hardware,
