@@ -54,3 +54,37 @@ def test_the_methods_this_vllm_offers_are_read_from_it():
     else:
         offered = vllm_compat.speculative_methods()
     assert {"ngram", "draft_model", "eagle", "eagle3"} <= set(offered), offered
+
+
+def _vllm_root() -> Path:
+    """The directory holding the `vllm` package: the unpacked tree, or the installed vLLM's."""
+    return SOURCE or Path(importlib.util.find_spec("vllm").submodule_search_locations[0]).parent
+
+
+def _class(module: str, name: str):
+    import ast
+
+    path = _vllm_root().joinpath(*module.split(".")).with_suffix(".py")
+    found = [n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef) and n.name == name]
+    assert found, f"{where()}: {path} defines no class {name}"
+    return found[0]
+
+
+def test_the_layers_split_over_tensor_parallel_ranks_along_the_attribute_specgate_reads():
+    """vllm_compat.parameter_shard counts a parameter once per rank when its layer's weight loader
+    narrows the checkpoint tensor along the parameter's output_dim / input_dim, and once in all for
+    ReplicatedLinear, whose loader copies the whole tensor."""
+    import ast
+
+    modules = {i.name.split(":")[1]: i.name.split(":")[0] for i in vllm_compat.INTERNALS if "model_executor.layers" in i.name}
+    for layer, along in {**vllm_compat.TP_SPLIT_ALONG, **{k: "" for k in vllm_compat.TP_WHOLE}}.items():
+        cls = _class(modules[layer], layer)
+        loader = next((ast.unparse(n) for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "weight_loader"), "")
+        assert loader, f"{where()}: {layer} has no weight_loader of its own"
+        if along:
+            assert f"getattr(param, '{along}'" in loader and ".narrow(" in loader, (
+                f"{where()}: {layer}.weight_loader no longer narrows along {along}: update vllm_compat.TP_SPLIT_ALONG")
+        else:
+            assert ".narrow(" not in loader, f"{where()}: {layer}.weight_loader now narrows: update vllm_compat.TP_WHOLE"
+    row = ast.unparse(_class(modules["RowParallelLinear"], "RowParallelLinear"))
+    assert "self.tp_rank" in row and "self.tp_size" in row and "input_size_per_partition" in row

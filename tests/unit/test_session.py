@@ -161,7 +161,7 @@ def test_memory_weights_the_checkpoint_does_not_explain_fail_in_every_run(profil
     s.boot("baseline")
     s.judge("memory", "baseline")
     j = s.judge("memory", "good")
-    assert j.verdict is Verdict.FAIL and "the engine loaded more than the drafter" in j.message
+    assert j.verdict is Verdict.FAIL and "the engine holds more than the checkpoint" in j.message
 
 
 def test_a_diverging_method_fails_equivalence_naming_prompt_position_and_tokens(profile, tmp_path):
