@@ -108,10 +108,12 @@ def test_ngram_and_ngram_gpu_are_one_speculator_on_model_runner_v2():
     to the V1 runner, so its speedups compare across runners."""
     import ast
 
+    init = _vllm_root().joinpath("vllm", "v1", "worker", "gpu", "spec_decode", "__init__.py")
+    if not init.is_file() or "NgramGPUSpeculator" not in init.read_text(encoding="utf-8"):
+        pytest.skip(f"{where()}: Model Runner V2 has no n-gram speculator in this release (it came with 0.32)")
     use_ngram = ast.unparse(_function("vllm.config.speculative", "SpeculativeConfig.use_ngram"))
     assert "('ngram', 'ngram_gpu')" in use_ngram, f"{where()}: use_ngram changed: {use_ngram}"
-    init = _vllm_root().joinpath("vllm", "v1", "worker", "gpu", "spec_decode", "__init__.py").read_text(encoding="utf-8")
-    branch = init.split("speculative_config.use_ngram()", 1)[1].split("elif", 1)[0]
+    branch = init.read_text(encoding="utf-8").split("speculative_config.use_ngram()", 1)[-1].split("elif", 1)[0]
     assert "NgramGPUSpeculator(" in branch, f"{where()}: V2 no longer builds NgramGPUSpeculator for use_ngram()"
     v2_lacks = ast.unparse(_function("vllm.config.vllm", "VllmConfig._get_v2_model_runner_unsupported_features"))
     assert "'suffix'" in v2_lacks and "'ngram'" not in v2_lacks, f"{where()}: the methods V2 leaves to V1 changed"
