@@ -256,25 +256,24 @@ class Engine(StreamingBackend):
 
     def memory_reading(self):
         """KV capacity, the engine processes' peak memory, and the drafter's own weights (measured in
-        every worker: tensors the drafter does not share with the target, summed over the tensor-
-        parallel ranks that each hold a shard)."""
-        from specgate.memory import MemoryReading
+        every worker: tensors the drafter does not share with the target, each counted once per
+        distinct tensor-parallel shard: memory.drafter_weights)."""
+        from specgate.memory import MemoryReading, drafter_weights
 
         pids = sorted(procs.children() - self.children_before_boot)
         try:
-            per_rank = self.collective_rpc(worker.drafter_weight_bytes)
-            drafter = None if any(b is None for b in per_rank) else sum(per_rank)
+            drafter = drafter_weights(self.collective_rpc(worker.drafter_shards))
         except EngineDied:
             raise
         except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
-            drafter = None
+            drafter = {}
         device, source = device_bytes(pids)
         return MemoryReading(
             kv_capacity_tokens=compat.kv_capacity_tokens(self.client),
             peak_process_bytes=sum(procs.peak_rss(pid) for pid in pids),
             device_bytes=device,
-            drafter_weight_bytes=drafter,
             device_source=source,
+            **drafter,
         )
 
     def shutdown(self) -> ShutdownReport:

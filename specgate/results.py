@@ -82,7 +82,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
                 near = counts["compared"] - counts["identical"] - counts["diverged"]
                 state += f"; greedy: {counts['identical']}/{counts['compared']} identical, {near} near-ties, {counts['diverged']} diverged"
         lines.append(f"  {r.method:<14} {state}")
-        lines += _figure_lines(measured.get(r.method, {}), r.method == BASELINE)
+        lines += _figure_lines(measured.get(r.method, {}), r.method == BASELINE, _across_runners(session, r.method))
     boots = {r.method: r.boots for r in host.records.values() if r.boots > 1}
     if boots:
         lines.append(f"  warning: booted more than once: {boots} (tests reordered, or an engine was lost)")
@@ -98,6 +98,12 @@ def header_lines(session) -> list[str]:
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))
         lines.append(f"speedups judged coarsely at {keys} (coarse_speedup_rtol {session.profile.tolerance.coarse_speedup_rtol}): "
                      + coarse[0].message.removeprefix("coarse judgement: ").split("; held to")[0])
+    across = [f"{m} ({runners})" for m in dict.fromkeys(m for (m, g, _) in session.judgements if g == "speedup")
+              if m != BASELINE and (runners := _across_runners(session, m))]
+    if across:
+        lines.append(f"speedups across model runners: {', '.join(across)}: vLLM ran these methods' engines on another "
+                     "model runner than the baseline engine's, so their speedups mix the two runners' step costs "
+                     "(docs/gpu-runners.md, 'Model runners')")
     if upgrade := session.baselines.upgrade():
         lines.append(upgrade)
     inputs = session.plan.inputs
@@ -170,7 +176,14 @@ def engines(session) -> dict[str, dict]:
     return out
 
 
-def _figure_lines(kinds: dict, is_baseline: bool) -> list[str]:
+def _across_runners(session, method: str) -> str:
+    """'v1 vs baseline v2' when the method's engine ran another model runner than the baseline
+    engine (its speedups are not like for like), else ''."""
+    ours, theirs = session.host.records[method].runner, session.host.records[BASELINE].runner
+    return f"{ours} vs baseline {theirs}" if ours and theirs and ours != theirs else ""
+
+
+def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]:
     pad, lines = f"  {'':<14}", []
     if accepted := kinds.get("acceptance", {}):
         lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in accepted.items())
@@ -197,7 +210,8 @@ def _figure_lines(kinds: dict, is_baseline: bool) -> list[str]:
             else:
                 continue
             parts.append(part)
-        lines.append(f"{pad} {'throughput' if is_baseline else 'speedup'}: {', '.join(parts)}")
+        across = f" (model runner {across}: across runners, not like for like)" if across else ""
+        lines.append(f"{pad} {'throughput' if is_baseline else 'speedup'}{across}: {', '.join(parts)}")
     return lines
 
 

@@ -43,6 +43,7 @@ class FakeMethod:
     accepted: float = 1.0  # draft tokens accepted per verification step (a worse drafter: less)
     step_cost: float = 1.2  # a speculative step's time in plain steps (raise it: a slower proposer)
     drafter_mib: float = 0.0  # weights the worker reports for the drafter (None for model-free)
+    drafter_shared: tuple[str, ...] = ()  # the drafter's tensors the worker reports as the target's
     extra_kv_tokens_lost: int = 0
     runner: str = "v1"  # the model runner the engine reports ('v1' / 'v2')
     timers: bool = True  # whether the runner offers step timers (the model check's step costs)
@@ -184,7 +185,7 @@ class FakeEngine:
         b = self.behaviour
         drafter = None if not self.k else int(b.drafter_mib * MIB)
         kv = 1000 - 10 * self.k - b.extra_kv_tokens_lost
-        return MemoryReading(kv, (100 + self.k) * MIB, None, drafter)
+        return MemoryReading(kv, (100 + self.k) * MIB, None, drafter, drafter_shared=tuple(b.drafter_shared))
 
     def shutdown(self) -> ShutdownReport:
         self.alive = False

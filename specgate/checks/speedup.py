@@ -28,7 +28,8 @@ class SpeedupCheck:
         if method == BASELINE:
             trials = self.store.load_trials(method, concurrency, repeat)
             record = {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)}
-            return Judgement(self.gate, method, key, Verdict.PASS, rows=self._rows(record, {}, concurrency, True), record=record)
+            rows = self._rows(record, {}, concurrency, True) + self._runner(method, concurrency)
+            return Judgement(self.gate, method, key, Verdict.PASS, rows=rows, record=record)
         result = self.store.speedup(method, concurrency, repeat)
         alone = self.store.baseline_alone(concurrency)
         j = Judgement(self.gate, method, key, Verdict.PASS)
@@ -58,10 +59,7 @@ class SpeedupCheck:
         j.rows = self._rows(j.record, stored or {}, concurrency, False, rtol)
         if result.not_measured:
             j.rows.append(Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency))
-        if (runners := self.ctx.runners(method)) and len(set(runners)) > 1:
-            j.rows.append(Row("speedup_runners", None, concurrency=concurrency,
-                              unit=f"not like for like: the method's engine ran model runner {runners[0]}, the baseline "
-                                   f"engine's {runners[1]} (vLLM chose per method)"))
+        j.rows += self._runner(method, concurrency)
         failures = self._tail_latency(method, concurrency, j.record, stored) if not coarse else []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - rtol)
@@ -148,8 +146,19 @@ class SpeedupCheck:
         j.rows = [Row("geomean_speedup", summary.value, stored.get("geomean_speedup") if stored else None, floor,
                       ci_low=summary.low, ci_high=summary.high, headline=True),
                   Row("crossover_concurrency", crossover, stored.get("crossover_concurrency") if stored else None,
-                      unit=crossover_unit, headline=True)]
+                      unit=crossover_unit, headline=True)] + self._runner(method)
         return self.ctx.decide(j, stored, [], failures)
+
+    def _runner(self, method: str, concurrency: int | None = None) -> list[Row]:
+        """The model runner that measured the row ('v1' / 'v2', when known); a ratio over the baseline
+        engine on the other runner says it is not like for like (vLLM picks the runner per engine:
+        suffix falls back to V1 where the baseline engine runs V2)."""
+        if not (runners := self.ctx.runners(method)):
+            return []
+        ours, theirs = runners
+        unit = ours if ours == theirs else (f"{ours} vs baseline {theirs}: across model runners, not like for like "
+                                            "(vLLM chose the runner per engine)")
+        return [Row("runner", None, unit=unit, concurrency=concurrency)]
 
     def rtol(self, basis: str) -> tuple[str, float]:
         tol = self.ctx.profile.tolerance

@@ -29,7 +29,8 @@ REQUIRED = {
         "eagle3": ("eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         "mlp_speculator": ("mlp_speculator", "ibm-ai-platform/llama3-8b-accelerator"),
     },
-    "qwen3-8b-h100": {"eagle3": ("eagle3", "AngelSlim/Qwen3-8B_eagle3")},
+    "qwen3-8b-h100": {"eagle3": ("eagle3", "AngelSlim/Qwen3-8B_eagle3"),
+                      "dspark": ("dspark", "deepseek-ai/dspark_qwen3_8b_block7")},
     "mimo-7b-mtp-h100": {"mtp": ("mtp", None)},
     "llama33-70b-tp4-a100": {
         "ngram": ("ngram", None),
@@ -177,6 +178,16 @@ def test_num_speculative_tokens_is_sensible(name):
         if m.kind in ("ngram", "ngram_gpu"):
             sc = m.speculative_config
             assert 1 <= sc["prompt_lookup_min"] <= sc["prompt_lookup_max"]
+
+
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_a_gpu_profile_boots_one_n_gram_engine(name):
+    # On Model Runner V2 (CUDA's default) "ngram" and "ngram_gpu" build the same NgramGPUSpeculator
+    # (tests/contract: test_ngram_and_ngram_gpu_are_one_speculator_on_model_runner_v2): a second is a
+    # redundant engine, and the profile comments must not say they differ.
+    kinds = [m.kind for m in load(name).methods.values()]
+    assert sum(k in ("ngram", "ngram_gpu") for k in kinds) <= 1, f"{name}: {kinds}"
+    assert "differ only in where the lookup runs" not in (ROOT / "fixtures" / "profiles" / f"{name}.toml").read_text()
 
 
 def test_the_70b_profile_uses_four_a100s_with_tensor_parallelism():

@@ -120,6 +120,18 @@ def test_update_is_refused_when_a_correctness_test_failed(gate_dir):
     assert baseline_file(gate_dir) is None
 
 
+def test_a_memory_consistency_failure_names_both_figures_and_blocks_no_update(gate_dir, monkeypatch):
+    # the worker reports 3 MiB of drafter weights for a method whose checkpoint holds none (ngram)
+    script(monkeypatch, good={"drafter_mib": 3.0})
+    result = run(gate_dir, "--specgate-methods", "good", "--update-baselines")
+    result.assert_outcomes(passed=4 + 5 + 1, failed=1)
+    result.stdout.fnmatch_lines(["*test_memory_overhead_within_baseline[[]good[]]*",
+                                 "*measured in the engine (3.000 MiB) and computed from its checkpoint (0.000 MiB)*"])
+    result.stdout.fnmatch_lines(["*baselines written to*", "*good*acceptance*code_continuation*new entry*"])
+    assert "refusing" not in result.stdout.str()  # memory is no correctness test
+    assert "code_continuation" in baseline_file(gate_dir).read_text()
+
+
 def test_missing_baseline_fails_under_strict(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good", "--specgate-strict")
     result.assert_outcomes(passed=5, failed=6)

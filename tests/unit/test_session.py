@@ -191,7 +191,7 @@ def test_memory_weights_the_checkpoint_does_not_explain_fail_in_every_run(profil
     s.boot("baseline")
     s.judge("memory", "baseline")
     j = s.judge("memory", "good")
-    assert j.verdict is Verdict.FAIL and "the engine loaded more than the drafter" in j.message
+    assert j.verdict is Verdict.FAIL and "the engine holds more than the checkpoint" in j.message
 
 
 def test_a_diverging_method_fails_equivalence_naming_prompt_position_and_tokens(profile, tmp_path):
@@ -305,7 +305,30 @@ def test_what_cannot_be_measured_or_compared_like_for_like_is_said_in_the_table(
     j = s.judge("speedup", "good", 4)
     notes = {r.metric: r.unit for r in j.rows if r.value is None}
     assert notes["expected_speedup"] == "not measured: the model runner offers no step timers (vllm_compat.step_timers)"
-    assert notes["speedup_runners"].startswith("not like for like: the method's engine ran model runner v2, the baseline engine's v1")
+    assert notes["runner"].startswith("v2 vs baseline v1: across model runners, not like for like")
     assert j.record["merged_stream_chunks"] > 0  # 3 steps per chunk: ITL from the stream is not per step
     plain = session(profile, tmp_path, "good").judge("speedup", "good", 4)
-    assert not [r for r in plain.rows if r.value is None] and "merged_stream_chunks" not in plain.record
+    assert [(r.metric, r.unit) for r in plain.rows if r.value is None] == [("runner", "v1")]  # like for like, named
+    assert "merged_stream_chunks" not in plain.record
+
+
+def test_every_speedup_row_names_its_runner_and_a_comparison_across_runners_is_marked_in_the_summary(profile, tmp_path):
+    from specgate.report import headline
+    from specgate.results import measurement_table
+
+    s = session(profile, tmp_path, "good", "self", good={"runner": "v1"}, self={"runner": "v2"})
+    for c in profile.concurrency:
+        s.judge("speedup", "baseline", c)
+    rows = {(j.method, j.key): {r.metric: r.unit for r in j.rows if r.metric == "runner"}
+            for j in [s.judge("speedup", m, c) for m in ("good", "self") for c in profile.concurrency]
+            + [s.judge("speedup", "self")]}
+    base = s.judgements[("baseline", "speedup", "C=1")]
+    assert {r.metric: r.unit for r in base.rows}["runner"] == "v1"
+    assert rows[("good", "C=1")] == {"runner": "v1"} and rows[("self", "summary")]["runner"].startswith("v2 vs baseline v1")
+    table = measurement_table(s.judgements.values())
+    shown = table[(table["metric"] == "runner") & (table["method"] == "self")].to_dict("records")[0]
+    assert headline(shown).startswith("v2 vs baseline v1: across model runners")  # the report's table cell
+    summary = s.summary_lines()
+    assert any(line.startswith("speedups across model runners: self (v2 vs baseline v1)") for line in summary)
+    assert any("speedup (model runner v2 vs baseline v1: across runners, not like for like): C=1" in line for line in summary)
+    assert sum("speedup (model runner" in line for line in summary) == 1  # good ran v1 as the baseline engine did
