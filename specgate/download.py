@@ -1,5 +1,5 @@
-"""Fetch a profile's hub models before the gate runs, so engine boots do not spend their time limit on
-downloads (vLLM's VLLM_ENGINE_READY_TIMEOUT_S, 600 s by default, includes the download).
+"""Fetch a profile's hub models before the gate runs, so engine boots do not spend their deadline on
+downloads (the profile's boot_timeout_s bounds a boot, download included).
 
     specgate download --profile llama31-8b-h100 [--methods a,b] [--dry-run]
 

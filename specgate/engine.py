@@ -83,6 +83,14 @@ def _output_to(log_path: Path) -> Iterator[None]:
 _EXCEPTION_LINE = re.compile(r"(?:^|\] |\s)([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
 
 
+def vllm_deadline_env(profile: Profile) -> dict[str, str]:
+    """vLLM's own start-up limit, set no lower than the suite's boot deadline. It does not bound a boot
+    (it is checked only after the start-up handshake, inside which the model loads: v1/engine/
+    core_client.py 0.33:762 vs v1/engine/utils.py 0.33:1392-1451), but where it applies it must not
+    give up before boot_timeout_s does. Read when vLLM is imported: set before that."""
+    return {"VLLM_ENGINE_READY_TIMEOUT_S": str(int(profile.boot_timeout_s))}
+
+
 def explain_failure(log_path: Path, exc: BaseException) -> tuple[str, str]:
     """(the line that says why, the log lines leading up to it) for an engine that died.
 
@@ -328,7 +336,8 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     # The memory reading sends one small function to the worker (collective_rpc), which vLLM only
     # serializes with this set. The engine is ours and local; no input crosses a trust boundary.
     # Set before vLLM is imported: it reads some of its settings once, at import.
-    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **logstream.ENV, **python_stacks_env(stacks), **profile.engine_env}
+    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **logstream.ENV, **python_stacks_env(stacks),
+           **vllm_deadline_env(profile), **profile.engine_env}
     env_before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
@@ -386,7 +395,8 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         raise
     engine = Engine(method, client, loop, log_path, time.monotonic() - start, rss_before, available_before,
                     children_before, env_before, processes=procs.engine_processes(children_before),
-                    watch=Watch(profile.stall_timeout_s, None, log_path), profile_path=str(profile.path))
+                    watch=watch, profile_path=str(profile.path))
+    watch.boot_s = None  # booted: from here on only the no-progress deadline holds
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
         engine.runner = engine.collective_rpc(worker.runner_kind)[0]
     if method.slow_steps and not all(engine.collective_rpc(functools.partial(worker.slow_drafting, share=method.slow_steps))):

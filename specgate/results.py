@@ -70,6 +70,8 @@ def summary_lines(session, outcomes=()) -> list[str]:
             state = f"died: {r.died.reason}"
         else:
             state = f"boot {', '.join(f'{s:.1f}' for s in r.boot_s)} s" + (f" (runner {r.runner})" if r.runner else "")
+            if r.longest_idle_s:
+                state += f"; longest wait without progress {r.longest_idle_s:.1f} s"
             if r.shutdown:
                 sd = r.shutdown
                 state += (
@@ -172,7 +174,8 @@ def engines(session) -> dict[str, dict]:
     for name, r in session.host.records.items():
         out[name] = {"boots": r.boots, "boot_s": [round(x, 2) for x in r.boot_s], "runner": r.runner or None,
                      "boot_error": r.boot_error.reason if r.boot_error else None,
-                     "died": r.died.reason if r.died else None, "skipped": r.skipped_reason}
+                     "died": r.died.reason if r.died else None, "skipped": r.skipped_reason,
+                     "longest_idle_s": round(r.longest_idle_s, 2)}
     return out
 
 

@@ -61,7 +61,7 @@ def serve_args(python: Path, kwargs: dict, port: int) -> list[str]:
 
 class Server:
     def __init__(self, python: Path, profile, method, root: Path, log: Path, name: str = ""):
-        from specgate.engine import engine_kwargs
+        from specgate.engine import engine_kwargs, vllm_deadline_env
 
         self.name = name or method.name
         self.port = free_port()
@@ -69,7 +69,7 @@ class Server:
         self.args = serve_args(Path(python), engine_kwargs(profile, method, root), self.port)
         self.log = Path(log)
         self.stacks = self.log.with_suffix(".stacks")
-        self.env = {**os.environ, **python_stacks_env(self.stacks), **profile.engine_env}
+        self.env = {**os.environ, **python_stacks_env(self.stacks), **vllm_deadline_env(profile), **profile.engine_env}
         self.env.pop("VIRTUAL_ENV", None)
         self.env.pop("VLLM_LOGGING_STREAM", None)  # the server logs to its own stdout: its log file
         self.root, self.source = Path(root), str(profile.path)

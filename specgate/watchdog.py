@@ -126,11 +126,17 @@ def describe(over: Overdue, name: str, stall_s: float, boot_s: float | None, sou
     """The one-line verdict for a deadline that passed, naming the setting and where it is set."""
     if over.kind == "boot":
         head = (f"{name} did not finish booting within {boot_s:.0f} s (boot_timeout_s in {source}); the boot was at: "
-                f"{over.last_line or 'nothing logged yet'!r}, the log silent for the last {over.idle_s:.0f} s")
+                f"{_short(over.last_line) or 'nothing logged yet'!r}, the log silent for the last {over.idle_s:.0f} s")
     else:
         head = f"no progress for {over.idle_s:.0f} s while {over.what} (stall_timeout_s {stall_s:.0f} in {source})"
+        if over.last_line:
+            head += f"; the log's last line: {_short(over.last_line)!r}"
     where = f"; stacks in {stacks}" if stacks else ""
     return f"{head}{where}"
+
+
+def _short(line: str, limit: int = 160) -> str:
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def stop_overdue(over: Overdue, name: str, processes: dict[int, str], stacks: Path, stall_s: float,

