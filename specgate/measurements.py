@@ -58,6 +58,9 @@ class SpeedupResult:
     alpha: float | None = None
     cost_ratio: float | None = None  # c: one drafting step / one plain target step
     verify_cost: float | None = None  # one verification forward / one plain target step
+    # One drafting call / one verification forward of the same engine in the same timed trial: what
+    # the drafter costs per step, free of the drift between engine sessions (both sides drift together).
+    draft_cost: float | None = None
     expected: float | None = None  # Leviathan et al.
     not_measured: str = ""  # why the model check's step costs could not be taken, when they could not
     merged_chunks: int = 0  # streamed chunks of more than k + 1 tokens: several engine steps merged
@@ -89,6 +92,7 @@ class SpeedupResult:
                 alpha=r6(self.alpha),
                 cost_ratio=r6(self.cost_ratio),
                 verify_cost=r6(self.verify_cost),
+                draft_cost=r6(self.draft_cost),
                 expected_speedup=r6(self.expected),
                 measured_over_expected=r6(self.estimate.value / self.expected),
             )
@@ -257,6 +261,7 @@ class MeasurementStore:
         if length is not None and base_step and draft_call is not None:
             result.cost_ratio = draft_call / k / base_step
             result.verify_cost = verify_step / base_step if verify_step else None
+            result.draft_cost = draft_call / verify_step if verify_step else None
             result.alpha = stats.alpha_from_acceptance_length(min(length, k + 1.0), k)
             result.expected = stats.expected_speedup(result.alpha, k, result.cost_ratio)
         elif self.profile.speedup.measure_step_costs:

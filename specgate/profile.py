@@ -65,6 +65,13 @@ class Tolerance:
     # > 0: TTFT p95 with speculation, relative to the baseline engine's in the same trials, may grow
     # this far over its stored value before the gate fails (0 = shown, not gated: tails are noisy).
     ttft_p95_rtol: float = 0.0
+    # The step-cost check beside the speedup (0 = shown, not gated), from the worker's timers in one
+    # timed trial per level: a drafting call may cost this much more of a verification step than
+    # stored (draft_cost, absolute: 0.05 = 5 % of a step), and a verification step this much more,
+    # relative, than stored against a plain step of the baseline engine (verify_cost). Judged against
+    # this machine's own baselines (or, for a canary, its parent measured in the same run).
+    draft_cost_tol: float = 0.0
+    verify_cost_rtol: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class FakeMethod:
     extra_kv_tokens_lost: int = 0
     runner: str = "v1"  # the model runner the engine reports ('v1' / 'v2')
     timers: bool = True  # whether the runner offers step timers (the model check's step costs)
+    draft_call_s: float | None = None  # one drafting call as the worker's timer sees it (default 1 ms per draft token)
     chunk_steps: int = 1  # engine steps per streamed chunk (> 1: a lagging consumer, merged DELTAs)
     # Stops producing at its first batch or trial: its "engine core" (a real, idle child process) never
     # answers, so the watchdog's deadline (the profile's stall_timeout_s) has to end the wait.
@@ -179,7 +180,8 @@ class FakeEngine:
         work()
         if not self.behaviour.timers:
             return None
-        return {"forward_s": 0.009, "forward_calls": 1, "propose_s": 0.001 * self.k, "propose_calls": 1}
+        draft = self.behaviour.draft_call_s if self.behaviour.draft_call_s is not None else 0.001 * self.k
+        return {"forward_s": 0.009, "forward_calls": 1, "propose_s": draft, "propose_calls": 1}
 
     def memory_reading(self) -> MemoryReading:
         b = self.behaviour

@@ -61,6 +61,7 @@ class SpeedupCheck:
             j.rows.append(Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency))
         j.rows += self._runner(method, concurrency)
         failures = self._tail_latency(method, concurrency, j.record, stored) if not coarse else []
+        failures += self._step_costs(method, concurrency, j.record, stored) if not coarse else []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - rtol)
             if stats.fails_floor(result.estimate, floor):
@@ -99,6 +100,31 @@ class SpeedupCheck:
         return [f"method '{method}', C={concurrency}: TTFT p95 is {now:.2f}x the baseline engine's "
                 f"({record[keys[0]]:.1f} vs {record[keys[1]]:.1f} ms), stored {before:.2f}x; ceiling {before * (1 + rtol):.2f}x "
                 f"(ttft_p95_rtol {rtol})"]
+
+    def step_cost_bounds(self, stored: dict | None) -> dict[str, float]:
+        """Ceilings of the step-cost check: draft_cost (absolute) and verify_cost (relative)."""
+        tol, out = self.ctx.profile.tolerance, {}
+        if stored and tol.draft_cost_tol and stored.get("draft_cost") is not None:
+            out["draft_cost"] = stored["draft_cost"] + tol.draft_cost_tol
+        if stored and tol.verify_cost_rtol and stored.get("verify_cost") is not None:
+            out["verify_cost"] = stored["verify_cost"] * (1 + tol.verify_cost_rtol)
+        return out
+
+    def _step_costs(self, method: str, concurrency: int, record: dict, stored: dict | None) -> list[str]:
+        """The worker's own step timers, beside the wall-clock speedup: a drafter that costs more of a
+        step than stored fails here even where the speedup's interval cannot separate it from drift."""
+        tol, out = self.ctx.profile.tolerance, []
+        said = {"draft_cost": ("a drafting call costs", "of a verification step", f"draft_cost_tol {tol.draft_cost_tol}"),
+                "verify_cost": ("a verification step costs", "plain steps of the baseline engine",
+                                f"verify_cost_rtol {tol.verify_cost_rtol}")}
+        for metric, ceiling in self.step_cost_bounds(stored).items():
+            value = record.get(metric)
+            if value is None or value <= ceiling + ROUNDING:
+                continue
+            what, unit, setting = said[metric]
+            out.append(f"method '{method}', C={concurrency}: step cost: {what} {value:.3f} {unit}, stored "
+                       f"{stored[metric]:.3f}; ceiling {ceiling:.3f} ({setting})")
+        return out
 
     def _summary(self, method: str) -> Judgement:
         """Over the concurrency levels: the geometric mean of the speedups (gated with geomean_rtol on
@@ -172,6 +198,8 @@ class SpeedupCheck:
             unit = {"tok_s": "tok/s", "_ms": "ms", "usd_per_mtok": "USD / M tokens"}.get(
                 next((e for e in ("tok_s", "_ms", "usd_per_mtok") if metric.endswith(e)), ""), "")
             row = dict(baseline=base.get(metric), unit=unit, concurrency=concurrency)
+            if (ceiling := self.step_cost_bounds(base).get(metric)) is not None:
+                row.update(bound=ceiling, failing=value > ceiling + ROUNDING)
             if metric == "speedup":
                 bound = base["speedup"] * (1 - rtol) if "speedup" in base else None
                 row.update(ci_low=values.get("ci_low"), ci_high=values.get("ci_high"), bound=bound, headline=True)

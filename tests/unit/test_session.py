@@ -332,3 +332,21 @@ def test_every_speedup_row_names_its_runner_and_a_comparison_across_runners_is_m
     assert any(line.startswith("speedups across model runners: self (v2 vs baseline v1)") for line in summary)
     assert any("speedup (model runner v2 vs baseline v1: across runners, not like for like): C=1" in line for line in summary)
     assert sum("speedup (model runner" in line for line in summary) == 1  # good ran v1 as the baseline engine did
+
+
+def test_the_step_cost_check_fails_a_slower_drafter_that_the_wall_clock_speedup_does_not_see(profile, tmp_path):
+    from dataclasses import replace
+
+    gated = replace(profile, tolerance=replace(profile.tolerance, draft_cost_tol=0.05, verify_cost_rtol=0.10))
+    stored(gated, tmp_path, "good")
+    same = session(gated, tmp_path, "good").judge("speedup", "good", 4)
+    assert same.passed
+    row = next(r for r in same.rows if r.metric == "draft_cost")
+    assert row.value == pytest.approx(0.002 / 0.009, abs=1e-6) and row.bound == pytest.approx(row.baseline + 0.05)
+    # each drafting call 0.5 ms slower: 5.6 % of a verification step; the speedup unchanged
+    slower = session(gated, tmp_path, "good", good={"draft_call_s": 0.0025}).judge("speedup", "good", 4)
+    assert slower.verdict is Verdict.FAIL and "step cost: a drafting call costs 0.278 of a verification step, stored " \
+        "0.222; ceiling 0.272 (draft_cost_tol 0.05)" in slower.message and "below the" not in slower.message
+    assert next(r for r in slower.rows if r.metric == "draft_cost").failing
+    ungated = session(profile, tmp_path, "good", good={"draft_call_s": 0.0025}).judge("speedup", "good", 4)
+    assert ungated.passed  # tolerances 0: shown, not gated
