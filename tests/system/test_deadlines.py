@@ -1,7 +1,8 @@
-"""The suite's own deadlines on real engines: a boot that hangs is stopped at boot_timeout_s, an engine
-that stops producing at stall_timeout_s; each method fails saying what it was doing, with the
-processes' stacks, and the next method still runs. The hang is real: the engine core is SIGSTOPped
-(a deadlocked kernel or an NCCL stall looks the same from outside)."""
+"""The suite's own deadlines on real engines: a boot that hangs and an engine that stops producing are
+both stopped once nothing moved for stall_timeout_s; each method fails saying what it was doing, with
+the processes' stacks, and the next method still runs. The hang is real: the engine core is
+SIGSTOPped (a deadlocked kernel or an NCCL stall looks the same from outside). (boot_timeout_s, the
+deadline on a boot whose log still moves, is tested on a Watch in tests/unit/test_watchdog.py.)"""
 
 import json
 import re
@@ -11,13 +12,17 @@ import time
 from .nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 
 pytestmark = skip_without_vllm_cpu()
-DEADLINE_S = 45  # both deadlines: the baseline engine boots in 20-30 s on 2 cores
+# The longest honest silence in a cpu-tiny engine's log or stream measured 6.5-13.5 s on 2 cores (the
+# summary's "longest wait without progress"); a boot takes 20-30 s.
+STALL_S, BOOT_S = 45, 120
 
 
 def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_method_runs(tmp_path):
     profile = tmp_path / "cpu-tiny-deadlines.toml"
-    text = re.sub(r"(?m)^(boot|stall)_timeout_s = .*$", lambda m: f"{m.group(1)}_timeout_s = {DEADLINE_S}", CPU_TINY.read_text())
-    assert text.count(f"_timeout_s = {DEADLINE_S}") == 2
+    deadlines = {"boot": BOOT_S, "stall": STALL_S}
+    text = re.sub(r"(?m)^(boot|stall)_timeout_s = .*$", lambda m: f"{m.group(1)}_timeout_s = {deadlines[m.group(1)]}",
+                  CPU_TINY.read_text())
+    assert f"boot_timeout_s = {BOOT_S}" in text and f"stall_timeout_s = {STALL_S}" in text
     profile.write_text(text)
     run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", "ngram,eagle,eagle3", "-k", "equivalence",
                      "tests/gate/test_equivalence.py"], tmp_path / "run").start()
@@ -38,14 +43,14 @@ def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_metho
     finally:
         run.kill_all()
     assert not left, left
-    assert DEADLINE_S < to_next < DEADLINE_S + 30, f"{to_next:.0f} s from the stall to the next method's boot"
+    assert STALL_S < to_next < STALL_S + 30, f"{to_next:.0f} s from the stall to the next method's boot"
     out = tmp_path / "run"
     outcomes = {o["nodeid"].split("::")[-1]: (o["outcome"], o["message"]) for o in json.loads((out / "run.json").read_text())["outcomes"]}
     outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[ngram]"]
-    assert outcome == "error" and f"the engine for method 'ngram' did not finish booting within {DEADLINE_S} s (boot_timeout_s in " \
-        f"{profile}); the boot was at: " in message and f"stacks in {out}/engines/ngram.stacks" in message, message
+    assert outcome == "error" and f"no progress for {STALL_S} s while booting engine 'ngram' (stall_timeout_s {STALL_S} in " \
+        f"{profile}); the log's last line: " in message and f"stacks in {out}/engines/ngram.stacks" in message, message
     outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[eagle]"]
-    assert outcome == "failed" and f"no progress for {DEADLINE_S} s while generating a batch of 12 prompts (engine 'eagle')" in message \
+    assert outcome == "failed" and f"no progress for {STALL_S} s while generating a batch of 12 prompts (engine 'eagle')" in message \
         and f"stacks in {out}/engines/eagle.stacks" in message, message
     assert outcomes["test_method_reproduces_baseline_greedy_output[eagle3]"][0] == "passed"
     for name in ("ngram", "eagle"):  # what the engine core was doing, read from the stopped process
