@@ -48,7 +48,7 @@ _MESSAGE_CHARS = 1000  # per message in summary.md; the full text stays in measu
 _HEADLINES = {
     "equivalence": [("identical", "identical"), ("compared", "compared"), ("diverged", "diverged")],
     "acceptance": [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
-    "speedup": [("speedup", "speedup [CI]"), ("expected_speedup", "expected"),
+    "speedup": [("speedup", "speedup [CI]"), ("runner", "runner"), ("expected_speedup", "expected"),
                 ("measured_over_expected", "measured / expected"), ("throughput_tok_s", "tok/s"),
                 ("baseline_throughput_tok_s", "baseline tok/s"), ("ttft_p50_ms", "TTFT p50 ms"),
                 ("tpot_p50_ms", "TPOT p50 ms"), ("itl_p99_ms", "ITL p99 ms"), ("e2e_p50_ms", "E2E p50 ms")],
@@ -147,8 +147,8 @@ def _bound_word(gate: str) -> str:
 
 def headline(row: Mapping[str, Any]) -> str:
     """'2.41 [2.30, 2.52] (baseline 2.43, floor 2.31)': the value with what it was judged against."""
-    if not _present(row["value"]) and str(row.get("unit", "")).startswith("not measured"):
-        return row["unit"]  # a figure this run could not take says why
+    if not _present(row["value"]) and row.get("unit") and isinstance(row["unit"], str):
+        return row["unit"]  # a figure this run could not take says why; a label (the runner) is its unit
     text = fmt(row["value"])
     if _present(row["ci_low"]) and _present(row["ci_high"]):
         text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
