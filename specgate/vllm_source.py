@@ -4,7 +4,7 @@ Model Runner V2's sampler is Python and Triton, so a CUDA wheel's `.py` files ar
 a CPU in Triton's interpreter (specgate.rejection_v2) and to read its internals without importing
 them (tests/contract/, `SPECGATE_VLLM_SOURCE=DIR`). `python -m specgate.vllm_source 0.32.0 0.33.0`
 (run by ci/setup-cpu.sh) fetches each release once: `pip download --no-deps vllm==R`, then only the
-`.py` files and the dist-info are kept (~20 MB of a ~400 MB wheel). `$SPECGATE_VLLM_CUDA_SRC`
+`.py` files and the dist-info are kept (about 60 MB per release). `$SPECGATE_VLLM_CUDA_SRC`
 moves the cache.
 """
 

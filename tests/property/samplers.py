@@ -21,7 +21,6 @@ from specgate.rejection import (
     SyntheticReferenceSampler,
 )
 
-from .properties import NUM_SAMPLES, V2_NUM_SAMPLES
 
 V2_RELEASES = vllm_source.RELEASES
 # What each release's `RejectionSampleMethod` offers (config/speculative.py 0.33:83; 0.32:84): FLy
@@ -29,7 +28,7 @@ V2_RELEASES = vllm_source.RELEASES
 RULES_OF = {"0.32.0": ("standard", "block", "synthetic"), "0.33.0": ("standard", "block", "synthetic", "fly")}
 
 # Budgets: Hypothesis examples per property (requests per statistical case: properties.py).
-EXAMPLES, V2_EXAMPLES = 60, 10
+EXAMPLES, V2_EXAMPLES = 60, 8
 
 # The parameters each non-default rule runs with in the properties.
 SYNTHETIC_RATES = (0.8, 0.35)  # unconditional: P(at least i + 1 drafts kept), k = 2
@@ -61,10 +60,6 @@ class Subject:
     @property
     def examples(self) -> int:
         return V2_EXAMPLES if self.interpreted else EXAMPLES
-
-    @property
-    def num_samples(self) -> int:
-        return V2_NUM_SAMPLES if self.interpreted else NUM_SAMPLES
 
     def __call__(self, requests, *, seed: int = 0):
         return self.sampler(requests, seed=seed)

@@ -180,6 +180,9 @@ class DistributionCase:
     draft_probs: np.ndarray | None  # [k, V]
     fixed_drafts: tuple[int, ...]
     temperature: float
+    # Requests V2 on Triton's interpreter draws for this case, where a case needs more than
+    # properties.V2_NUM_SAMPLES for what it separates (0: that default).
+    interpreter_samples: int = 0
 
     @property
     def num_drafts(self) -> int:
@@ -242,24 +245,25 @@ def _distribution_cases() -> tuple[DistributionCase, ...]:
 DISTRIBUTION_CASES = _distribution_cases()
 
 
-def _case(name: str, probs, draft_probs, temperature: float, drafts=()) -> DistributionCase:
+def _case(name: str, probs, draft_probs, temperature: float, drafts=(), **extra) -> DistributionCase:
     """A case from the target's probabilities (0 = masked) at `temperature`: logits T * log p."""
     p = np.asarray(probs, dtype=np.float64)
     with np.errstate(divide="ignore"):
         logits = (np.log(p) * temperature).astype(np.float32)
     q = None if draft_probs is None else np.asarray(draft_probs, dtype=np.float32)
-    return DistributionCase(name, logits, q, tuple(drafts), temperature)
+    return DistributionCase(name, logits, q, tuple(drafts), temperature, **extra)
 
 
 # Block verification gains over the per-token rule only when the drafter has a distribution (with
 # one-hot drafts the two expect the same, expectations.py). Here block keeps 0.368 drafts per step,
-# the per-token rule 0.240 (standard deviation 0.51): 6 standard errors at V2's 600 samples. The
-# drafter mostly proposes token 2, which the target rarely wants, so the residual matters too; a
-# masked token and temperature 0.7 go through vLLM's own path.
+# the per-token rule 0.240 (standard deviation 0.51): 6 standard errors at the 600 requests V2 draws
+# here (test_block_case_separates_block_from_the_per_token_rule). The drafter mostly proposes
+# token 2, which the target rarely wants, so the residual matters too; a masked token and
+# temperature 0.7 go through vLLM's own path.
 BLOCK_CASE = _case(
     "draft distribution, masked token, temperature 0.7, vocab 3, k 2",
     [[0.81, 0.03, 0.16], [0.02, 0.98, 0.0], [0.03, 0.15, 0.82]],
-    [[0.02, 0.02, 0.96], [0.01, 0.19, 0.80]], 0.7,
+    [[0.02, 0.02, 0.96], [0.01, 0.19, 0.80]], 0.7, interpreter_samples=600,
 )
 NGRAM_CASE = next(c for c in DISTRIBUTION_CASES if c.draft_probs is None)
 BONUS_CASE = next(c for c in DISTRIBUTION_CASES if c.num_drafts == 0)
