@@ -159,7 +159,13 @@ def stale_runs(root: Path) -> list[StaleRun]:
             continue
         if _alive(owner, created) is not None:
             continue  # a run in progress: its reaper looks after it
-        alive = [p for p in state.get("processes", []) if _alive(p["pid"], p["created"]) is not None]
+        alive = []
+        for p in state.get("processes", []):
+            proc = _alive(p["pid"], p["created"])
+            if proc is not None:  # its name now: vLLM titles its processes after they start
+                with contextlib.suppress(Exception):
+                    p = {**p, "name": proc.name()}
+                alive.append(p)
         phase_path = path.with_suffix(".phase")
         phase = phase_path.read_text(encoding="utf-8", errors="replace").strip() if phase_path.exists() else ""
         if not alive:

@@ -76,7 +76,9 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
                  "--specgate-profile", str(CPU_TINY), "tests/gate/test_equivalence.py"]
         said = subprocess.run(later, cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
         assert f"of an earlier run (pid {run.proc.pid}: " in said and "are still alive: " in said, said
-        assert "VLLM::EngineCore (pid" in said.split("are still alive: ")[1], said
+        listed = said.split("are still alive: ")[1].split(". They hold")[0]
+        pids = {int(line.split()[0]) for line in orphans}
+        assert listed and all(int(p.split(")")[0]) in pids for p in listed.split("(pid ")[1:]), (orphans, said)
         assert "Stop them with --specgate-kill-stale" in said
         said = subprocess.run([*later, "--specgate-kill-stale"], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
         assert "process(es) left by an earlier run (pid" in said and "would not die" not in said, said
