@@ -156,7 +156,7 @@ def test_totals_come_from_the_table_without_outcomes():
 
 def test_write_report_writes_self_contained_html_with_every_plot(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.setattr(report, "DPI", 30)  # fewer pixels, same drawing code: keeps the unit tests fast
+    monkeypatch.setattr(report.plots, "DPI", 30)  # fewer pixels, same drawing code: keeps the unit tests fast
     paths = report.write_report(tmp_path, fabricated_table(), fabricated_run())
     page = paths["html"].read_text()
     assert paths["summary"].read_text().startswith("# specgate:")
