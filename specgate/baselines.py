@@ -109,8 +109,17 @@ class BaselineFile:
         return {"schema": SCHEMA, "profile": self.profile, "hardware": self.hardware, "methods": self.methods}
 
 
+# Where the stored baselines live instead of <checkout>/baselines (`specgate bisect` points its gate
+# runs at the figures the good release measured in the same session).
+BASELINES_DIR_ENV = "SPECGATE_BASELINES_DIR"
+
+
+def baselines_dir(root: Path) -> Path:
+    return Path(os.environ.get(BASELINES_DIR_ENV) or Path(root) / "baselines")
+
+
 def baseline_path(root: Path, profile: str, hardware: str) -> Path:
-    return Path(root) / "baselines" / profile / f"{hardware}.json"
+    return baselines_dir(root) / profile / f"{hardware}.json"
 
 
 def load(path: Path, profile: str, hardware: str) -> BaselineFile:

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,34 +35,6 @@ from specgate.errors import SpecgateError
 from specgate.profile import BASELINE
 
 UNCHANGED, BETTER, WORSE = "unchanged", "better", "worse"
-
-
-def venv_python(root: Path, release: str, hardware: str, given: Path | None) -> Path:
-    """The interpreter of `release`'s virtualenv, built with the setup script when it is missing."""
-    if given is not None:
-        if not Path(given).is_file():
-            raise SpecgateError(f"--from-python / --to-python {given} does not exist; give the python of a venv with that vLLM.")
-        return Path(given)
-    venv = root / ".venvs" / (f"vllm-cpu-{release}" if hardware == "cpu" else f"vllm-{release}")
-    python = venv / "bin" / "python"
-    if python.is_file():
-        return python
-    script, env_var = ("ci/setup-cpu.sh", "VLLM_CPU_VERSION") if hardware == "cpu" else ("ci/setup-gpu.sh", "VLLM_VERSION")
-    log = venv.with_suffix(".setup.log")
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    print(f"rehearse: building {venv} for {release} ({script}; log {log}) ...", flush=True)
-    with open(log, "w") as fh:
-        done = subprocess.run(["bash", script], cwd=root, stdout=fh, stderr=subprocess.STDOUT,
-                              env={**_env(), "SPECGATE_VENV": str(venv), env_var: release})
-    if done.returncode != 0 or not python.is_file():
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise SpecgateError(f"could not build the virtualenv for vLLM {release} with {script} (exit {done.returncode}); "
-                            f"its log {log} ends:\n{tail}")
-    return python
-
-
-def _env() -> dict:
-    return dict(os.environ)
 
 
 def verdict_of(ratio_low: float, ratio_high: float, rtol: float, higher_is_better: bool = True) -> str:
@@ -229,13 +199,14 @@ def _num(x) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from specgate import venvs
     from specgate.profile import find_profile, load_profile
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)
     methods = [profile.baseline, *profile.select(args.methods.split(",") if args.methods else None)]
-    old = (args.old, venv_python(root, args.old, profile.hardware, args.from_python))
-    new = (args.new, venv_python(root, args.new, profile.hardware, args.to_python))
+    old = (args.old, venvs.release_python(root, args.old, profile.hardware, args.from_python))
+    new = (args.new, venvs.release_python(root, args.new, profile.hardware, args.to_python))
     out = Path(args.out or root / "results" / f"rehearse-{args.old}-to-{args.new}-{time.strftime('%Y%m%d-%H%M%S')}")
     if out.exists():
         shutil.rmtree(out)
