@@ -34,7 +34,7 @@ from specgate.errors import SpecgateError
 
 # Keys of a profile that do not change what a method measures (tolerances, notes, expectations).
 _NOT_INPUTS = {"note", "expected_boot_error", "floors", "canary_of", "lossy", "description", "tolerance", "name",
-               "speedup", "cost", "acceptance"}
+               "speedup", "cost", "acceptance", "drift", "drift_since"}
 WORKTREE = "working tree"
 
 
@@ -212,11 +212,12 @@ def _objects(top: Path, commit: str, path: str) -> list[list[str]]:
         if commit != WORKTREE:
             listing = _git(top, "ls-tree", "-r", commit, "--", path)
             return sorted([line.split("\t", 1)[1], line.split()[2]] for line in listing.splitlines() if "\t" in line)
-        names = [n for n in _git(top, "ls-files", "--", path).splitlines() if Path(top, n).is_file()]
-        if not names:
-            return []
-        ids = _git(top, "hash-object", "--", *names).split()
-        return sorted([n, i] for n, i in zip(names, ids))
+        staged = {line.split("\t", 1)[1]: line.split()[1] for line in _git(top, "ls-files", "-s", "--", path).splitlines()}
+        changed = [n for n in _git(top, "diff", "--name-only", "--", path).splitlines()
+                   if n in staged and Path(top, n).is_file() and not Path(top, n).is_symlink()]
+        if changed:  # edited since they were staged: what is on disk now
+            staged.update(zip(changed, _git(top, "hash-object", "--", *changed).split()))
+        return sorted([n, i] for n, i in staged.items() if Path(top, n).exists() or Path(top, n).is_symlink())
     except OSError:
         return []
 

@@ -65,6 +65,9 @@ class Tolerance:
     # > 0: TTFT p95 with speculation, relative to the baseline engine's in the same trials, may grow
     # this far over its stored value before the gate fails (0 = shown, not gated: tails are noisy).
     ttft_p95_rtol: float = 0.0
+    # > 0: portable figures (acceptance, drafter weights, KV tokens lost) must also stay within this of
+    # the best value the baseline file's git history stored for the same inputs (checks/drift.py).
+    drift_rtol: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -192,6 +195,8 @@ class Profile:
     # Acceptance is measured at each of these sampling temperatures ([acceptance] temperatures; 0 = greedy).
     temperatures: tuple[float, ...] = (0.0,)
     usd_per_hour: float | None = None  # [cost] usd_per_hour: the runner's price, for cost per million tokens
+    drift: str = "fail"  # past drift_rtol: "fail" or "warn"
+    drift_since: str = ""  # YYYY-MM-DD: baseline updates committed before it are not held against a run
 
     @property
     def sources(self) -> tuple[PromptSource, ...]:
@@ -240,6 +245,8 @@ _TOP_KEYS = {
     "speedup": dict,
     "acceptance": dict,
     "cost": dict,
+    "drift": str,
+    "drift_since": str,
 }
 _REQUIRED = ("name", "target", "prompts", "methods")
 _METHOD_KEYS = {
@@ -457,6 +464,13 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     if "usd_per_hour" in cost:
         check.positive("cost.usd_per_hour", cost["usd_per_hour"])
 
+    drift = data.get("drift", "fail")
+    if drift not in ("fail", "warn"):
+        raise check.fail("drift", f"must be 'fail' or 'warn' (what a figure past tolerance.drift_rtol does), got {drift!r}.")
+    drift_since = data.get("drift_since", "")
+    if drift_since and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", drift_since):
+        raise check.fail("drift_since", f"must be a date YYYY-MM-DD (updates committed before it are forgotten), got {drift_since!r}.")
+
     return Profile(
         name=data["name"],
         path=path.resolve(),
@@ -478,6 +492,8 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         prompt_sources=sources,
         temperatures=tuple(float(t) for t in temperatures),
         usd_per_hour=float(cost["usd_per_hour"]) if "usd_per_hour" in cost else None,
+        drift=drift,
+        drift_since=drift_since,
     )
 
 
