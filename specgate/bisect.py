@@ -423,9 +423,10 @@ class Bisection:
 class GateRunner:
     """One gate run per candidate from its own venv, judged against the session's baselines directory."""
 
-    def __init__(self, root: Path, out: Path, profile, methods: list[str], run_gates: list[str], timeout_s: float):
+    def __init__(self, root: Path, out: Path, profile, methods: list[str], run_gates: list[str], timeout_s: float,
+                 lock: Path | None = None):
         self.root, self.out, self.profile = Path(root), Path(out), profile
-        self.methods, self.run_gates, self.timeout_s = methods, run_gates, timeout_s
+        self.methods, self.run_gates, self.timeout_s, self.lock = methods, run_gates, timeout_s, lock
         self.chase: list[str] | None = None
 
     def __call__(self, candidate: Candidate, reference: bool) -> Step:
@@ -478,7 +479,7 @@ class GateRunner:
         env = {**os.environ, BASELINES_DIR_ENV: str(self.out / "baselines")}
         env.pop("VIRTUAL_ENV", None)
         log.parent.mkdir(parents=True, exist_ok=True)
-        with open(log, "wb") as fh:
+        with _held(self.lock), open(log, "wb") as fh:
             proc = subprocess.Popen(args, cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
                 return proc.wait(timeout=self.timeout_s)
@@ -488,6 +489,34 @@ class GateRunner:
             except BaseException:
                 _stop(proc)
                 raise
+
+
+@contextlib.contextmanager
+def _held(lock: Path | None):
+    """--lock FILE: the gate runs (engines, timings) of every user of FILE take turns; venv builds do not wait."""
+    if lock is None:
+        yield
+        return
+    import fcntl
+
+    with open(lock, "a") as fh:
+        if not _try_lock(fh):
+            print(f"bisect: waiting for {lock} ...", flush=True)
+            fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _try_lock(fh) -> bool:
+    import fcntl
+
+    try:
+        fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -532,7 +561,7 @@ def main(args: argparse.Namespace) -> int:
     bisection = Bisection(out, settings, candidates, good, bad, restart=args.restart)
     if bisection.order:
         print(f"bisect: resuming {bisection.state_path} ({len(bisection.order)} steps done)", flush=True)
-    runner = GateRunner(root, out, profile, methods, run_gates, args.step_timeout)
+    runner = GateRunner(root, out, profile, methods, run_gates, args.step_timeout, args.lock)
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     started = time.time()
     try:
@@ -584,4 +613,7 @@ def add_parser(commands) -> None:
     p.add_argument("--restart", action="store_true", help="discard the state in --out and start over")
     p.add_argument("--step-timeout", type=float, default=3600.0, metavar="S",
                    help="stop a step's gate run after S seconds and count it as a skip (default 3600)")
+    p.add_argument("--lock", type=Path, default=None, metavar="FILE",
+                   help="take this file lock (flock) around each step's gate run, so engine runs on a shared machine "
+                        "take turns; venv builds do not hold it")
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
