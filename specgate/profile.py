@@ -169,6 +169,20 @@ class Method:
     def draft_model(self) -> str | None:
         return None if self.speculative_config is None else self.speculative_config.get("model")
 
+    def expected_refusal(self, text: str) -> str | None:
+        """vLLM's own sentence in `text` (a boot error, a log tail) that matches `expected_boot_error`,
+        quoted from the match (with its exception's name) to the sentence's end (vLLM may append long
+        listings); None when none does."""
+        if not self.expected_boot_error:
+            return None
+        for line in text.splitlines():
+            if match := re.search(self.expected_boot_error, line):
+                end = line.find(". ", match.end())
+                exception = re.search(r"\w+(?:Error|Exception): $", line[: match.start()])  # 'ValueError: '
+                start = exception.start() if exception else match.start()
+                return line[start: end + 1 if end >= 0 else len(line)].strip()[:400]
+        return None
+
 
 @dataclass(frozen=True)
 class Profile:

@@ -15,7 +15,9 @@ endpoint seam), and every comparison is paired:
     memory       KV-cache capacity (tokens) and the server processes' peak memory, new vs old
 
 Each (method, gate, key) gets a verdict: unchanged, better or worse beyond the profile's tolerance
-(worse = the table's `fail`). On one GPU the two servers share it: each gets half the profile's
+(worse = the table's `fail`). As in the gate, a method one release does not offer, or whose server
+fails with its `expected_boot_error`, is a skip quoting vLLM; canaries (deliberately worse
+configurations for the stored-baseline gates) run only when named in --methods or with --canaries. On one GPU the two servers share it: each gets half the profile's
 gpu_memory_utilization, so their KV figures compare like with like. The results directory has the
 usual files (the report's "baseline" column is the old release); the exit code is 1 when something
 got worse.
@@ -164,6 +166,26 @@ class Rehearsal:
         self.outcomes.append({"nodeid": f"rehearse::{method}", "method": method, "gate": "lifecycle", "key": "",
                               "outcome": "error", "message": str(error), "change": "error"})
 
+    def skip_method(self, method: str, why: str) -> None:
+        """A method that cannot run here, as the gate skips it: its expected refusal, or not offered."""
+        self.outcomes.append({"nodeid": f"rehearse::{method}", "method": method, "gate": "lifecycle", "key": "",
+                              "outcome": "skipped", "message": why, "change": "skipped"})
+
+    def cannot_run(self, method, error: Exception | None = None) -> str | None:
+        """Why `method` does not run on one of the two releases, as the gate would skip it: a method
+        the release does not offer (before booting), or its `expected_boot_error` (after)."""
+        from specgate import venvs
+
+        if error is None:
+            for release, python in (self.old, self.new):
+                offered = venvs.offered_methods(python)
+                if method.name != BASELINE and offered and method.kind not in offered:
+                    return (f"method '{method.name}': vLLM {release} does not offer speculative_config.method = "
+                            f"{method.kind!r}; it offers: {', '.join(offered)}")
+            return None
+        quote = method.expected_refusal(str(error))
+        return f"method '{method.name}' cannot run on this engine; vLLM said: {quote}" if quote else None
+
     # -- the run --------------------------------------------------------------------------------
     def write(self, started: float) -> dict[str, Path]:
         import pandas as pd
@@ -204,7 +226,9 @@ def main(args: argparse.Namespace) -> int:
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)
-    methods = [profile.baseline, *profile.select(args.methods.split(",") if args.methods else None)]
+    names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
+    # canaries are deliberately worse configurations for the stored-baseline gates: left out unless asked
+    methods = [profile.baseline, *(m for m in profile.select(names) if names or args.canaries or not m.canary_of)]
     old = (args.old, venvs.release_python(root, args.old, profile.hardware, args.from_python))
     new = (args.new, venvs.release_python(root, args.new, profile.hardware, args.to_python))
     out = Path(args.out or root / "results" / f"rehearse-{args.old}-to-{args.new}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -213,11 +237,17 @@ def main(args: argparse.Namespace) -> int:
     rehearsal = Rehearsal(profile, root, out, old, new, methods)
     started = time.time()
     for method in methods:
+        if why := rehearsal.cannot_run(method):
+            rehearsal.skip_method(method.name, why)
+            continue
         print(f"rehearse: {method.name} on {old[0]} and {new[0]} ...", flush=True)
         try:
             rehearsal.run_method(method)
         except SpecgateError as exc:
-            rehearsal.fail_method(method.name, exc)
+            if why := rehearsal.cannot_run(method, exc):
+                rehearsal.skip_method(method.name, why)
+            else:
+                rehearsal.fail_method(method.name, exc)
     paths = rehearsal.write(started)
     for line in rehearsal.lines():
         print(line)
@@ -233,7 +263,9 @@ def add_parser(commands) -> None:
     p.add_argument("--from", dest="old", required=True, metavar="RELEASE", help="the release you run today, e.g. 0.31.0")
     p.add_argument("--to", dest="new", required=True, metavar="RELEASE", help="the release you move to, e.g. 0.32.0")
     p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument("--methods", default="", metavar="A,B", help="methods of the profile (default: all); the baseline always runs")
+    p.add_argument("--methods", default="", metavar="A,B",
+                   help="methods of the profile (default: all but its canaries); the baseline always runs")
+    p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
     p.add_argument("--out", default=None, type=Path, metavar="DIR", help="results directory (default results/rehearse-A-to-B-<time>)")
     p.add_argument("--from-python", type=Path, default=None, metavar="PATH", help="the old release's python (default: its .venvs/ venv)")
     p.add_argument("--to-python", type=Path, default=None, metavar="PATH", help="the new release's python (default: its .venvs/ venv)")
