@@ -157,6 +157,16 @@ def _concurrency(rows: pd.DataFrame) -> pd.Series:
     return rows["concurrency"].fillna(parsed)
 
 
+# A level's marker says its verdict, never the plot's own comparison: a canary whose interval straddles
+# its floor failed (it was NOT caught) with its median below the floor, and is drawn as failed.
+_SPEEDUP_MARKERS = {  # verdict -> (colour, face colour, legend)
+    "pass": ("#1f77b4", None, "measured (median, CI): passed"),
+    "fail": ("#e41a1c", None, "failed its check (see the message)"),
+    "skip": ("#888888", "white", "not judged (skip)"),
+}
+_SPEEDUP_VERDICT = {"pass": "pass", "": "pass", "fail": "fail", "error": "fail", "skip": "skip"}
+
+
 def plot_speedup(table: pd.DataFrame):
     """Per method, the measured speedup at each concurrency with its confidence interval, the floor
     it is held to, the stored baseline and the analytic expectation. None without speedup rows."""
@@ -173,10 +183,11 @@ def plot_speedup(table: pd.DataFrame):
         low = (s["value"] - s["ci_low"]).clip(lower=0).fillna(0)
         high = (s["ci_high"] - s["value"]).clip(lower=0).fillna(0)
         bad = s["verdict"].isin(("fail", "error"))
-        for mask, color in ((~bad, "#1f77b4"), (bad, "#e41a1c")):
+        for verdict, (color, face, _) in _SPEEDUP_MARKERS.items():
+            mask = s["verdict"].map(lambda v: _SPEEDUP_VERDICT.get(v, "pass")) == verdict
             if mask.any():
                 ax.errorbar(s["c"][mask], s["value"][mask], yerr=[low[mask], high[mask]], fmt="o", color=color,
-                            capsize=4, markersize=6, zorder=4)
+                            markerfacecolor=face or color, capsize=4, markersize=6, zorder=4)
         ax.plot(s["c"], s["value"], color="#1f77b4", linewidth=1, alpha=0.6)
         floor = s.dropna(subset=["bound"])
         if not floor.empty:
@@ -206,12 +217,12 @@ def plot_speedup(table: pd.DataFrame):
         ax.grid(alpha=0.3)
     for ax in axes[:: min(len(axes), 4)]:
         ax.set_ylabel("speedup over baseline (×)")
-    handles = [plt.Line2D([], [], color="#1f77b4", marker="o", label="measured (median, CI)"),
-               plt.Line2D([], [], color="#e41a1c", marker="o", linestyle="none", label="below floor"),
-               plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor"),
-               plt.Line2D([], [], color="#444444", marker="x", linestyle="none", label="stored baseline"),
-               plt.Line2D([], [], color="#2ca02c", linestyle=":", label="expected (acceptance model)")]
-    bottom = _legend(fig, spare, handles, ncol=5)
+    handles = [plt.Line2D([], [], color=color, marker="o", markerfacecolor=face or color, linestyle="none", label=label)
+               for color, face, label in _SPEEDUP_MARKERS.values()]
+    handles += [plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor"),
+                plt.Line2D([], [], color="#444444", marker="x", linestyle="none", label="stored baseline"),
+                plt.Line2D([], [], color="#2ca02c", linestyle=":", label="expected (acceptance model)")]
+    bottom = _legend(fig, spare, handles, ncol=6)
     fig.suptitle("Speedup vs concurrency (throughput ratio to the baseline engine)", fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
