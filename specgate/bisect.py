@@ -283,7 +283,9 @@ def verdict(labels: list[str], steps: dict[str, Step]) -> tuple[int, int, list[i
 
 # -- the session ------------------------------------------------------------------------------------
 class Bisection:
-    """One bisection's settings, steps and state file; runs steps through `run_step(candidate, reference)`."""
+    """One bisection's settings, steps and state file; runs steps through `run_step(candidate, reference,
+    chase)` (reference: the good end, whose figures become the session's baselines; chase: the gates
+    that decide, None for all)."""
 
     def __init__(self, out: Path, settings: dict, candidates: list[Candidate], good: str, bad: str, restart: bool = False):
         self.out, self.settings, self.candidates = Path(out), settings, candidates
@@ -343,14 +345,14 @@ class Bisection:
         """Drive the search to its end; each step is recorded in the state file as soon as it is known.
         The two ends are recorded only when they are what they claim (a rerun tries them again)."""
         if self.good not in self.steps:
-            step = run_step(self.candidate(self.good), reference=True)
+            step = run_step(self.candidate(self.good), reference=True, chase=None)
             step.role = "reference"
             if step.verdict != GOOD:
                 raise BisectError(f"the good release {self.good} is not good on its own ({step.verdict}: {step.reason}); "
                                   f"pick another --good (its gate run: {step.results or 'none'}).")
             self.record(step)
         if self.bad not in self.steps:
-            step = run_step(self.candidate(self.bad), reference=False)
+            step = run_step(self.candidate(self.bad), reference=False, chase=self.chase)
             step.role = "bad"
             if step.verdict == SKIP:
                 raise BisectError(f"the bad release {self.bad} could not be tested ({step.reason}); fix that or pick "
@@ -361,7 +363,7 @@ class Bisection:
         if self.steps[self.bad].verdict != BAD:
             return 1
         while (i := next_candidate(self.labels, self.steps)) is not None:
-            self.record(run_step(self.candidates[i], reference=False))
+            self.record(run_step(self.candidates[i], reference=False, chase=self.chase))
         return 0 if verdict(self.labels, self.steps) else 1
 
     # -- what it found ---------------------------------------------------------------------------
@@ -427,9 +429,8 @@ class GateRunner:
                  lock: Path | None = None):
         self.root, self.out, self.profile = Path(root), Path(out), profile
         self.methods, self.run_gates, self.timeout_s, self.lock = methods, run_gates, timeout_s, lock
-        self.chase: list[str] | None = None
 
-    def __call__(self, candidate: Candidate, reference: bool) -> Step:
+    def __call__(self, candidate: Candidate, reference: bool, chase: list[str] | None) -> Step:
         from specgate import venvs
 
         started = time.time()
@@ -455,19 +456,29 @@ class GateRunner:
             step = Step(candidate.label, SKIP, f"the gate run did not end within {self.timeout_s:.0f} s (--step-timeout); "
                                                f"stopped; its log {log}")
         else:
-            step = classify(results, self.methods, None if reference else self.chase, log)
+            step = classify(results, self.methods, chase, log)
             step.label = candidate.label
-            if reference and step.verdict == GOOD and not self._stored():
-                step = Step(candidate.label, BAD, f"its gate run stored no figures (a correctness failure refuses "
-                                                  f"--update-baselines); see {results / 'summary.md'}")
-            elif reference and step.verdict == SKIP and self._stored():
-                step.verdict = GOOD
+            if reference:
+                step = self._as_reference(step, results)
         step.wall_s, step.results = time.time() - started, str(results)
         print(f"bisect: {candidate.label}: {step.verdict} ({step.wall_s:.0f} s): {step.reason}", flush=True)
         return step
 
-    def _stored(self) -> bool:
-        return any((self.out / "baselines").glob("*/*.json"))
+    def _as_reference(self, step: Step, results: Path) -> Step:
+        """The good end is good when its run stored figures to judge the others against; says which."""
+        stored = {}
+        for path in (self.out / "baselines").glob("*/*.json"):
+            for method, entry in json.loads(path.read_text(encoding="utf-8")).get("methods", {}).items():
+                for kind in entry:
+                    if kind != "provenance" and method in self.methods:
+                        stored.setdefault(kind, set()).add(method)
+        if step.verdict == BAD or not stored:
+            return Step(step.label, BAD, f"{step.reason}; its gate run stored no figures to judge the others against "
+                                         f"(a correctness failure refuses --update-baselines); see {results / 'summary.md'}")
+        missing = [g for g in ("acceptance", "speedup", "memory") if g in self.run_gates and g not in stored]
+        note = (f"; no {', '.join(missing)} figures stored (see its summary: a disturbed machine stores no speed "
+                f"figure), so later steps cannot judge {'that gate' if len(missing) == 1 else 'those gates'}") if missing else ""
+        return Step(step.label, GOOD, f"reference figures stored: {', '.join(sorted(stored))}{note}")
 
     def _pytest(self, python: Path, results: Path, log: Path, reference: bool) -> int | None:
         from specgate.baselines import BASELINES_DIR_ENV
@@ -565,8 +576,7 @@ def main(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     started = time.time()
     try:
-        runner.chase = bisection.chase
-        code = bisection.run(_following(bisection, runner))
+        code = bisection.run(runner)
     except KeyboardInterrupt:
         print(f"bisect: interrupted; {len(bisection.order)} steps are kept in {bisection.state_path}: rerun the same "
               "command to go on.", file=sys.stderr)
@@ -579,14 +589,6 @@ def main(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     print(f"bisect: {out / 'bisect.md'}, state {bisection.state_path} ({time.time() - started:.0f} s this session)")
     return code
-
-
-def _following(bisection: Bisection, runner: GateRunner):
-    """run_step that judges each step on the gates the bisection chases (known once the bad end ran)."""
-    def run_step(candidate: Candidate, reference: bool) -> Step:
-        runner.chase = bisection.chase
-        return runner(candidate, reference)
-    return run_step
 
 
 def add_parser(commands) -> None:

