@@ -187,10 +187,16 @@ def _moved(row: dict) -> bool:
     return value < bound
 
 
+def figure_name(row: dict) -> str:
+    """'ngram acceptance/doc_prose mean_acceptance_length' ('position_rate[2]' for a per-position rate)."""
+    position = f"[{int(row['position'])}]" if row.get("position") is not None else ""
+    return f"{row['method']} {row['gate']}/{row['key']} {row['metric']}{position}"
+
+
 def describe_figure(row: dict) -> str:
     bound = row.get("bound")
     word = "ceiling" if row.get("gate") == "memory" else "floor"
-    return (f"{row['method']} {row['gate']}/{row['key']} {row['metric']}: {_num(row.get('baseline'))} -> {_num(row.get('value'))}"
+    return (f"{figure_name(row)}: {_num(row.get('baseline'))} -> {_num(row.get('value'))}"
             + (f" ({word} {_num(bound)})" if bound is not None else ""))
 
 
@@ -236,8 +242,9 @@ def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path |
             rows = json.loads((out / "measurements.json").read_text(encoding="utf-8"))
         bad = {(o["method"], o["gate"]) for o in failed}
         figures = [r for r in rows if r.get("verdict") in ("fail", "error") and (r.get("method"), r.get("gate")) in bad and _moved(r)]
-        figures = [{k: r.get(k) for k in ("method", "gate", "key", "metric", "value", "baseline", "bound", "ci_low", "ci_high")}
-                   for r in figures]
+        figures.sort(key=lambda r: r.get("position") is not None)  # headline figures before per-position rates
+        figures = [{k: r.get(k) for k in ("method", "gate", "key", "metric", "position", "value", "baseline", "bound",
+                                          "ci_low", "ci_high")} for r in figures]
         said = "; ".join(describe_figure(f) for f in figures[:3]) or (
             f"{failed[0]['method']} / {failed[0]['gate']}: " + str(failed[0].get("message") or "").splitlines()[0][:300]
             if failed[0].get("message") else f"{failed[0]['nodeid']} {failed[0]['outcome']}")
@@ -369,10 +376,10 @@ class Bisection:
     # -- what it found ---------------------------------------------------------------------------
     def lines(self) -> list[str]:
         s = self.settings
+        how = " (--gate)" if s.get("gates") else f" (what {self.bad} failed)" if self.chase else ""
         chase = ", ".join(self.chase) if self.chase else "every gate"
-        how = "--gate" if s.get("gates") else f"what {self.bad} failed"
         out = [f"bisect {s['package']} {self.good} (good) .. {self.bad} (bad): profile {s['profile']}, methods "
-               f"{', '.join(s['methods'])}; chasing {chase} ({how}) and greedy equivalence",
+               f"{', '.join(s['methods'])}; chasing {chase}{how} and greedy equivalence",
                f"  candidates ({len(self.labels)}): {' '.join(self.labels)}"]
         total = 0.0
         for n, lab in enumerate(self.order, start=1):
@@ -383,9 +390,11 @@ class Bisection:
         out.append(f"  {len(self.order)} steps, {total:.0f} s")
         bad = self.steps.get(self.bad)
         if bad is not None and bad.verdict != BAD:
-            out.append(f"not bisected: the bad end {self.bad} is {bad.verdict} against {self.good}'s figures measured in "
-                       f"this session ({bad.reason}); nothing moved that the gate sees here. Check --gate and --methods, "
-                       f"or compare with the stored baselines (pytest -m gpu in its venv).")
+            out.append(f"not bisected: the bad end {self.bad} passes against {self.good}'s figures measured here in this "
+                       f"session ({bad.reason}): between these releases nothing moved that the gate sees on this "
+                       f"machine. A red gate on {self.bad} came from what it was compared with (baselines stored on "
+                       f"another machine or day: re-measure them with --update-baselines), from noise, or from a "
+                       f"method or gate left out here (--methods, --gate).")
             return out
         found = verdict(self.labels, self.steps)
         if found is None:
@@ -402,23 +411,22 @@ class Bisection:
         if first.reason.startswith("broken: "):
             out.append(f"  diagnosis: {first.reason.removeprefix('broken: ')}")
         previous = self._figures(prev)
-        for fig in first.figures:
-            key = (fig["method"], fig["gate"], fig["key"], fig["metric"])
-            before = previous.get(key, fig.get("baseline"))
+        for fig in first.figures[:6]:
+            before = previous.get(figure_name(fig), fig.get("baseline"))
             word = "ceiling" if fig["gate"] == "memory" else "floor"
-            out.append(f"  moved: {fig['method']} {fig['gate']}/{fig['key']} {fig['metric']}: {prev} {_num(before)} -> "
-                       f"{self.labels[hi]} {_num(fig['value'])} (reference {self.good} {_num(fig.get('baseline'))}, "
-                       f"{word} {_num(fig.get('bound'))})")
+            out.append(f"  moved: {figure_name(fig)}: {prev} {_num(before)} -> {self.labels[hi]} {_num(fig['value'])} "
+                       f"(reference {self.good} {_num(fig.get('baseline'))}, {word} {_num(fig.get('bound'))})")
+        if len(first.figures) > 6:
+            out.append(f"  ... and {len(first.figures) - 6} more figures past their bounds (see {first.results})")
         return out
 
-    def _figures(self, label: str) -> dict[tuple, float]:
+    def _figures(self, label: str) -> dict[str, float]:
         """The figures a step measured, from its measurements.json (none when it is gone)."""
         st = self.steps.get(label)
         path = Path(st.results) / "measurements.json" if st and st.results else None
         if path is None or not path.is_file():
             return {}
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        return {(r["method"], r["gate"], r["key"], r["metric"]): r.get("value") for r in rows if r.get("position") is None}
+        return {figure_name(r): r.get("value") for r in json.loads(path.read_text(encoding="utf-8"))}
 
 
 # -- running a step for real ------------------------------------------------------------------------

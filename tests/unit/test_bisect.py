@@ -70,7 +70,7 @@ def test_an_interrupted_bisection_resumes_from_its_state_file(tmp_path):
 def test_a_bad_end_that_passes_ends_the_bisection_saying_so(tmp_path):
     b = Bisection(tmp_path, SETTINGS, releases("0.29.0", "0.30.0", "0.31.0"), "0.29.0", "0.31.0")
     assert b.run(scripted({"0.29.0": GOOD, "0.31.0": GOOD}, [])) == 1
-    assert "not bisected: the bad end 0.31.0 is good" in "\n".join(b.lines())
+    assert "not bisected: the bad end 0.31.0 passes against 0.29.0's figures" in "\n".join(b.lines())
 
 
 def test_a_good_end_that_is_not_good_stops_before_anything_else_runs(tmp_path):
