@@ -260,31 +260,30 @@ def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path |
 
 
 # -- the search -------------------------------------------------------------------------------------
-def next_candidate(labels: list[str], steps: dict[str, Step]) -> int | None:
-    """The index to test next: nearest the middle of (last good, first bad) among the untested, or None."""
+def _window(labels: list[str], steps: dict[str, Step]) -> tuple[int, int] | None:
+    """(last good, first bad): the first bad step and the last good one before it; None before a bad one."""
     bad = [i for i, lab in enumerate(labels) if lab in steps and steps[lab].verdict == BAD]
     if not bad:
         return None
     hi = min(bad)
     good = [i for i, lab in enumerate(labels[:hi]) if lab in steps and steps[lab].verdict == GOOD]
-    lo = max(good) if good else 0
-    open_ = [i for i in range(lo + 1, hi) if labels[i] not in steps]
-    if not open_:
+    return (max(good) if good else 0), hi
+
+
+def next_candidate(labels: list[str], steps: dict[str, Step]) -> int | None:
+    """The index to test next: nearest the middle of (last good, first bad) among the untested, or None."""
+    if (window := _window(labels, steps)) is None:
         return None
-    middle = (lo + hi) / 2
-    return min(open_, key=lambda i: (abs(i - middle), i))
+    lo, hi = window
+    open_ = [i for i in range(lo + 1, hi) if labels[i] not in steps]
+    return min(open_, key=lambda i: (abs(i - (lo + hi) / 2), i)) if open_ else None
 
 
 def verdict(labels: list[str], steps: dict[str, Step]) -> tuple[int, int, list[int]] | None:
     """(last good, first bad, skipped between) once nothing is left to test; None while there is."""
-    if next_candidate(labels, steps) is not None:
+    if next_candidate(labels, steps) is not None or (window := _window(labels, steps)) is None:
         return None
-    bad = [i for i, lab in enumerate(labels) if lab in steps and steps[lab].verdict == BAD]
-    if not bad:
-        return None
-    hi = min(bad)
-    good = [i for i, lab in enumerate(labels[:hi]) if lab in steps and steps[lab].verdict == GOOD]
-    lo = max(good) if good else 0
+    lo, hi = window
     return lo, hi, [i for i in range(lo + 1, hi) if steps.get(labels[i]) and steps[labels[i]].verdict == SKIP]
 
 
