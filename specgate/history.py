@@ -266,9 +266,13 @@ class Row:
 
 
 def table(history: History, runs: list[Path] = ()) -> list[Row]:
-    """The history table: every measurement in the history, then each results directory's run."""
-    rows = [Row(p.update.short, p.update.date[:10], p.hardware, p.method, p.vllm, headlines(p.values), True,
-                p.update.subject) for p in history.points if p.method != "baseline"]
+    """The history table: every measurement in the history (an update that re-measured nothing: one row
+    without a method), then each results directory's run."""
+    rows = []
+    for update in history.updates:
+        these = [p for p in history.points if p.update is update and p.method != "baseline"]
+        rows += [Row(update.short, update.date[:10], p.hardware, p.method, p.vllm, headlines(p.values), True, update.subject)
+                 for p in these] or [Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)]
     for run in runs:
         rows += _run_rows(Path(run))
     return rows
@@ -300,10 +304,12 @@ def releases(rows: list[Row]) -> list[tuple[int, str, str]]:
     """(index of the first row of a release, previous vLLM, new vLLM) wherever the vLLM changed between
     consecutive updates (rows grouped by label in order)."""
     labels = list(dict.fromkeys(r.label for r in rows))
-    per_label = {lab: sorted({r.vllm for r in rows if r.label == lab}) for lab in labels}
+    per_label = {lab: sorted({r.vllm for r in rows if r.label == lab and r.method}) for lab in labels}
     out, previous = [], None
     for i, lab in enumerate(labels):
         now = ", ".join(per_label[lab])
+        if not now:  # an update that re-measured nothing
+            continue
         if previous is not None and now != previous:
             out.append((i, previous, now))
         previous = now

@@ -32,7 +32,7 @@ def markdown(profile: str, hardware: str, rows: list[Row], problem: str = "") ->
         by_vllm: dict[str, list[str]] = {}
         for r in these:
             by_vllm.setdefault(r.vllm, []).append(r.method)
-        measured = "; ".join(f"{v}: {', '.join(ms)}" for v, ms in by_vllm.items())
+        measured = "; ".join(f"{v}: {', '.join(ms)}" for v, ms in by_vllm.items() if ms != [""]) or "nothing re-measured"
         what = these[0].subject[:90] if these[0].stored else "(results directory)"
         lines.append(f"| {lab} | {these[0].date} | {', '.join(sorted({r.hardware for r in these}))} | {measured} | "
                      f"{what.replace('|', '/')} |")
@@ -49,16 +49,17 @@ def markdown(profile: str, hardware: str, rows: list[Row], problem: str = "") ->
     return "\n".join(lines) + "\n"
 
 
-def plot(rows: list[Row], releases: list[tuple[int, str, str]]):
+def plot(all_rows: list[Row], releases: list[tuple[int, str, str]]):
     """One panel per headline figure: a line per method (and machine) over the updates; results
     directories hollow; a dashed line where the vLLM that measured the update changed."""
     from specgate.report.plots import pyplot
 
-    panels = [(name, title) for name, (title, _) in HEADLINES.items() if any(name in r.figures for r in rows)]
+    panels = [(name, title) for name, (title, _) in HEADLINES.items() if any(name in r.figures for r in all_rows)]
     if not panels:
         return None
     plt = pyplot()
-    labels = _labels(rows)
+    labels = _labels(all_rows)  # every update, those that re-measured nothing included
+    rows = [r for r in all_rows if r.method]
     machines = len({r.hardware for r in rows})
     names = list(dict.fromkeys(_series_name(r, machines) for r in rows))
     palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
@@ -82,14 +83,25 @@ def plot(rows: list[Row], releases: list[tuple[int, str, str]]):
                         va="bottom", rotation=0, color="#333333")
         ax.set_ylabel(title, fontsize=8)
         ax.grid(alpha=0.3)
-    axes[-1, 0].set_xticks(range(len(labels)), [f"{lab}\n{next(r.date for r in rows if r.label == lab)[5:]}" for lab in labels],
+    dates = {}
+    for r in all_rows:
+        dates.setdefault(r.label, r.date)
+    axes[-1, 0].set_xticks(range(len(labels)), [f"{lab}\n{dates[lab][5:]}" for lab in labels],
                            rotation=45, ha="right", fontsize=7)
     handles = [plt.Line2D([], [], color=colors[n], marker="o", label=n) for n in names]
     handles.append(plt.Line2D([], [], color="gray", marker="o", markerfacecolor="white", linestyle="none",
                               label="results directory (not stored)"))
-    fig.legend(handles=handles, loc="upper center", ncol=min(5, len(handles)), fontsize=8, frameon=False)
-    rows_of_legend = -(-len(handles) // 5)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.045 * rows_of_legend))
+    vllms = sorted({r.vllm for r in rows})
+    title = (f"vLLM {vllms[0]} measured every update" if len(vllms) == 1 else
+             "dashed lines: the vLLM that measured the updates changed")
+    height = fig.get_figheight()
+    fig.suptitle(f"Headline figures per method over the baseline updates\n({title})", fontsize=10,
+                 y=1 - 0.08 / height, va="top")
+    ncol = min(5, len(handles))
+    legend_in = 0.22 * -(-len(handles) // ncol)
+    fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False,
+               bbox_to_anchor=(0.5, 1 - 0.5 / height))
+    fig.tight_layout(rect=(0, 0, 1, 1 - (0.6 + legend_in) / height))
     return fig
 
 

@@ -141,3 +141,22 @@ def test_the_history_table_lists_each_update_with_its_vllm_and_marks_the_release
     rows = history.table(h)
     assert [(r.vllm, round(r.figures["acceptance"], 2)) for r in rows] == [("0.29.0", 3.0), ("0.30.0", 2.92), ("0.31.0", 2.83)]
     assert [(old, new) for _, old, new in history.releases(rows)] == [("0.29.0", "0.30.0"), ("0.30.0", "0.31.0")]
+
+
+def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_after_the_updates(repo, capsys, monkeypatch):
+    from specgate import cli
+    from specgate.report import plots
+
+    monkeypatch.setattr(plots, "DPI", 30)
+    run_dir = repo / "results" / "20260401-120000"
+    run_dir.mkdir(parents=True)
+    committed = (repo / "baselines" / "fake" / "cpu-test-2c.json").read_text()
+    (run_dir / "baselines.json").write_text(committed.replace('"0.31.0"', '"0.32.0"').replace("2.833333", "2.75"))
+    (run_dir / "run.json").write_text('{"started": "2026-04-01T12:00:00+00:00", "vllm": "0.32.0"}')
+    out = repo / "results" / "history"
+    assert cli.main(["history", str(run_dir), "--profile", str(repo / "fake.toml"), "--hardware", "all",
+                     "--root", str(repo), "--out", str(out)]) == 0
+    text = (out / "history.md").read_text()
+    assert "| 20260401-120000 | 2026-04-01 | cpu-test-2c | 0.32.0: good | (results directory) |" in text
+    assert "| 20260401-120000 | 2.75 |" in text and (out / "plots" / "history.png").is_file()
+    assert str(out / "history.html") in capsys.readouterr().out
