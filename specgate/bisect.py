@@ -167,7 +167,8 @@ class Step:
     label: str
     verdict: str  # good | bad | skip
     reason: str
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # the step's own time: venv build (when new) and gate run, not waiting for --lock
+    waited_s: float = 0.0  # waiting for --lock
     role: str = ""  # 'reference' (the good release, whose figures every step is judged against), 'bad', ''
     results: str = ""
     figures: list[dict] = field(default_factory=list)  # the figures that failed: method gate key metric value baseline bound
@@ -380,13 +381,14 @@ class Bisection:
         out = [f"bisect {s['package']} {self.good} (good) .. {self.bad} (bad): profile {s['profile']}, methods "
                f"{', '.join(s['methods'])}; chasing {chase}{how} and greedy equivalence",
                f"  candidates ({len(self.labels)}): {' '.join(self.labels)}"]
-        total = 0.0
+        total = waited = 0.0
         for n, lab in enumerate(self.order, start=1):
             st = self.steps[lab]
             total += st.wall_s
+            waited += st.waited_s
             role = {"reference": " (reference: its figures are every step's baselines)", "bad": " (the bad end)"}.get(st.role, "")
             out.append(f"  step {n}: {lab:<12} {st.verdict:<4} {st.wall_s:6.0f} s{role}: {st.reason}")
-        out.append(f"  {len(self.order)} steps, {total:.0f} s")
+        out.append(f"  {len(self.order)} steps, {total:.0f} s" + (f" (and {waited:.0f} s waiting for --lock)" if waited >= 1 else ""))
         bad = self.steps.get(self.bad)
         if bad is not None and bad.verdict != BAD:
             out.append(f"not bisected: the bad end {self.bad} passes against {self.good}'s figures measured here in this "
@@ -436,11 +438,12 @@ class GateRunner:
                  lock: Path | None = None):
         self.root, self.out, self.profile = Path(root), Path(out), profile
         self.methods, self.run_gates, self.timeout_s, self.lock = methods, run_gates, timeout_s, lock
+        self.waited = 0.0
 
     def __call__(self, candidate: Candidate, reference: bool, chase: list[str] | None) -> Step:
         from specgate import venvs
 
-        started = time.time()
+        started, self.waited = time.time(), 0.0
         try:
             python = venvs.build(self.root, venv_for(self.root, candidate, self.profile.hardware), self.profile.hardware,
                                  release=candidate.release or None, requirement=None if candidate.release else candidate.requirement)
@@ -467,7 +470,8 @@ class GateRunner:
             step.label = candidate.label
             if reference:
                 step = self._as_reference(step, results)
-        step.wall_s, step.results = time.time() - started, str(results)
+        step.waited_s = self.waited
+        step.wall_s, step.results = time.time() - started - self.waited, str(results)
         print(f"bisect: {candidate.label}: {step.verdict} ({step.wall_s:.0f} s): {step.reason}", flush=True)
         return step
 
@@ -497,7 +501,9 @@ class GateRunner:
         env = {**os.environ, BASELINES_DIR_ENV: str(self.out / "baselines")}
         env.pop("VIRTUAL_ENV", None)
         log.parent.mkdir(parents=True, exist_ok=True)
+        waiting = time.time()
         with _held(self.lock), open(log, "wb") as fh:
+            self.waited = time.time() - waiting
             proc = subprocess.Popen(args, cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
             try:
                 return proc.wait(timeout=self.timeout_s)
