@@ -376,8 +376,10 @@ class Bisection:
     # -- what it found ---------------------------------------------------------------------------
     def lines(self) -> list[str]:
         s = self.settings
-        how = " (--gate)" if s.get("gates") else f" (what {self.bad} failed)" if self.chase else ""
-        chase = ", ".join(self.chase) if self.chase else "every gate"
+        chased = [g for g in self.chase or [] if g != "equivalence"]
+        everything = not chased or set(chased) >= set(RUN_GATES) - {"equivalence"}
+        how = " (--gate)" if s.get("gates") else "" if everything or not self.chase else f" (what {self.bad} failed)"
+        chase = "every gate" if everything else ", ".join(chased)
         out = [f"bisect {s['package']} {self.good} (good) .. {self.bad} (bad): profile {s['profile']}, methods "
                f"{', '.join(s['methods'])}; chasing {chase}{how} and greedy equivalence",
                f"  candidates ({len(self.labels)}): {' '.join(self.labels)}"]
