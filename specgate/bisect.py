@@ -178,8 +178,8 @@ class Step:
 def _moved(row: dict) -> bool:
     """Whether a failing row's own figure is past its bound (a judgement's other figures share its verdict)."""
     bound, value = row.get("bound"), row.get("value")
-    if bound is None or value is None:
-        return row.get("metric") in ("identical", "diverged") or bound is None and value is not None
+    if bound is None or value is None:  # a figure without a bound of its own (acceptance rate) did not break one
+        return row.get("gate") == "equivalence"
     if row.get("gate") == "memory":
         return value > bound
     if row.get("gate") == "speedup":
@@ -414,13 +414,14 @@ class Bisection:
         if first.reason.startswith("broken: "):
             out.append(f"  diagnosis: {first.reason.removeprefix('broken: ')}")
         previous = self._figures(prev)
-        for fig in first.figures[:6]:
+        moved = [f for f in first.figures if _moved(f)]
+        for fig in moved[:6]:
             before = previous.get(figure_name(fig), fig.get("baseline"))
             word = "ceiling" if fig["gate"] == "memory" else "floor"
             out.append(f"  moved: {figure_name(fig)}: {prev} {_num(before)} -> {self.labels[hi]} {_num(fig['value'])} "
                        f"(reference {self.good} {_num(fig.get('baseline'))}, {word} {_num(fig.get('bound'))})")
-        if len(first.figures) > 6:
-            out.append(f"  ... and {len(first.figures) - 6} more figures past their bounds (see {first.results})")
+        if len(moved) > 6:
+            out.append(f"  ... and {len(moved) - 6} more figures past their bounds (see {first.results})")
         return out
 
     def _figures(self, label: str) -> dict[str, float]:

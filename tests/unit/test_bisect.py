@@ -109,7 +109,9 @@ def test_a_failed_memory_figure_is_named_with_both_values_and_the_others_of_its_
     rows = [{"method": "ngram", "gate": "memory", "key": "overhead", "metric": "process_mib", "value": 395.2,
              "baseline": 151.0, "bound": 294.1, "verdict": "fail"},
             {"method": "ngram", "gate": "memory", "key": "overhead", "metric": "kv_tokens_lost", "value": 0.0,
-             "baseline": 0.0, "bound": 0.0, "verdict": "fail"}]
+             "baseline": 0.0, "bound": 0.0, "verdict": "fail"},
+            {"method": "ngram", "gate": "memory", "key": "overhead", "metric": "kv_bytes_per_token_target", "value": 6144.0,
+             "baseline": 6144.0, "bound": None, "verdict": "fail"}]
     out = gate_run(tmp_path / "0.31.0", {"baseline": OK, "ngram": OK},
                    [outcome("ngram", "equivalence", "greedy", "passed"), outcome("ngram", "memory", "overhead", "failed", "x")],
                    rows)
