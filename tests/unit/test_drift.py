@@ -160,3 +160,12 @@ def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_af
     assert "| 20260401-120000 | 2026-04-01 | cpu-test-2c | 0.32.0: good | (results directory) |" in text
     assert "| 20260401-120000 | 2.75 |" in text and (out / "plots" / "history.png").is_file()
     assert str(out / "history.html") in capsys.readouterr().out
+
+
+def test_specgate_history_without_git_says_what_to_do(tmp_path, capsys):
+    from specgate import cli
+
+    profile = load(tmp_path)
+    assert cli.main(["history", "--profile", str(profile.path), "--root", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "no history to read" in err and "is not a git checkout" in err and "run it in a git clone" in err
