@@ -117,7 +117,8 @@ class StreamingBackend:
     def __exit__(self, *exc) -> None:
         self.shutdown()
 
-    def run(self, coro):
+    def run(self, coro, what: str = ""):
+        """The coroutine's result, run on the backend's loop; `what` names the wait in messages."""
         raise NotImplementedError
 
     def counters(self) -> SpecCounters:
@@ -170,7 +171,7 @@ class StreamingBackend:
             await asyncio.gather(*(one(p) for p in prompts))
 
         before = self.counters()
-        self.run(batch())
+        self.run(batch(), f"generating a batch of {len(prompts)} prompts")
         outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
         return BatchResult(outputs, steps, self.counters() - before, self.take_step_histograms(list(tokens)))
 
@@ -182,5 +183,5 @@ class StreamingBackend:
                 yield n
 
         before = self.counters()
-        run = self.run(closed_loop(stream, prompts, concurrency, max_tokens))
+        run = self.run(closed_loop(stream, prompts, concurrency, max_tokens), f"a closed-loop trial at C={concurrency}")
         return run, self.counters() - before

@@ -318,6 +318,7 @@ class Stored:
     source: str  # 'vLLM 0.32.0, 2026-11-25, rev abc' (+ the machine, when not this one's file)
     hardware: str
     own: bool  # from this machine's own file
+    this_run: bool = False  # not stored at all: a canary's parent as measured in this same run
 
 
 class BaselineStore:

@@ -1,5 +1,5 @@
-"""Fetch a profile's hub models before the gate runs, so engine boots do not spend their time limit on
-downloads (vLLM's VLLM_ENGINE_READY_TIMEOUT_S, 600 s by default, includes the download).
+"""Fetch a profile's hub models before the gate runs, so engine boots do not spend their deadline on
+downloads (the profile's boot_timeout_s bounds a boot, download included).
 
     specgate download --profile llama31-8b-h100 [--methods a,b] [--dry-run]
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgate.errors import SpecgateError
+from specgate.memory import NOT_WEIGHTS
 
 ALLOW = ("*.json", "*.safetensors", "*.model", "*.tiktoken", "*.txt", "tokenizer*", "*.jinja")
 IGNORE = ("original/*", "*.pth", "consolidated*")
@@ -48,6 +49,23 @@ def hub_models(profile, methods) -> list[str]:
     return list(dict.fromkeys(r for r in refs if r and not r.startswith("zoo:") and _HUB_ID.match(r) and not Path(r).exists()))
 
 
+def offered(methods) -> list:
+    """The methods the installed vLLM offers (its SpeculativeMethod, as the gate checks before a
+    boot); each one it does not (mlp_speculator and medusa on 0.33) is said and left out, so its
+    checkpoint is not fetched for a method the gate will skip."""
+    from specgate import vllm_compat
+
+    names = vllm_compat.speculative_methods()
+    kept = []
+    for m in methods:
+        if names and m.kind not in names:
+            print(f"download: skipping method '{m.name}' ({m.draft_model or 'no drafter'}): {vllm_compat.release()} does not "
+                  f"offer speculative_config.method = {m.kind!r}, so the gate skips it too; it offers: {', '.join(names)}")
+        else:
+            kept.append(m)
+    return kept
+
+
 def _wanted(name: str) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in ALLOW) and not any(fnmatch.fnmatch(name, p) for p in IGNORE)
 
@@ -71,8 +89,13 @@ def plan(repo: str, api, cache_dir: Path | None = None) -> Plan:
             "of an account with access in HF_TOKEN."
         ) from None
     files = [s for s in info.siblings if _wanted(s.rfilename)]
-    if not any(s.rfilename.endswith(".safetensors") for s in files):  # an older repo: PyTorch .bin weights
-        files += [s for s in info.siblings if s.rfilename.endswith(".bin") and not any(fnmatch.fnmatch(s.rfilename, p) for p in IGNORE)]
+    if not any(s.rfilename.endswith(".safetensors") for s in files):  # an older repo: PyTorch .bin (else .pt) weights
+        for ext in (".bin", ".pt"):  # as vLLM picks them (memory.WEIGHT_FILES), without training leftovers
+            found = [s for s in info.siblings if s.rfilename.endswith(ext) and Path(s.rfilename).name not in NOT_WEIGHTS
+                     and not any(fnmatch.fnmatch(s.rfilename, p) for p in IGNORE)]
+            if found:
+                files += found
+                break
     total = sum(s.size or 0 for s in files)
     missing = sum(s.size or 0 for s in files if not _cached(repo, s.rfilename, info.sha, cache_dir))
     return Plan(repo, tuple(s.rfilename for s in files), total, missing)
@@ -113,7 +136,7 @@ def main(args) -> int:
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)
-    methods = profile.select(args.methods.split(",") if args.methods else None)
+    methods = offered(profile.select(args.methods.split(",") if args.methods else None))
     repos = hub_models(profile, methods)
     if not repos:
         print(f"download: profile {profile.name} names no hub model (nothing to fetch)")

@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
 from specgate.backend import StreamingBackend
 from specgate.engine import EventLoopThread
-from specgate.errors import SpecgateError
+from specgate.errors import EngineStalled, SpecgateError
+from specgate.watchdog import Overdue, Watch, describe
 
 REQUEST_TIMEOUT_S = 600.0
 
@@ -68,14 +69,22 @@ class Endpoint(StreamingBackend):
     loop: EventLoopThread = field(default_factory=EventLoopThread)
     model: str | None = None
     alive: bool = True
+    watch: Watch | None = None  # the profile's stall_timeout_s: a server that stops answering fails, in time
     _requests: int = 0
 
     @property
     def method_name(self) -> str:
         return self.name
 
-    def run(self, coro):
-        return self.loop.run(coro)
+    def run(self, coro, what: str = "waiting for the server"):
+        what = f"{what} (endpoint '{self.name}', {self.url})"
+        try:
+            return self.loop.run(coro, self.watch, what)
+        except Overdue as over:
+            raise EngineStalled(
+                f"{describe(over, f'endpoint {self.name!r}', self.watch.stall_s, None, 'the profile', None)}; the server "
+                "is not this run's to stop: look at its own log", self.name, f"no progress for {over.idle_s:.0f} s",
+            ) from None
 
     async def _get(self, path: str) -> str:
         import httpx
@@ -157,6 +166,8 @@ class Endpoint(StreamingBackend):
                 {int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()}
                 for pos in (choice.get("logprobs") or {}).get("top_logprobs") or []
             ]
+            if self.watch is not None:
+                self.watch.progress()
             yield [int(t) for t in choice.get("token_ids") or []], top
 
     def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None):

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import functools
 import gc
-import logging
 import os
 import re
 import threading
@@ -27,11 +26,12 @@ from typing import Any
 
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
-from specgate import processes as procs, vllm_compat as compat, worker
-from specgate.errors import EngineBootError, EngineDied
+from specgate import logstream, processes as procs, reaper, vllm_compat as compat, worker
+from specgate.errors import EngineBootError, EngineDied, EngineStalled
 from specgate.memory import device_bytes
 from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
+from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue, wait
 
 LOG_TAIL_LINES = 25
 MAX_REASON = 400  # characters of the engine's one-line reason kept in messages
@@ -62,21 +62,18 @@ def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any
 
 @contextlib.contextmanager
 def _output_to(log_path: Path) -> Iterator[None]:
-    """Send fd 1/2 (inherited by the engine's child processes) and vLLM's logger to `log_path`."""
+    """Send fd 1/2 (inherited by the engine's child processes) and vLLM's log records to `log_path`
+    (the records stay routed there until another engine's log takes over: specgate.logstream)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    logstream.STREAM.route_to(log_path)
+    logstream.take_vllm_records()
     saved = [os.dup(1), os.dup(2)]
-    handler = logging.FileHandler(log_path)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-    vllm_logger = logging.getLogger("vllm")
     with open(log_path, "ab", buffering=0) as fh:
         try:
             os.dup2(fh.fileno(), 1)
             os.dup2(fh.fileno(), 2)
-            vllm_logger.addHandler(handler)
             yield
         finally:
-            vllm_logger.removeHandler(handler)
-            handler.close()
             os.dup2(saved[0], 1)
             os.dup2(saved[1], 2)
             for fd in saved:
@@ -84,6 +81,14 @@ def _output_to(log_path: Path) -> Iterator[None]:
 
 
 _EXCEPTION_LINE = re.compile(r"(?:^|\] |\s)([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
+
+
+def vllm_deadline_env(profile: Profile) -> dict[str, str]:
+    """vLLM's own start-up limit, set no lower than the suite's boot deadline. It does not bound a boot
+    (it is checked only after the start-up handshake, inside which the model loads: v1/engine/
+    core_client.py 0.33:762 vs v1/engine/utils.py 0.33:1392-1451), but where it applies it must not
+    give up before boot_timeout_s does. Read when vLLM is imported: set before that."""
+    return {"VLLM_ENGINE_READY_TIMEOUT_S": str(int(profile.boot_timeout_s))}
 
 
 def explain_failure(log_path: Path, exc: BaseException) -> tuple[str, str]:
@@ -117,10 +122,20 @@ class EventLoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, name="specgate-engine-loop", daemon=True)
         self.thread.start()
 
-    def run(self, coro):
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+    def run(self, coro, watch: Watch | None = None, what: str = ""):
+        """The coroutine's result, run on the loop; with a watch, Overdue when a deadline passes.
+        On any way out but the result (Overdue, Ctrl-C) the coroutine is cancelled."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return wait(future, watch, what)
+        except BaseException:
+            future.cancel()
+            raise
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 10.0) -> None:
+        """Cancel what is pending and stop the loop. A loop thread stuck in a synchronous call (an
+        engine boot that was given up) is left to finish on its own: it is a daemon thread."""
+
         async def cancel_pending():
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for t in tasks:
@@ -128,9 +143,9 @@ class EventLoopThread:
             await asyncio.gather(*tasks, return_exceptions=True)
 
         with contextlib.suppress(Exception):
-            self.run(cancel_pending())
+            asyncio.run_coroutine_threadsafe(cancel_pending(), self.loop).result(timeout=wait_s)
         self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=wait_s)
         if not self.thread.is_alive():
             self.loop.close()
 
@@ -153,6 +168,8 @@ class Engine(StreamingBackend):
     runner: str = ""  # the worker's model runner: 'v1' or 'v2' (vllm_compat.runner_kind)
     died: EngineDied | None = None
     step_histograms: dict[str, list[int]] = field(default_factory=dict)  # tag -> vLLM's per-request histogram
+    watch: Watch | None = None  # the no-progress deadline (profile [engine] stall_timeout_s)
+    profile_path: str = ""  # where the deadlines are set, for messages
     _requests: int = 0
 
     @property
@@ -177,22 +194,37 @@ class Engine(StreamingBackend):
             top = []
             if top_logprobs and completion.logprobs:
                 top = [{int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs]
+            if self.watch is not None:
+                self.watch.progress()
             yield [int(t) for t in completion.token_ids], top
 
-    def run(self, coro):
+    def run(self, coro, what: str = "waiting for the engine"):
         """Run a coroutine on the engine's loop (from the test's thread) with the engine's log. An
-        engine that died raises EngineDied, saying which process ended how and what vLLM logged."""
+        engine that died raises EngineDied, saying which process ended how and what vLLM logged; one
+        that makes no progress for stall_timeout_s is stopped and raises EngineStalled."""
         if self.died is not None:
             coro.close()
             raise self.died.again()
+        what = f"{what} (engine '{self.method.name}')"
+        reaper.set_phase(what)
         with _output_to(self.log_path):
             try:
-                return self.loop.run(coro)
+                return self.loop.run(coro, self.watch, what)
+            except Overdue as over:
+                self.died = self._overdue(over)
             except Exception as exc:
                 if not (compat.is_engine_dead(exc) or getattr(self.client, "errored", False)):
                     raise
                 self.died = self._diagnose(exc)
         raise self.died
+
+    def _overdue(self, over: Overdue) -> EngineStalled:
+        """No progress: record what the engine's processes were doing, stop them, and say so."""
+        message = stop_overdue(over, f"the engine for method '{self.method.name}'", procs.engine_processes(self.children_before_boot),
+                               self.log_path.with_suffix(".stacks"), self.watch.stall_s, None, self.profile_path)
+        return EngineStalled(f"{message}. If an honest step takes this long here, raise [engine] stall_timeout_s. "
+                             f"Engine log: {self.log_path}", self.method.name,
+                             f"no progress for {over.idle_s:.0f} s while {over.what}")
 
     def _diagnose(self, exc: BaseException) -> EngineDied:
         reason, tail = explain_failure(self.log_path, exc)
@@ -217,7 +249,7 @@ class Engine(StreamingBackend):
 
     def collective_rpc(self, fn):
         """Call `fn(worker)` in every worker process (results in rank order)."""
-        return self.run(self.client.collective_rpc(fn))
+        return self.run(self.client.collective_rpc(fn), f"a call into the workers ({getattr(fn, '__name__', 'rpc')})")
 
     def timed_steps(self, work) -> dict[str, float] | None:
         """Run `work()` with timers in the worker around the target's forward pass and the drafter:
@@ -232,25 +264,24 @@ class Engine(StreamingBackend):
 
     def memory_reading(self):
         """KV capacity, the engine processes' peak memory, and the drafter's own weights (measured in
-        every worker: tensors the drafter does not share with the target, summed over the tensor-
-        parallel ranks that each hold a shard)."""
-        from specgate.memory import MemoryReading
+        every worker: tensors the drafter does not share with the target, each counted once per
+        distinct tensor-parallel shard: memory.drafter_weights)."""
+        from specgate.memory import MemoryReading, drafter_weights
 
         pids = sorted(procs.children() - self.children_before_boot)
         try:
-            per_rank = self.collective_rpc(worker.drafter_weight_bytes)
-            drafter = None if any(b is None for b in per_rank) else sum(per_rank)
+            drafter = drafter_weights(self.collective_rpc(worker.drafter_shards))
         except EngineDied:
             raise
         except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
-            drafter = None
+            drafter = {}
         device, source = device_bytes(pids)
         return MemoryReading(
             kv_capacity_tokens=compat.kv_capacity_tokens(self.client),
             peak_process_bytes=sum(procs.peak_rss(pid) for pid in pids),
             device_bytes=device,
-            drafter_weight_bytes=drafter,
             device_source=source,
+            **drafter,
         )
 
     def shutdown(self) -> ShutdownReport:
@@ -270,6 +301,12 @@ class Engine(StreamingBackend):
                 gc.collect()
             _restore_env(self.env_before)
         leftover = procs.wait_for_exit(self.children_before_boot)
+        if leftover:  # reported (the lifecycle gate fails on them), and stopped: nothing stays running
+            procs.stop_tree(leftover)
+        stacks = self.log_path.with_suffix(".stacks")
+        with contextlib.suppress(OSError):
+            if stacks.exists() and not stacks.stat().st_size:
+                stacks.unlink()  # registered at start, never needed
         gc.collect()
         return ShutdownReport(
             self.method.name,
@@ -291,12 +328,16 @@ def _restore_env(saved: dict[str, str | None]) -> None:
 
 
 def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) -> Engine:
-    """Start a vLLM engine for `method`; raise EngineBootError with the log tail if it will not start."""
+    """Start a vLLM engine for `method`; raise EngineBootError with the log tail if it will not start,
+    or does not finish starting within the profile's boot_timeout_s (or goes stall_timeout_s without
+    a line in its log): then its processes are stopped, saying what the boot was doing."""
     kwargs = engine_kwargs(profile, method, root)
+    stacks = log_path.with_suffix(".stacks")
     # The memory reading sends one small function to the worker (collective_rpc), which vLLM only
     # serializes with this set. The engine is ours and local; no input crosses a trust boundary.
-    # Set before vLLM is imported: it reads some (VLLM_ENGINE_READY_TIMEOUT_S) once, at import.
-    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **profile.engine_env}
+    # Set before vLLM is imported: it reads some of its settings once, at import.
+    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **logstream.ENV, **python_stacks_env(stacks),
+           **vllm_deadline_env(profile), **profile.engine_env}
     env_before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
@@ -305,24 +346,40 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         # each request's own accepted-tokens histogram: the stream's chunks are not steps when merged
         kwargs.setdefault(compat.PER_REQUEST_METRICS, "summary")
 
+    reaper.ensure(root)  # whatever happens to this process, the engine's do not outlive it
     gc.collect()
     children_before = procs.children()
     rss_before = procs.rss()
     available_before = procs.available_memory()
     start = time.monotonic()
     loop = EventLoopThread()
+    watch = Watch(profile.stall_timeout_s, profile.boot_timeout_s, log_path)
+    what = f"booting engine '{method.name}'"
+    reaper.set_phase(what)
 
     async def create():
         return AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
 
+    def give_up() -> None:
+        """The boot is abandoned: stop what it started, put the environment back."""
+        procs.stop_tree(list(procs.engine_processes(children_before)))
+        loop.close(wait_s=5.0)
+        _restore_env(env_before)
+
     try:
         with _output_to(log_path):
             print(f"specgate: booting engine '{method.name}' with {kwargs}", flush=True)
-            client = loop.run(create())
+            client = loop.run(create(), watch, what)
+    except Overdue as over:
+        message = stop_overdue(over, f"the engine for method '{method.name}'", procs.engine_processes(children_before),
+                               stacks, profile.stall_timeout_s, profile.boot_timeout_s, str(profile.path))
+        give_up()
+        raise EngineBootError(
+            f"{message}. Engine log: {log_path}", log_tail="\n".join(_log_tail(log_path)), method=method.name,
+            reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
+        ) from None
     except Exception as exc:
-        loop.close()
-        _restore_env(env_before)
-        procs.kill(procs.wait_for_exit(children_before, wait_s=5.0))  # vLLM usually reaps them itself
+        give_up()
         reason, tail = explain_failure(log_path, exc)
         raise EngineBootError(
             f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot on "
@@ -333,8 +390,13 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
             reason=reason,
             detail=f"{type(exc).__name__}: {exc}",
         ) from None
+    except BaseException:  # Ctrl-C or SIGTERM during the boot: nothing half-started stays behind
+        give_up()
+        raise
     engine = Engine(method, client, loop, log_path, time.monotonic() - start, rss_before, available_before,
-                    children_before, env_before, processes=procs.engine_processes(children_before))
+                    children_before, env_before, processes=procs.engine_processes(children_before),
+                    watch=watch, profile_path=str(profile.path))
+    watch.boot_s = None  # booted: from here on only the no-progress deadline holds
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
         engine.runner = engine.collective_rpc(worker.runner_kind)[0]
     if method.slow_steps and not all(engine.collective_rpc(functools.partial(worker.slow_drafting, share=method.slow_steps))):
@@ -343,6 +405,13 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
                               f"runner has none ({engine.runner or 'unknown runner'})", method=method.name,
                               reason="slow_steps: no drafting call")
     return engine
+
+
+def _log_tail(log_path: Path) -> list[str]:
+    try:
+        return log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
+    except OSError:
+        return []
 
 
 @contextlib.contextmanager

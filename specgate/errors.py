@@ -7,7 +7,9 @@
     ├── BaselineError              a stored baseline file is malformed, truncated or of another schema
     ├── EngineBootError            vLLM refused to start an engine; carries the tail of its log
     ├── EngineDied                 a running engine died (a crash at a verification step, a kill,
-    │                              out of memory): which process, its exit, vLLM's own error
+    │   │                          out of memory): which process, its exit, vLLM's own error
+    │   └── EngineStalled          a running engine made no progress for stall_timeout_s: what it
+    │                              was doing, where its stacks are; its processes were stopped
     ├── EndpointError              (endpoint.py) a --specgate-endpoint server is unreachable or not vLLM
     ├── ResultsError               (report.py) a results directory is missing or corrupt
     └── NotMeasurable              this run cannot measure it (e.g. memory of a remote server): a skip
@@ -68,11 +70,20 @@ class EngineDied(SpecgateError):
         self.reason = reason  # vLLM's own one-line error, or how the process ended
         self.repeat = repeat
 
+    happened = "died"
+
     def again(self) -> EngineDied:
-        return EngineDied(
-            f"not judged: the engine for method '{self.method}' died earlier in this run ({self.reason}); see this "
-            "method's first failure for the process and its log", self.method, self.reason, repeat=True,
+        return type(self)(
+            f"not judged: the engine for method '{self.method}' {self.happened} earlier in this run ({self.reason}); see "
+            "this method's first failure for the processes and the log", self.method, self.reason, repeat=True,
         )
+
+
+class EngineStalled(EngineDied):
+    """Raised when a running engine (or server) made no progress for the profile's stall_timeout_s;
+    its processes were stopped after their stacks were written next to its log."""
+
+    happened = "was stopped for making no progress"
 
 
 class NotMeasurable(SpecgateError):

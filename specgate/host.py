@@ -30,6 +30,7 @@ class MethodRecord:
     died: EngineDied | None = None  # the engine crashed or was killed after it booted
     skipped_reason: str | None = None
     runner: str = ""  # which model runner the engine's worker used ('v1' / 'v2')
+    longest_idle_s: float = 0.0  # the longest wait on it without a token or log line (evidence for stall_timeout_s)
 
 
 class EngineHost:
@@ -102,6 +103,7 @@ class EngineHost:
 
     def _endpoint(self, name: str) -> Backend:
         from specgate.endpoint import Endpoint
+        from specgate.watchdog import Watch
 
         if name not in self.endpoints:
             raise NotMeasurable(
@@ -110,7 +112,7 @@ class EngineHost:
                 + ")"
             )
         if name not in self._clients:
-            client = Endpoint(name, self.endpoints[name])
+            client = Endpoint(name, self.endpoints[name], watch=Watch(self.profile.stall_timeout_s))
             client.served_model()  # fails here, clearly, when the server is not there
             self._clients[name] = client
             self.records[name].boots += 1
@@ -134,8 +136,14 @@ class EngineHost:
             return None
         engine, self._engine = self._engine, None
         report = engine.shutdown()
-        self.records[engine.method_name].shutdown = report
+        self._ended(engine, report)
         return report
+
+    def _ended(self, engine: Backend, report: ShutdownReport | None) -> None:
+        record = self.records[engine.method_name]
+        record.shutdown = report
+        if (watch := getattr(engine, "watch", None)) is not None:
+            record.longest_idle_s = max(record.longest_idle_s, watch.longest_idle_s)
 
     def release(self, name: str) -> ShutdownReport | None:
         """Shut down `name`'s engine if it is alive; return its shutdown report."""
@@ -143,7 +151,7 @@ class EngineHost:
             return self.release_current()
         if self.reference is not None and name == BASELINE:
             engine, self.reference = self.reference, None
-            self.records[BASELINE].shutdown = engine.shutdown()
+            self._ended(engine, engine.shutdown())
         return self.records[name].shutdown
 
     def release_all(self) -> None:

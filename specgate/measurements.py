@@ -285,7 +285,8 @@ class MeasurementStore:
                 f"no memory reading of the baseline engine in this run, so method '{name}' has nothing to be "
                 "compared with (did the baseline engine fail to boot?)"
             )
-        method = self.profile.methods[name]
-        analytic, kv_per_token = memory.drafter_footprint(self.profile, method, root)
+        method, reading = self.profile.methods[name], self.memory_reading(name)
+        # what the engine took from the target is not the drafter's on either side
+        analytic, kv_per_token = memory.drafter_footprint(self.profile, method, root, shared=reading.drafter_shared)
         kv_target = memory.target_kv_bytes_per_token(self.profile, root)
-        return memory.overhead(self.memory_reading(name), base, analytic, kv_per_token, kv_target)
+        return memory.overhead(reading, base, analytic, kv_per_token, kv_target)

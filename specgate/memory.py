@@ -15,27 +15,79 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "auto": 2}
-_SAFETENSORS_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "BOOL": 1}
 MIB = 1024**2
 
 
-def checkpoint_params(model_dir: Path, only: str = "") -> int:
-    """Number of parameters stored in a local checkpoint's safetensors files (headers only);
-    with `only`, just the tensors whose name contains it."""
+# The weight files vLLM loads from a checkpoint: the first pattern that matches any file, and never
+# the training leftovers it filters out (vllm/model_executor/model_loader/default_loader.py and
+# weight_utils.filter_files_not_needed_for_inference; docs/gpu-runners.md has the lines).
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
+NOT_WEIGHTS = ("training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt")
+VOCAB_MAPS = ("d2t", "t2d")  # EAGLE-3's draft <-> target vocabulary maps: buffers, not weights
+
+
+def checkpoint_params(model_dir: Path, only: str = "", exclude=()) -> int | None:
+    """Number of parameters stored in a local checkpoint's weight files, read as vLLM picks them:
+    safetensors headers, else PyTorch .bin / .pt files (loaded onto the meta device: shapes, no data).
+    With `only`, just the tensors whose name contains it; `exclude`: names of tensors the engine
+    shares with the target (compared without their `model.` prefixes). None ("not computed") when
+    the directory holds no weight file, or one that cannot be read: never 0 for a head with weights."""
+    shapes = _checkpoint_shapes(Path(model_dir))
+    if shapes is None:
+        return None
+    shared = {_stem(name) for name in exclude}
     total = 0
-    files = sorted(Path(model_dir).glob("*.safetensors"))
-    for f in files:
-        with f.open("rb") as fh:
-            (n,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(n))
-        for name, info in header.items():
-            if name == "__metadata__" or name in ("d2t", "t2d") or only not in name:  # d2t/t2d: vocab maps
-                continue
-            count = 1
-            for dim in info["shape"]:
-                count *= dim
-            total += count
+    for name, shape in shapes.items():
+        if name in VOCAB_MAPS or only not in name or _stem(name) in shared:
+            continue
+        count = 1
+        for dim in shape:
+            count *= dim
+        total += count
     return total
+
+
+def _stem(name: str) -> str:
+    """'model.embed_tokens.weight' and 'embed_tokens.weight' are one tensor to compare names by."""
+    while name.startswith("model."):
+        name = name[len("model."):]
+    return name
+
+
+def _checkpoint_shapes(model_dir: Path) -> dict[str, tuple[int, ...]] | None:
+    for pattern in WEIGHT_FILES:
+        files = sorted(f for f in model_dir.glob(pattern) if f.name not in NOT_WEIGHTS)
+        if files:
+            break
+    else:
+        return None
+    shapes: dict[str, tuple[int, ...]] = {}
+    try:
+        for f in files:
+            shapes.update(_safetensors_shapes(f) if f.suffix == ".safetensors" else _torch_shapes(f))
+    except Exception:  # a truncated file, a pickle that is not a state dict: not computed, never a guess
+        return None
+    return shapes
+
+
+def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    with path.open("rb") as fh:
+        (n,) = struct.unpack("<Q", fh.read(8))
+        header = json.loads(fh.read(n))
+    return {name: tuple(info["shape"]) for name, info in header.items() if name != "__metadata__"}
+
+
+def _torch_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    import torch
+
+    def walk(obj, prefix: str) -> dict[str, tuple[int, ...]]:
+        if isinstance(obj, torch.Tensor):
+            return {prefix: tuple(obj.shape)}
+        if isinstance(obj, dict):  # a state dict, or one nested under a key ("state_dict", "model")
+            return {k: v for key, value in obj.items() for k, v in walk(value, f"{prefix}.{key}" if prefix else str(key)).items()}
+        return {}
+
+    return walk(torch.load(path, map_location="meta", weights_only=True), "")
 
 
 def kv_bytes_per_token(config: dict, dtype_bytes: int) -> int:
@@ -58,6 +110,24 @@ class MemoryReading:
     # "process": NVML's per-process figures for the engine's PIDs; "device": memory used on the
     # engine's devices as a whole (in a container NVML reports host PIDs, which never match ours)
     device_source: str = ""
+    drafter_shared: tuple[str, ...] = ()  # the drafter's tensors that are the target's (not counted on either side)
+    drafter_not_measured: str = ""  # why drafter_weight_bytes is None, when the workers said
+
+
+def drafter_weights(per_rank: list[dict | None]) -> dict:
+    """MemoryReading's drafter fields from every worker's worker.drafter_shards (rank order): each
+    parameter counted once per distinct shard, so a layer whole on every rank (EAGLE-3's fc, a
+    ReplicatedLinear) once and a split one summed over the ranks. A rank without a drafter record
+    leaves the figure unmeasured, never a partial sum; so does a layer split in an unknown way."""
+    if not per_rank or any(r is None for r in per_rank):
+        return {"drafter_weight_bytes": None}
+    shared = tuple(sorted({name for r in per_rank for name in r["shared"]}))
+    if unknown := sorted({u for r in per_rank for u in r["unknown"]}):
+        return {"drafter_weight_bytes": None, "drafter_shared": shared,
+                "drafter_not_measured": f"split over tensor-parallel ranks in a way specgate does not count: {', '.join(unknown[:3])} "
+                                        "(specgate/vllm_compat.py parameter_shard)"}
+    distinct = {(name, shard): size for r in per_rank for name, (shard, size) in r["tensors"].items()}
+    return {"drafter_weight_bytes": sum(distinct.values()), "drafter_shared": shared}
 
 
 @dataclass(frozen=True)
@@ -135,7 +205,7 @@ def model_dir(ref: str, root: Path) -> Path | None:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(ref, local_files_only=True, allow_patterns=["*.json", "*.safetensors"]))
+        return Path(snapshot_download(ref, local_files_only=True, allow_patterns=["*.json", *WEIGHT_FILES]))
     except Exception:  # not cached, or no huggingface_hub: nothing to read
         return None
 
@@ -146,11 +216,13 @@ def target_kv_bytes_per_token(profile, root: Path) -> int:
     return kv_bytes_per_token(_config(target), DTYPE_BYTES.get(profile.dtype, 2)) if target else 0
 
 
-def drafter_footprint(profile, method, root: Path) -> tuple[int | None, int]:
-    """(drafter weight bytes from its checkpoint's safetensors headers, drafter KV bytes per token
-    from its config), both at the profile's dtype. Model-free methods cost nothing; MTP counts the
-    target's MTP layers. A hub drafter is read from the Hugging Face cache; one that is not on this
-    disk gives None ("not computed"; the measured figure still gates)."""
+def drafter_footprint(profile, method, root: Path, shared=()) -> tuple[int | None, int]:
+    """(drafter weight bytes from its checkpoint's weight files, drafter KV bytes per token from its
+    config), both at the profile's dtype. Model-free methods cost nothing; MTP counts the target's
+    MTP layers; `shared` names the tensors the engine takes from the target instead (EAGLE's
+    embedding or LM head when identical to the target's), which the engine does not load again. A
+    hub drafter is read from the Hugging Face cache; one that is not on this disk, or whose weights
+    cannot be read, gives None ("not computed"; the measured figure still gates)."""
     elem = DTYPE_BYTES.get(profile.dtype, 2)
     kind = method.kind
     if kind in ("ngram", "ngram_gpu", "suffix"):
@@ -162,13 +234,15 @@ def drafter_footprint(profile, method, root: Path) -> tuple[int | None, int]:
         cfg = _config(target)
         layers = int(cfg.get("num_nextn_predict_layers", 1))
         per_layer = kv_bytes_per_token(dict(cfg, num_hidden_layers=1), elem)
-        return checkpoint_params(target, only="mtp") * elem, layers * per_layer
+        params = checkpoint_params(target, only="mtp", exclude=shared)
+        return None if params is None else params * elem, layers * per_layer
     drafter = model_dir(method.draft_model or "", root)
     if drafter is None:
         return None, 0
     cfg = _config(drafter)
     kv = 0 if kind == "medusa" else kv_bytes_per_token(cfg, elem)
-    return checkpoint_params(drafter) * elem, kv
+    params = checkpoint_params(drafter, exclude=shared)
+    return None if params is None else params * elem, kv
 
 
 def device_bytes(pids: list[int]) -> tuple[int | None, str]:

@@ -30,6 +30,7 @@ _OUT_KEY = pytest.StashKey[Path]()
 _WATCH_KEY = pytest.StashKey["CorrectnessWatch"]()
 _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 _WORKERS_KEY = pytest.StashKey[list]()
+_RUN_KEY = pytest.StashKey["RunLife"]()
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
 DEFAULT_STAGE = 50
 MARKERS = (
@@ -93,6 +94,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "equivalence exact: the equivalence pass for targets that fit (`-k equivalence`), without bf16 near-ties.",
     )
     group.addoption(
+        "--specgate-kill-stale",
+        action="store_true",
+        default=False,
+        help="stop engine and server processes an earlier run of this checkout left behind (found from its state "
+        "file in results/.running/) before this run starts. Default: off (they are only reported).",
+    )
+    group.addoption(
         "--specgate-out",
         metavar="DIR",
         default=None,
@@ -129,6 +137,10 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_OUTCOMES_KEY] = recorder = OutcomeRecorder()
     config.pluginmanager.register(recorder, "specgate-outcomes")
     config.stash[_WORKERS_KEY] = []
+    config.stash[_RUN_KEY] = life = RunLife()
+    if _selects_gate(config):
+        life.start(config)
+        config.pluginmanager.register(life, "specgate-run-life")
     out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or _default_out(project_root(config))
     config.stash[_OUT_KEY] = Path(out)
     if getattr(config.option, "numprocesses", None) and not scaleout.worker_id():
@@ -362,18 +374,21 @@ def gate(request: pytest.FixtureRequest):
 
 def _guard(gate, fn, *args, **kwargs):
     """Run a session call; what cannot be measured is a skip, a boot failure a skip (expected by the
-    profile) or a one-paragraph failure, any other SpecgateError a failure without a traceback."""
+    profile) or a one-paragraph failure, any other SpecgateError a failure without a traceback. The
+    skip or failure is raised outside the except block, so pytest says it once (no "During handling
+    of the above exception")."""
     try:
         return fn(*args, **kwargs)
     except NotMeasurable as exc:
-        pytest.skip(str(exc))
+        skip = failure = str(exc) or type(exc).__name__
     except EngineBootError as exc:
-        reason = gate.host.expected_boot_failure(exc.method, exc)
-        if reason:
-            pytest.skip(reason)
-        pytest.fail(str(exc) if exc.repeat else f"{exc}\n--- engine log tail ---\n{exc.log_tail}", pytrace=False)
+        skip = gate.host.expected_boot_failure(exc.method, exc)
+        failure = str(exc) if exc.repeat else f"{exc}\n--- engine log tail ---\n{exc.log_tail}"
     except SpecgateError as exc:
-        pytest.fail(str(exc), pytrace=False)
+        skip, failure = None, str(exc)
+    if skip:
+        pytest.skip(skip)
+    pytest.fail(failure, pytrace=False)
 
 
 @pytest.fixture
@@ -394,6 +409,54 @@ def judge(gate, request: pytest.FixtureRequest):
 
 
 # -- outcomes and reporting -------------------------------------------------------------------------
+class RunLife:
+    """How the run begins and ends: Ctrl-C and SIGTERM stop it cleanly (specgate.interrupts), engine
+    processes an earlier run left behind are reported or stopped, and an interrupted run says where."""
+
+    def __init__(self) -> None:
+        self.restore_signals = lambda: None
+        self.header: list[str] = []
+        self.current = ""  # the test running now
+        self.interrupted = ""
+
+    def start(self, config: pytest.Config) -> None:
+        from specgate import interrupts, logstream, reaper
+
+        self.restore_signals = interrupts.install()
+        os.environ.update(logstream.ENV)  # before vLLM configures its logging: see specgate.logstream
+        if hasattr(config, "workerinput"):
+            return  # an xdist worker: the controller looks after earlier runs
+        kill = config.getoption("--specgate-kill-stale")
+        for run in reaper.stale_runs(project_root(config)):
+            if kill:
+                left = reaper.stop_stale(run)
+                self.header.append(f"specgate: stopped {len(run.processes) - len(left)} process(es) left by an earlier run "
+                                   f"(pid {run.owner}){f'; these would not die: {left}' if left else ''}")
+            else:
+                pids = " ".join(str(p["pid"]) for p in run.processes)
+                self.header.append(f"specgate: WARNING: {run.describe()}. Stop them with --specgate-kill-stale (or kill "
+                                   f"{pids}); the state file is {run.path}")
+
+    @pytest.hookimpl
+    def pytest_report_header(self) -> list[str]:
+        return self.header
+
+    @pytest.hookimpl
+    def pytest_runtest_logstart(self, nodeid: str) -> None:
+        self.current = nodeid
+
+    @pytest.hookimpl
+    def pytest_keyboard_interrupt(self, excinfo) -> None:
+        from specgate import interrupts
+
+        where = self.current or "collection"
+        self.interrupted = f"interrupted at {where} ({interrupts.signal_name(excinfo.value)})"
+
+    @pytest.hookimpl
+    def pytest_unconfigure(self) -> None:
+        self.restore_signals()
+
+
 class CorrectnessWatch:
     """Collects failed `correctness` tests: --update-baselines refuses to write after any."""
 
@@ -458,7 +521,7 @@ def pytest_testnodedown(node, error) -> None:
 
 
 def _ran(session) -> bool:
-    return session is not None and bool(session.host.engines_booted or session.plan.endpoints)
+    return session is not None and bool(session.host.engines_booted or session.plan.endpoints or session.interrupted)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
@@ -497,6 +560,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         _summarize_workers(terminalreporter, config, workers)
         return
     session = config.stash.get(_SESSION_KEY, None)
+    if session is not None:
+        session.interrupted = config.stash[_RUN_KEY].interrupted
     if not _ran(session):
         return
     session.release_all()

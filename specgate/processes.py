@@ -106,3 +106,49 @@ def kill(pids: list[int]) -> None:
     for pid in pids:
         with contextlib.suppress(psutil.Error):
             psutil.Process(pid).kill()
+
+
+def stop_tree(pids, grace_s: float = 5.0) -> list[int]:
+    """Stop these processes and everything under them: SIGTERM (and SIGCONT, so a stopped process
+    can act on it), then SIGKILL whatever is left after `grace_s`. Returns the pids still alive."""
+    import psutil
+
+    procs: dict[int, psutil.Process] = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.Error):
+            proc = psutil.Process(pid)
+            for p in [proc, *proc.children(recursive=True)]:
+                procs[p.pid] = p
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        for p in procs.values():
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+    alive = _wait_gone(list(procs.values()), grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    return sorted(p.pid for p in _wait_gone(alive, 5.0))
+
+
+def _wait_gone(procs: list, timeout_s: float) -> list:
+    """Those of `procs` still running after up to `timeout_s`. A zombie counts as gone: it holds no
+    memory, and one whose parent has died may never be reaped where PID 1 does not reap."""
+    import psutil
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = []
+        for p in procs:
+            try:
+                if p.status() == psutil.STATUS_ZOMBIE:
+                    with contextlib.suppress(psutil.Error):
+                        p.wait(timeout=0)  # reaps it when it is our own child
+                    continue
+            except psutil.NoSuchProcess:
+                continue
+            except psutil.Error:
+                pass
+            alive.append(p)
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)

@@ -211,6 +211,11 @@ class Profile:
     usd_per_hour: float | None = None  # [cost] usd_per_hour: the runner's price, for cost per million tokens
     drift: str = "fail"  # past drift_rtol: "fail" or "warn"
     drift_since: str = ""  # YYYY-MM-DD: baseline updates committed before it are not held against a run
+    # The suite's own deadlines ([engine] boot_timeout_s, stall_timeout_s; see specgate/watchdog.py): a
+    # boot that takes longer, or any wait on an engine or server without a token or a log line for
+    # that long, stops its processes and fails the method (the others still run).
+    boot_timeout_s: float = 1200.0
+    stall_timeout_s: float = 300.0
 
     @property
     def sources(self) -> tuple[PromptSource, ...]:
@@ -279,7 +284,11 @@ CANARY_GATES = ("acceptance", "speedup", "memory")
 # `lossy = { max_diverged_share = X }` and is judged on it.
 LOSSY_REJECTION = {"fly"}
 FLOOR_KEYS = {"acceptance_rate": float, "mean_acceptance_length": float}
-_ENGINE_KEYS = {"kwargs": dict, "env": dict}
+_ENGINE_KEYS = {"kwargs": dict, "env": dict, "boot_timeout_s": float, "stall_timeout_s": float}
+# Deadlines when a profile sets none. GPU: a first load of an 8B model with graph capture fits in
+# 1200 s; the longest honest wait without a token or a log line (a long prefill at high concurrency,
+# NCCL set-up) in 300 s. CPU: cpu-tiny boots in 15-40 s on 2 cores.
+DEFAULT_DEADLINES = {"cuda": (1200.0, 300.0), "cpu": (300.0, 120.0)}
 _MODEL_KEYS = ("model", "tokenizer")  # speculative_config keys that name a model
 
 
@@ -360,6 +369,11 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     engine = data.get("engine", {})
     check.table(engine, _ENGINE_KEYS, "engine.")
     env = {str(k): str(v) for k, v in engine.get("env", {}).items()}
+    boot_default, stall_default = DEFAULT_DEADLINES[hardware]
+    deadlines = {"boot_timeout_s": float(engine.get("boot_timeout_s", boot_default)),
+                 "stall_timeout_s": float(engine.get("stall_timeout_s", stall_default))}
+    for key, value in deadlines.items():
+        check.positive(f"engine.{key}", value)
 
     methods: dict[str, Method] = {}
     if not data["methods"]:
@@ -508,6 +522,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         usd_per_hour=float(cost["usd_per_hour"]) if "usd_per_hour" in cost else None,
         drift=drift,
         drift_since=drift_since,
+        **deadlines,
     )
 
 

@@ -47,7 +47,8 @@ def summary_lines(session, outcomes=()) -> list[str]:
     host, plan, measured = session.host, session.plan, session.measured
     ran = [r for r in host.records.values() if r.boot_s and r.method != BASELINE]
     failed = [r for r in host.records.values() if r.boot_error]
-    lines = [judged_line([o.__dict__ if hasattr(o, "__dict__") else o for o in outcomes])] if outcomes else []
+    lines = [f"{session.interrupted}: the run stopped there; what it measured until then follows"] if session.interrupted else []
+    lines += [judged_line([o.__dict__ if hasattr(o, "__dict__") else o for o in outcomes])] if outcomes else []
     lines += header_lines(session)
     lines += [
         f"profile {session.profile.name} ({session.profile.path}); results in {plan.out_dir}",
@@ -69,6 +70,8 @@ def summary_lines(session, outcomes=()) -> list[str]:
             state = f"died: {r.died.reason}"
         else:
             state = f"boot {', '.join(f'{s:.1f}' for s in r.boot_s)} s" + (f" (runner {r.runner})" if r.runner else "")
+            if r.longest_idle_s:
+                state += f"; longest wait without progress {r.longest_idle_s:.1f} s"
             if r.shutdown:
                 sd = r.shutdown
                 state += (
@@ -81,7 +84,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
                 near = counts["compared"] - counts["identical"] - counts["diverged"]
                 state += f"; greedy: {counts['identical']}/{counts['compared']} identical, {near} near-ties, {counts['diverged']} diverged"
         lines.append(f"  {r.method:<14} {state}")
-        lines += _figure_lines(measured.get(r.method, {}), r.method == BASELINE)
+        lines += _figure_lines(measured.get(r.method, {}), r.method == BASELINE, _across_runners(session, r.method))
     boots = {r.method: r.boots for r in host.records.values() if r.boots > 1}
     if boots:
         lines.append(f"  warning: booted more than once: {boots} (tests reordered, or an engine was lost)")
@@ -97,6 +100,12 @@ def header_lines(session) -> list[str]:
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))
         lines.append(f"speedups judged coarsely at {keys} (coarse_speedup_rtol {session.profile.tolerance.coarse_speedup_rtol}): "
                      + coarse[0].message.removeprefix("coarse judgement: ").split("; held to")[0])
+    across = [f"{m} ({runners})" for m in dict.fromkeys(m for (m, g, _) in session.judgements if g == "speedup")
+              if m != BASELINE and (runners := _across_runners(session, m))]
+    if across:
+        lines.append(f"speedups across model runners: {', '.join(across)}: vLLM ran these methods' engines on another "
+                     "model runner than the baseline engine's, so their speedups mix the two runners' step costs "
+                     "(docs/gpu-runners.md, 'Model runners')")
     if upgrade := session.baselines.upgrade():
         lines.append(upgrade)
     inputs = session.plan.inputs
@@ -165,11 +174,19 @@ def engines(session) -> dict[str, dict]:
     for name, r in session.host.records.items():
         out[name] = {"boots": r.boots, "boot_s": [round(x, 2) for x in r.boot_s], "runner": r.runner or None,
                      "boot_error": r.boot_error.reason if r.boot_error else None,
-                     "died": r.died.reason if r.died else None, "skipped": r.skipped_reason}
+                     "died": r.died.reason if r.died else None, "skipped": r.skipped_reason,
+                     "longest_idle_s": round(r.longest_idle_s, 2)}
     return out
 
 
-def _figure_lines(kinds: dict, is_baseline: bool) -> list[str]:
+def _across_runners(session, method: str) -> str:
+    """'v1 vs baseline v2' when the method's engine ran another model runner than the baseline
+    engine (its speedups are not like for like), else ''."""
+    ours, theirs = session.host.records[method].runner, session.host.records[BASELINE].runner
+    return f"{ours} vs baseline {theirs}" if ours and theirs and ours != theirs else ""
+
+
+def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]:
     pad, lines = f"  {'':<14}", []
     if accepted := kinds.get("acceptance", {}):
         lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in accepted.items())
@@ -196,7 +213,8 @@ def _figure_lines(kinds: dict, is_baseline: bool) -> list[str]:
             else:
                 continue
             parts.append(part)
-        lines.append(f"{pad} {'throughput' if is_baseline else 'speedup'}: {', '.join(parts)}")
+        across = f" (model runner {across}: across runners, not like for like)" if across else ""
+        lines.append(f"{pad} {'throughput' if is_baseline else 'speedup'}{across}: {', '.join(parts)}")
     return lines
 
 
@@ -206,6 +224,7 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
     now = _dt.datetime.now(_dt.timezone.utc)
     return {
         "run_id": session.plan.out_dir.name,
+        "interrupted": session.interrupted or None,
         "profile": session.profile.name,
         "profile_path": str(session.profile.path),
         "hardware": session.baselines.hardware,

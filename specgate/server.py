@@ -3,8 +3,10 @@ where each vLLM release runs from its own virtualenv.
 
 `Server(python, profile, method, root, log)` is a context manager: it starts the server with exactly
 the engine arguments the in-process gate uses for that method (engine.engine_kwargs), waits until
-/health answers (the server's own error and log tail when it exits first), and stops it. Its
-processes' peak memory is readable while it runs.
+/health answers (the server's own error and log tail when it exits first; past the profile's
+boot_timeout_s, or stall_timeout_s without a log line, its stacks and a clear error), and stops it
+and every process under it, whatever way the block is left (Ctrl-C included; on SIGKILL of this
+process, the run's reaper does). Its processes' peak memory is readable while it runs.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ import urllib.request
 from pathlib import Path
 
 from specgate.errors import SpecgateError
+from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
 
-# vLLM's own engine start-up limit (VLLM_ENGINE_READY_TIMEOUT_S) is 600 s, model download included;
-# a server waits for it and then for its HTTP side.
-BOOT_TIMEOUT_S = float(os.environ.get("SPECGATE_SERVER_TIMEOUT_S", "900"))
+STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL: a server that is stopped or wedged gets no longer
 
 
 class ServerError(SpecgateError):
@@ -60,19 +61,27 @@ def serve_args(python: Path, kwargs: dict, port: int) -> list[str]:
 
 class Server:
     def __init__(self, python: Path, profile, method, root: Path, log: Path, name: str = ""):
-        from specgate.engine import engine_kwargs
+        from specgate.engine import engine_kwargs, vllm_deadline_env
 
         self.name = name or method.name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = serve_args(Path(python), engine_kwargs(profile, method, root), self.port)
-        self.env = {**os.environ, **profile.engine_env}
-        self.env.pop("VIRTUAL_ENV", None)
         self.log = Path(log)
+        self.stacks = self.log.with_suffix(".stacks")
+        self.env = {**os.environ, **python_stacks_env(self.stacks), **vllm_deadline_env(profile), **profile.engine_env}
+        self.env.pop("VIRTUAL_ENV", None)
+        self.env.pop("VLLM_LOGGING_STREAM", None)  # the server logs to its own stdout: its log file
+        self.root, self.source = Path(root), str(profile.path)
+        self.watch = Watch(profile.stall_timeout_s, profile.boot_timeout_s, self.log)
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
+        from specgate import reaper
+
         self.log.parent.mkdir(parents=True, exist_ok=True)
+        reaper.ensure(self.root)
+        reaper.set_phase(f"booting server '{self.name}'")
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=self.env,
                                          start_new_session=True)
@@ -87,8 +96,9 @@ class Server:
         self.stop()
 
     def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + BOOT_TIMEOUT_S
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        self.watch.restart()
+        while True:
             if self.proc.poll() is not None:
                 from specgate.engine import explain_failure
 
@@ -102,9 +112,25 @@ class Server:
                     if resp.status == 200:
                         return
             except OSError:
-                time.sleep(1)
-        raise ServerError(f"server '{self.name}' did not answer /health within {BOOT_TIMEOUT_S:.0f} s "
-                          f"(SPECGATE_SERVER_TIMEOUT_S); its log: {self.log}")
+                time.sleep(0.5)
+            try:
+                self.watch.check(started, f"booting server '{self.name}'")
+            except Overdue as over:
+                message = stop_overdue(over, f"server '{self.name}'", self._processes(), self.stacks, self.watch.stall_s,
+                                       self.watch.boot_s, self.source)
+                raise ServerError(f"{message}. Its log: {self.log}") from None
+
+    def _processes(self) -> dict[int, str]:
+        """The server and every process under it (pid -> name)."""
+        import psutil
+
+        out = {}
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.proc.pid)
+            for p in [root, *root.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    out[p.pid] = p.name()
+        return out
 
     def peak_memory_bytes(self) -> int:
         """Peak resident memory of the server and every process under it."""
@@ -122,14 +148,11 @@ class Server:
         return sum(peak_rss(pid) for pid in pids)
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, 15)
-        try:
-            self.proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, 9)
-            self.proc.wait()
+        """Stop the server and everything under it (a stopped or wedged process included)."""
+        from specgate.processes import stop_tree
 
+        if self.proc is None:
+            return
+        stop_tree(list(self._processes()) or [self.proc.pid], STOP_GRACE_S)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)

@@ -71,7 +71,7 @@ class GateSession:
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
         self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
         ctx = Context(plan.profile, self.baselines, plan.strict, plan.update_baselines,
-                      runner_of=lambda name: self.host.records[name].runner)
+                      runner_of=lambda name: self.host.records[name].runner, measured_now=self._measured_now)
         self.checks = {
             "equivalence": EquivalenceCheck(ctx, self.store, plan.inputs),
             "acceptance": AcceptanceCheck(ctx, self.store),
@@ -81,6 +81,11 @@ class GateSession:
         }
         self.judgements: dict[tuple[str, str, str], Judgement] = {}
         self.started, self.started_wall = time.monotonic(), time.time()
+        self.interrupted = ""  # "interrupted at <test> (SIGTERM)" when the run was stopped
+
+    def _measured_now(self, method: str, gate: str, key: str) -> dict | None:
+        judgement = self.judgements.get((method, gate, key))
+        return judgement.record if judgement is not None else None
 
     def boot(self, method: str) -> None:
         """Bring up `method`'s engine now (a boot failure raises EngineBootError). The baseline engine

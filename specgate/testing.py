@@ -43,10 +43,14 @@ class FakeMethod:
     accepted: float = 1.0  # draft tokens accepted per verification step (a worse drafter: less)
     step_cost: float = 1.2  # a speculative step's time in plain steps (raise it: a slower proposer)
     drafter_mib: float = 0.0  # weights the worker reports for the drafter (None for model-free)
+    drafter_shared: tuple[str, ...] = ()  # the drafter's tensors the worker reports as the target's
     extra_kv_tokens_lost: int = 0
     runner: str = "v1"  # the model runner the engine reports ('v1' / 'v2')
     timers: bool = True  # whether the runner offers step timers (the model check's step costs)
     chunk_steps: int = 1  # engine steps per streamed chunk (> 1: a lagging consumer, merged DELTAs)
+    # Stops producing at its first batch or trial: its "engine core" (a real, idle child process) never
+    # answers, so the watchdog's deadline (the profile's stall_timeout_s) has to end the wait.
+    stalls: bool = False
 
 
 @dataclass(frozen=True)
@@ -76,12 +80,43 @@ class FakeScript:
 class FakeEngine:
     """A Backend in virtual time; see the module docstring for what it emits."""
 
-    def __init__(self, method, script: FakeScript, boots: list[str]):
+    def __init__(self, method, script: FakeScript, boots: list[str], profile=None, log_path: Path | None = None):
         self.method, self.script, self.boots = method, script, boots
         self.behaviour = script.method(method.name)
         self.alive, self.boot_s = True, 0.01
         self.k = method.num_speculative_tokens
         self.runner = self.behaviour.runner
+        self.profile, self.log_path = profile, log_path
+        self.core = self._start_core() if self.behaviour.stalls else None
+
+    def _start_core(self):
+        """A real process standing in for the engine core that stops answering."""
+        import subprocess
+        import sys
+
+        from specgate.watchdog import python_stacks_env
+
+        stacks = Path(self.log_path).with_suffix(".stacks")
+        env = {**os.environ, **python_stacks_env(stacks)}
+        return subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"], env=env)
+
+    def _stall(self, what: str):
+        """Wait on the core that never answers, under the profile's stall_timeout_s, as Engine.run does."""
+        import asyncio
+
+        from specgate.engine import EventLoopThread
+        from specgate.errors import EngineStalled
+        from specgate.watchdog import Overdue, Watch, stop_overdue
+
+        loop, watch = EventLoopThread(), Watch(self.profile.stall_timeout_s, None, self.log_path)
+        try:
+            loop.run(asyncio.sleep(3600), watch, what)
+        except Overdue as over:
+            message = stop_overdue(over, f"the engine for method '{self.method.name}'", {self.core.pid: "fake EngineCore"},
+                                   Path(self.log_path).with_suffix(".stacks"), watch.stall_s, None, str(self.profile.path))
+            raise EngineStalled(message, self.method.name, f"no progress for {over.idle_s:.0f} s while {what}") from None
+        finally:
+            loop.close()
 
     @property
     def method_name(self) -> str:
@@ -104,6 +139,8 @@ class FakeEngine:
 
     def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
                   seed: int | None = None) -> BatchResult:
+        if self.core is not None:
+            self._stall(f"generating a batch of {len(prompts)} prompts (engine '{self.method.name}')")
         out, steps = {}, {}
         for p in prompts:
             ids = list(TOKENS)
@@ -115,6 +152,8 @@ class FakeEngine:
         return BatchResult(out, steps, self._counters(2 * len(prompts)))
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
+        if self.core is not None:
+            self._stall(f"a closed-loop trial at C={concurrency} (engine '{self.method.name}')")
         machine = self.script.machine
         per_step = 2 if self.k else 1
         step = machine.step_s * (self.behaviour.step_cost if self.k else 1.0) / machine.speed
@@ -146,10 +185,13 @@ class FakeEngine:
         b = self.behaviour
         drafter = None if not self.k else int(b.drafter_mib * MIB)
         kv = 1000 - 10 * self.k - b.extra_kv_tokens_lost
-        return MemoryReading(kv, (100 + self.k) * MIB, None, drafter)
+        return MemoryReading(kv, (100 + self.k) * MIB, None, drafter, drafter_shared=tuple(b.drafter_shared))
 
     def shutdown(self) -> ShutdownReport:
         self.alive = False
+        if self.core is not None and self.core.poll() is None:
+            self.core.kill()
+            self.core.wait()
         return ShutdownReport(self.method.name, 0.01, [], 10, 10, 20, 0)
 
 
@@ -168,7 +210,7 @@ class FakeBoot:
                 f"engine for method '{method.name}' (fake) failed to boot: {error}",
                 log_tail=error, method=method.name, reason=error, detail=error,
             )
-        return FakeEngine(method, self.script, self.boots)
+        return FakeEngine(method, self.script, self.boots, profile, log_path)
 
 
 class FakeEnginePlugin:

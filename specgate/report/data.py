@@ -125,8 +125,8 @@ def _bound_word(gate: str) -> str:
 
 def headline(row: Mapping[str, Any]) -> str:
     """'2.41 [2.30, 2.52] (baseline 2.43, floor 2.31)': the value with what it was judged against."""
-    if not _present(row["value"]) and str(row.get("unit", "")).startswith("not measured"):
-        return row["unit"]  # a figure this run could not take says why
+    if not _present(row["value"]) and row.get("unit") and isinstance(row["unit"], str):
+        return row["unit"]  # a figure this run could not take says why; a label (the runner) is its unit
     text = fmt(row["value"])
     if _present(row["ci_low"]) and _present(row["ci_high"]):
         text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"

@@ -20,7 +20,7 @@ from specgate.report.data import (VERDICTS, _one_line, _ordered, _present, _shor
 _HEADLINES = {
     "equivalence": [("identical", "identical"), ("compared", "compared"), ("diverged", "diverged")],
     "acceptance": [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
-    "speedup": [("speedup", "speedup [CI]"), ("expected_speedup", "expected"),
+    "speedup": [("speedup", "speedup [CI]"), ("runner", "runner"), ("expected_speedup", "expected"),
                 ("measured_over_expected", "measured / expected"), ("throughput_tok_s", "tok/s"),
                 ("baseline_throughput_tok_s", "baseline tok/s"), ("ttft_p50_ms", "TTFT p50 ms"),
                 ("tpot_p50_ms", "TPOT p50 ms"), ("itl_p99_ms", "ITL p99 ms"), ("e2e_p50_ms", "E2E p50 ms")],

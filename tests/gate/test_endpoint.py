@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from specgate import reaper
 from specgate.endpoint import Endpoint
 from specgate.load import trial_prompts
 from specgate.server import Server, ServerError
@@ -58,6 +59,7 @@ def test_gate_in_endpoint_mode_reads_acceptance_from_metrics(specgate_plan, serv
         "--specgate-out", str(out), "--benchmark-disable", str(specgate_plan.root / "tests" / "gate"),
         "-k", "not endpoint",
     ]
+    reaper.set_phase("endpoint test: the gate in endpoint mode")
     done = subprocess.run(cmd, cwd=specgate_plan.root, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     run = json.loads((out / "run.json").read_text())

@@ -64,3 +64,24 @@ def test_a_profile_without_hub_models_fetches_nothing(capsys):
     args = argparse.Namespace(profile="cpu-tiny", methods="", dry_run=False, root=ROOT)
     assert download.main(args) == 0
     assert "names no hub model" in capsys.readouterr().out
+
+
+def test_methods_the_installed_vllm_does_not_offer_are_skipped_saying_so(monkeypatch, capsys):
+    from specgate import vllm_compat
+
+    monkeypatch.setattr(vllm_compat, "speculative_methods", lambda: ("ngram", "suffix", "draft_model", "eagle", "eagle3", "dflash"))
+    monkeypatch.setattr(vllm_compat, "release", lambda: "vLLM 0.33.0")
+    monkeypatch.setattr(download, "plan", lambda repo, api, where: download.Plan(repo, ("config.json",), 1, 0))
+    monkeypatch.setattr(download, "check_disk", lambda plans, where: None)
+    args = argparse.Namespace(profile="llama31-8b-h100", methods="", dry_run=True, root=ROOT)
+    assert download.main(args) == 0
+    out = capsys.readouterr().out
+    assert ("download: skipping method 'mlp_speculator' (ibm-ai-platform/llama3-8b-accelerator): vLLM 0.33.0 does not "
+            "offer speculative_config.method = 'mlp_speculator', so the gate skips it too") in out
+    assert "download: ibm-ai-platform" not in out and "download: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" in out
+
+
+def test_a_head_with_only_pytorch_weights_is_fetched_without_training_leftovers(monkeypatch):
+    api = FakeApi([("config.json", 10), ("medusa_lm_head.pt", GIB), ("training_args.bin", 5), ("optimizer.pt", 2 * GIB)])
+    monkeypatch.setattr(download, "_cached", lambda repo, name, rev, cache: False)
+    assert download.plan("org/medusa-head", api).files == ("config.json", "medusa_lm_head.pt")

@@ -2,7 +2,10 @@
 
 from pathlib import Path
 
-from specgate import memory
+import pytest
+import torch
+
+from specgate import memory, vllm_compat
 from specgate.checks.memory import ceilings, consistency_problem
 from specgate.memory import MIB, MemoryReading
 from specgate.profile import Tolerance, find_profile, load_profile
@@ -51,7 +54,7 @@ def test_ceiling_fails_a_heavier_drafter_and_names_every_number():
 def test_measured_and_analytic_weights_must_agree():
     assert consistency_problem({"static_mib_measured": 1.0, "static_mib_analytic": 1.02}, 0.1) is None
     problem = consistency_problem({"static_mib_measured": 3.0, "static_mib_analytic": 1.0}, 0.1)
-    assert problem and "loaded more than the drafter" in problem
+    assert problem and "holds more than the checkpoint" in problem
 
 
 def test_a_hub_drafter_is_sized_from_its_files_in_the_hugging_face_cache(monkeypatch):
@@ -122,17 +125,177 @@ def test_device_memory_falls_back_to_the_whole_device_when_nvml_cannot_see_our_p
     assert memory.overhead(spec, base, 0, 0).device_bytes is None  # never a difference across two sources
 
 
-def test_the_drafters_weights_are_summed_over_its_tensor_parallel_shards(monkeypatch):
+# -- the drafter's weights over tensor-parallel ranks, with fake workers -------------------------------
+# Stand-ins for vLLM's layers, by the class names vllm_compat.parameter_shard reads: each holds this
+# rank's part of its parameters, tagged as vLLM's own are (output_dim / input_dim).
+class _Layer(torch.nn.Module):
+    def __init__(self, rank: int, tp: int, **params):
+        super().__init__()
+        self.tp_rank, self.tp_size = rank, tp
+        for name, (shape, dims) in params.items():
+            p = torch.nn.Parameter(torch.full(shape, float(rank + 1)), requires_grad=False)
+            for dim, axis in dims.items():
+                setattr(p, dim, axis)
+            self.register_parameter(name, p)
+
+
+class ReplicatedLinear(_Layer): ...
+
+
+class ColumnParallelLinear(_Layer): ...
+
+
+class QKVParallelLinear(ColumnParallelLinear): ...
+
+
+class RowParallelLinear(_Layer): ...
+
+
+class VocabParallelEmbedding(_Layer): ...
+
+
+class FusedMoE(_Layer): ...
+
+
+class RMSNorm(torch.nn.Module):
+    def __init__(self, size: int):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(size), requires_grad=False)
+
+
+WEIGHT = {"output_dim": 0, "input_dim": 1}
+
+
+def _eagle3_rank(rank: int, tp: int, embed: torch.nn.Module, **extra) -> torch.nn.Module:
+    """One rank's EAGLE-3 head at hidden size 8: fc whole on every rank, attention and MLP split, the
+    target's embedding taken over by identity (vLLM's _maybe_share_embeddings)."""
+    head = torch.nn.Module()
+    head.fc = ReplicatedLinear(rank, tp, weight=((8, 24), WEIGHT))  # tp_size is the world's, as in vLLM
+    head.qkv_proj = QKVParallelLinear(rank, tp, weight=((16 // tp, 8), WEIGHT))
+    head.o_proj = RowParallelLinear(rank, tp, weight=((8, 8 // tp), WEIGHT), bias=((8,), {"output_dim": 0}))
+    head.norm = RMSNorm(8)
+    head.embed_tokens = embed
+    for name, module in extra.items():
+        setattr(head, name, module)
+    return head
+
+
+def _workers(tp: int, **extra) -> list:
+    """TP ranks' workers as vLLM's V1 runner shows them to worker.drafter_shards."""
+    from types import SimpleNamespace
+
+    out = []
+    for rank in range(tp):
+        target = torch.nn.Module()
+        target.embed_tokens = VocabParallelEmbedding(rank, tp, weight=((32 // tp, 8), WEIGHT))
+        drafter = _eagle3_rank(rank, tp, target.embed_tokens, **{k: v(rank) for k, v in extra.items()})
+        runner = SimpleNamespace(drafter=SimpleNamespace(model=drafter), model=target, propose_draft_token_ids=None)
+        out.append(SimpleNamespace(model_runner=runner))
+    return out
+
+
+def _reading(monkeypatch, workers):
     from specgate import engine as engine_module
+    from specgate import worker
     from specgate.engine import Engine
 
-    # a TP-4 engine: each rank's worker holds a quarter of the drafter (rank 0 alone would say 1/4)
     eng = object.__new__(Engine)
     eng.children_before_boot, eng.client = set(), None
     monkeypatch.setattr(engine_module.procs, "children", set)
     monkeypatch.setattr(engine_module, "device_bytes", lambda pids: (None, "process"))
     monkeypatch.setattr(engine_module.compat, "kv_capacity_tokens", lambda client: 1000)
-    monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [3 * MIB, 3 * MIB, 3 * MIB, 3 * MIB])
-    assert eng.memory_reading().drafter_weight_bytes == 12 * MIB
-    monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [3 * MIB, None])  # a rank without the hook
-    assert eng.memory_reading().drafter_weight_bytes is None  # not measured, never a partial sum
+    monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [fn(w) if w else None for w in workers])
+    assert worker.drafter_shards  # what memory_reading sends
+    return eng.memory_reading()
+
+
+def test_a_replicated_layer_at_tp_4_is_counted_once_and_split_ones_summed_over_the_ranks(monkeypatch):
+    four = _reading(monkeypatch, _workers(4))
+    fc, qkv, o_weight, o_bias, norm = 8 * 24, 16 * 8, 8 * 8, 8, 8  # whole-model element counts
+    assert four.drafter_weight_bytes == (fc + qkv + o_weight + o_bias + norm) * 4
+    # one rank alone: fc whole, a quarter of the split layers; every rank summed: fc four times (issue 37)
+    assert four.drafter_weight_bytes != (fc + (qkv + o_weight) // 4 + o_bias + norm) * 4
+    assert four.drafter_weight_bytes != (4 * fc + qkv + o_weight + 4 * o_bias + 4 * norm) * 4
+    assert _reading(monkeypatch, _workers(1)).drafter_weight_bytes == four.drafter_weight_bytes  # TP 1: the same head
+
+
+def test_a_shared_embedding_is_counted_on_neither_side(monkeypatch, tmp_path):
+    from safetensors.torch import save_file
+
+    reading = _reading(monkeypatch, _workers(4))
+    assert reading.drafter_shared == ("embed_tokens.weight",)  # the target's, by identity: not measured
+    # the checkpoint holds the embedding too (identical to the target's, so vLLM did not load it again)
+    head = {"embed_tokens.weight": torch.zeros(32, 8), "fc.weight": torch.zeros(8, 24), "midlayer.norm.weight": torch.zeros(8)}
+    save_file(head, tmp_path / "model.safetensors")
+    assert memory.checkpoint_params(tmp_path) == 32 * 8 + 8 * 24 + 8
+    assert memory.checkpoint_params(tmp_path, exclude=reading.drafter_shared) == 8 * 24 + 8
+    assert memory.checkpoint_params(tmp_path, exclude=("model.embed_tokens.weight",)) == 8 * 24 + 8  # vLLM's name
+
+
+def test_a_rank_without_a_drafter_record_or_an_unknown_split_leaves_the_figure_unmeasured(monkeypatch):
+    workers = _workers(2)
+    assert _reading(monkeypatch, [workers[0], None]).drafter_weight_bytes is None  # never a partial sum
+    moe = _reading(monkeypatch, _workers(2, experts=lambda rank: FusedMoE(rank, 2, w13=((4, 8), WEIGHT))))
+    assert moe.drafter_weight_bytes is None
+    assert moe.drafter_not_measured.startswith("split over tensor-parallel ranks in a way specgate does not count: "
+                                               "experts.w13 (FusedMoE with tp_size 2)")
+    replicas = QKVParallelLinear(0, 16, weight=((4, 8), WEIGHT))
+    replicas.num_kv_head_replicas = 2  # TP 16 over 8 KV heads: each K/V shard on two ranks
+    with pytest.raises(vllm_compat.UnknownSplit, match="K/V heads replicated over 2 ranks"):
+        vllm_compat.parameter_shard(replicas, replicas.weight)
+
+
+def test_a_bin_or_pt_only_head_is_sized_and_an_unreadable_one_is_not_computed(tmp_path):
+    bin_head, pt_head, broken, empty = (tmp_path / n for n in ("bin", "pt", "broken", "empty"))
+    for d in (bin_head, pt_head, broken, empty):
+        d.mkdir()
+    torch.save({"fc.weight": torch.zeros(8, 24), "norm.weight": torch.zeros(8)}, bin_head / "pytorch_model.bin")
+    torch.save({"state_dict": {"fc.weight": torch.zeros(8, 24)}}, pt_head / "medusa_lm_head.pt")
+    torch.save({"lr": 0.1}, broken / "training_args.bin")  # a training leftover vLLM never loads
+    (broken / "pytorch_model.bin").write_bytes(b"not a checkpoint")
+    assert memory.checkpoint_params(bin_head) == 8 * 24 + 8
+    assert memory.checkpoint_params(pt_head) == 8 * 24
+    assert memory.checkpoint_params(broken) is None and memory.checkpoint_params(empty) is None  # never 0
+
+
+def test_the_checkpoint_figure_of_a_bin_only_hub_head_gates_and_an_unreadable_one_says_why(monkeypatch, tmp_path):
+    import huggingface_hub
+
+    profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
+    (tmp_path / "config.json").write_text((ROOT / "fixtures" / "zoo" / "eagle" / "config.json").read_text())
+    torch.save({"fc.weight": torch.zeros(128, 256)}, tmp_path / "pytorch_model.bin")
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kwargs: str(tmp_path))
+    weights, _ = memory.drafter_footprint(profile, profile.methods["eagle"], ROOT)
+    assert weights == 128 * 256 * 2  # bf16
+    (tmp_path / "pytorch_model.bin").write_bytes(b"truncated")
+    assert memory.drafter_footprint(profile, profile.methods["eagle"], ROOT)[0] is None
+
+
+def test_measured_and_checkpoint_figures_agree_when_the_engine_shares_the_targets_embedding(tmp_path):
+    """Through the session: the checkpoint holds an embedding vLLM took from the target, which the
+    worker reported as shared; the checkpoint figure leaves it out too, so the two agree."""
+    from safetensors.torch import save_file
+
+    from specgate.checks import Verdict
+    from specgate.testing import FakeScript, fake_session
+
+    from .fakes import fake_profile
+
+    head = tmp_path / "eagle-head"
+    head.mkdir()
+    (head / "config.json").write_text((ROOT / "fixtures" / "zoo" / "eagle" / "config.json").read_text())
+    save_file({"embed_tokens.weight": torch.zeros(2048, 128), "fc.weight": torch.zeros(128, 256)}, head / "model.safetensors")
+    path = tmp_path / "fake.toml"
+    path.write_text(fake_profile(f'[methods.eagle]\nspeculative_config = {{ method = "eagle", model = "{head}", '
+                                 'num_speculative_tokens = 2 }\n'))
+    profile = load_profile(path, tmp_path)
+    fc_mib = 128 * 256 * 2 / MIB  # dtype auto: 2 bytes
+    for shared, verdict in ((["model.embed_tokens.weight"], Verdict.SKIP), ([], Verdict.FAIL)):
+        script = FakeScript.from_dict({"methods": {"eagle": {"drafter_mib": fc_mib, "drafter_shared": shared}}})
+        s = fake_session(profile, tmp_path, script)
+        s.boot("baseline")
+        s.judge("memory", "baseline")
+        j = s.judge("memory", "eagle")
+        assert j.verdict is verdict, j.message  # SKIP: consistent, and no stored baseline yet
+        s.release_all()
+    assert "computed from its checkpoint (0.562 MiB)" in j.message and f"measured in the engine ({fc_mib:.3f} MiB)" in j.message

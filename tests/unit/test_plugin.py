@@ -120,6 +120,18 @@ def test_update_is_refused_when_a_correctness_test_failed(gate_dir):
     assert baseline_file(gate_dir) is None
 
 
+def test_a_memory_consistency_failure_names_both_figures_and_blocks_no_update(gate_dir, monkeypatch):
+    # the worker reports 3 MiB of drafter weights for a method whose checkpoint holds none (ngram)
+    script(monkeypatch, good={"drafter_mib": 3.0})
+    result = run(gate_dir, "--specgate-methods", "good", "--update-baselines")
+    result.assert_outcomes(passed=4 + 5 + 1, failed=1)
+    result.stdout.fnmatch_lines(["*test_memory_overhead_within_baseline[[]good[]]*",
+                                 "*measured in the engine (3.000 MiB) and computed from its checkpoint (0.000 MiB)*"])
+    result.stdout.fnmatch_lines(["*baselines written to*", "*good*acceptance*code_continuation*new entry*"])
+    assert "refusing" not in result.stdout.str()  # memory is no correctness test
+    assert "code_continuation" in baseline_file(gate_dir).read_text()
+
+
 def test_missing_baseline_fails_under_strict(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good", "--specgate-strict")
     result.assert_outcomes(passed=5, failed=6)
@@ -264,3 +276,29 @@ def test_a_malformed_specgate_marker_stops_collection_naming_the_test(gate_dir):
     result = run(gate_dir)
     result.stderr.fnmatch_lines(["*gate/test_custom.py::test_mine: @pytest.mark.specgate takes gate=<one of*got gate='speed', stage=1*"])
     assert result.ret == pytest.ExitCode.USAGE_ERROR
+
+
+def test_an_engine_that_stops_producing_is_stopped_with_its_stacks_and_the_next_method_runs(gate_dir, monkeypatch):
+    gate_dir.makefile(".toml", stalling=fake_profile("""
+[engine]
+stall_timeout_s = 1
+[methods.stuck]
+speculative_config = { method = "ngram", num_speculative_tokens = 2 }
+[methods.fine]
+speculative_config = { method = "ngram", num_speculative_tokens = 3 }
+"""))
+    script(monkeypatch, stuck={"stalls": True})
+    out = gate_dir.path / "out"
+    result = gate_dir.runpytest_subprocess("-p", "specgate.testing", "-m", "gpu", "--specgate-profile",
+                                           str(gate_dir.path / "stalling.toml"), "--specgate-out", str(out),
+                                           "gate/test_equivalence.py", "gate/test_lifecycle.py")
+    result.stdout.fnmatch_lines([
+        "*no progress for 1 s while generating a batch of 12 prompts (engine 'stuck') (stall_timeout_s 1 in *stalling.toml); "
+        f"stacks in {out}/engines/stuck.stacks. Its processes (fake EngineCore (pid *)) were stopped; the other methods still run*",
+        "*fake engines booted: baseline, stuck, fine*",
+    ])
+    outcomes = {o["nodeid"].split("::")[-1]: o["outcome"] for o in json.loads((out / "run.json").read_text())["outcomes"]}
+    assert outcomes["test_method_reproduces_baseline_greedy_output[stuck]"] == "failed"
+    assert outcomes["test_method_reproduces_baseline_greedy_output[fine]"] == "passed"  # the next method ran
+    stacks = (out / "engines" / "stuck.stacks").read_text()
+    assert "--- fake EngineCore (pid" in stacks and "<module>" in stacks, stacks  # its Python stack, whichever way

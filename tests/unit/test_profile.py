@@ -118,3 +118,16 @@ def test_the_readmes_profile_example_is_a_profile_that_loads(tmp_path):
     example = readme[start:readme.index("```", start)]
     p = load_text(tmp_path, example.replace("fixtures/prompts/embedded.jsonl", str(ROOT / "fixtures/prompts/embedded.jsonl")))
     assert p.name == "cpu-tiny" and list(p.methods) == ["eagle3"] and p.speedup.interleave_baseline
+
+
+def test_the_suites_own_deadlines_default_by_hardware_and_are_checked(tmp_path):
+    cpu = load_text(tmp_path, GOOD)
+    assert (cpu.boot_timeout_s, cpu.stall_timeout_s) == (300.0, 120.0)
+    cuda = load_text(tmp_path, GOOD.replace('hardware = "cpu"', 'hardware = "cuda"'))
+    assert (cuda.boot_timeout_s, cuda.stall_timeout_s) == (1200.0, 300.0)
+    own = load_text(tmp_path, GOOD + "[engine]\nboot_timeout_s = 1800\nstall_timeout_s = 90.5\n")
+    assert (own.boot_timeout_s, own.stall_timeout_s) == (1800.0, 90.5)
+    with pytest.raises(ProfileError, match=r"key 'engine.stall_timeout_s' must be > 0, got 0"):
+        load_text(tmp_path, GOOD + "[engine]\nstall_timeout_s = 0\n")
+    with pytest.raises(ProfileError, match=r"key 'engine.boot_timout_s' is not a known key \(did you mean 'boot_timeout_s'\?\)"):
+        load_text(tmp_path, GOOD + "[engine]\nboot_timout_s = 10\n")

