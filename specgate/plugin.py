@@ -438,8 +438,11 @@ class RunLife:
                                    f"{pids}); the state file is {run.path}")
 
     @pytest.hookimpl
-    def pytest_report_header(self) -> list[str]:
-        return self.header
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
+        for line in self.header:  # written even with -q, where pytest prints no header
+            if terminal is not None:
+                terminal.write_line(line, yellow=True, bold=True)
 
     @pytest.hookimpl
     def pytest_runtest_logstart(self, nodeid: str) -> None:

@@ -4,6 +4,7 @@ processes' stacks, and the next method still runs. The hang is real: the engine 
 (a deadlocked kernel or an NCCL stall looks the same from outside)."""
 
 import json
+import re
 import signal
 import time
 
@@ -15,8 +16,9 @@ DEADLINE_S = 45  # both deadlines: the baseline engine boots in 20-30 s on 2 cor
 
 def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_method_runs(tmp_path):
     profile = tmp_path / "cpu-tiny-deadlines.toml"
-    text = CPU_TINY.read_text()
-    profile.write_text(text.replace("[engine]\n", f"[engine]\nboot_timeout_s = {DEADLINE_S}\nstall_timeout_s = {DEADLINE_S}\n", 1))
+    text = re.sub(r"(?m)^(boot|stall)_timeout_s = .*$", lambda m: f"{m.group(1)}_timeout_s = {DEADLINE_S}", CPU_TINY.read_text())
+    assert text.count(f"_timeout_s = {DEADLINE_S}") == 2
+    profile.write_text(text)
     run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", "ngram,eagle,eagle3", "-k", "equivalence",
                      "tests/gate/test_equivalence.py"], tmp_path / "run").start()
     try:

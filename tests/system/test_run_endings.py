@@ -50,3 +50,35 @@ def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phas
     record = json.loads((tmp_path / "run" / "run.json").read_text())
     assert record["interrupted"].startswith("interrupted at tests/gate/") and record["interrupted"].endswith(f"({name})")
     assert f"{record['interrupted']}: the run stopped there" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_request(tmp_path):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from .nested import ROOT
+
+    run = NestedRun(["--specgate-profile", str(CPU_TINY), *PHASES["engine generating"][0]], tmp_path / "run").start()
+    try:
+        run.wait_for(PHASES["engine generating"][1], timeout_s=600)
+        reapers = [pid for pid, (_, what) in run.seen.items() if "specgate.reaper" in what]
+        assert reapers, run.seen
+        for pid in reapers:  # the run and its reaper both killed (an OOM killer, a container-wide kill)
+            os.kill(pid, signal.SIGKILL)
+        run.proc.kill()
+        run.proc.wait()
+        time.sleep(5)
+        orphans = run.alive()
+        assert orphans, "nothing outlived the run: vLLM's engine core ended with its parent by itself"
+        later = [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider",
+                 "--specgate-profile", str(CPU_TINY), "tests/gate/test_equivalence.py"]
+        said = subprocess.run(later, cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+        assert f"of an earlier run (pid {run.proc.pid}: " in said and "are still alive: VLLM::EngineCore (pid" in said, said
+        assert "Stop them with --specgate-kill-stale" in said
+        said = subprocess.run([*later, "--specgate-kill-stale"], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+        assert "process(es) left by an earlier run (pid" in said and "would not die" not in said, said
+        assert run.alive() == []
+    finally:
+        run.kill_all()

@@ -41,3 +41,27 @@ def test_shutdown_fails_on_leftover_processes_or_kept_memory():
     kept_memory = ShutdownReport("m", 5.0, [], 100, 100 + RELEASE_SLACK_BYTES + 1)
     assert ok.released and not leaked_process.released and not kept_memory.released
     assert "4242" in leaked_process.describe() and "did not give back" in kept_memory.describe()
+
+
+def test_vllms_records_go_to_the_engines_log_not_into_the_running_tests_output(tmp_path, caplog):
+    import logging
+
+    from specgate import logstream
+
+    logger = logging.getLogger("vllm")
+    before = (list(logger.handlers), logger.propagate, logger.level, logstream.STREAM.path)
+    try:
+        logstream.STREAM.route_to(tmp_path / "ngram.log")
+        logstream.take_vllm_records()
+        logstream.take_vllm_records()  # idempotent: one handler
+        # what vLLM logs on its own thread while an engine is stopped on purpose
+        logging.getLogger("vllm.v1.engine.async_llm").error("AsyncLLM output_handler failed.")
+        logstream.STREAM.route_to(tmp_path / "eagle.log")  # the next engine's log takes over
+        logging.getLogger("vllm.v1.engine.core_client").info("[shutdown] MPClient: complete")
+    finally:
+        for handler in logger.handlers[len(before[0]):]:
+            logger.removeHandler(handler)
+        logger.propagate, logger.level, logstream.STREAM.path = before[1], before[2], before[3]
+    assert "ERROR vllm.v1.engine.async_llm: AsyncLLM output_handler failed." in (tmp_path / "ngram.log").read_text()
+    assert "INFO vllm.v1.engine.core_client: [shutdown] MPClient: complete" in (tmp_path / "eagle.log").read_text()
+    assert "output_handler" not in caplog.text and "MPClient" not in caplog.text

@@ -249,6 +249,7 @@ def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir)
     result.stdout.fnmatch_lines([f"*baseline file {path} is not valid JSON*truncated*"])
     result.stdout.fnmatch_lines(["*--update-baselines: not written*"])
     assert path.read_text() == truncated
+    assert "During handling of the above exception" not in result.stdout.str()  # said once, not chained again
 
 
 def test_a_failed_judgement_is_recorded_as_its_message_without_pytests_explanation():
