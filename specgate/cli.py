@@ -4,6 +4,8 @@
     specgate baselines diff A B            what moved from A to B (baseline files or results dirs)
     specgate matrix DIR                    the vLLM release matrix table (ci/vllm-matrix.sh's results)
     specgate rehearse --from A --to B      two vLLM releases side by side on this machine (exit 1: worse)
+    specgate bisect --good A --bad B       the first release between A and B that fails the gate
+    specgate history [RESULTS_DIR ...]     every stored update of a baseline file over time (table, plots)
     specgate download --profile NAME       fetch a profile's hub models ahead of the gate
 
 Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
@@ -52,9 +54,11 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Print release x gate -> pass / fail / skip with the diagnosis, from "
                                              "the per-release results ci/vllm-matrix.sh writes (default results/matrix).")
     matrix.add_argument("matrix_dir", metavar="DIR", type=Path, nargs="?", default=Path("results/matrix"))
-    from specgate import download, rehearse
+    from specgate import bisect, download, history, rehearse
 
     rehearse.add_parser(commands)
+    bisect.add_parser(commands)
+    history.add_parser(commands)
     download.add_parser(commands)
     return parser
 
@@ -72,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
             from specgate import rehearse
 
             return rehearse.main(args)
+        if args.command in ("bisect", "history"):
+            module = __import__(f"specgate.{args.command}", fromlist=["main"])
+            return module.main(args)
         if args.command == "download":
             from specgate import download
 

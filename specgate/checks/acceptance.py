@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from specgate import vllm_compat
 from specgate.acceptance import AcceptanceResult
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.checks.drift import DriftCheck
 from specgate.errors import NotMeasurable
 
 
@@ -59,6 +60,7 @@ class AcceptanceCheck:
 
     def __init__(self, ctx: Context, store):
         self.ctx, self.store = ctx, store
+        self.drift = DriftCheck(ctx)
 
     def judge(self, method: str, key: str, **_) -> Judgement:
         ctx, tol = self.ctx, self.ctx.profile.tolerance
@@ -79,8 +81,9 @@ class AcceptanceCheck:
 
         against_baseline = failed(acceptance_floors(result, stored, tol.acceptance_rtol, tol.position_rtol, {}, source))
         against_floors = [] if ref != method else failed(acceptance_floors(result, None, 0.0, 0.0, floors))
-        j.rows = self._rows(j.record, stored or {}, floors)
-        return ctx.decide(j, stored, against_floors, against_baseline)
+        drift_rows, drifted = self.drift.judge(method, self.gate, key, j.record)
+        j.rows = self._rows(j.record, stored or {}, floors) + drift_rows
+        return ctx.decide(j, stored, against_floors + drifted, against_baseline)
 
     def _rows(self, values: dict, base: dict, floors: dict[str, float]) -> list[Row]:
         tol = self.ctx.profile.tolerance

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from specgate import memory
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.checks.drift import DriftCheck
 from specgate.profile import BASELINE
 
 
@@ -84,6 +85,7 @@ class MemoryCheck:
 
     def __init__(self, ctx: Context, store, host, root):
         self.ctx, self.store, self.host, self.root = ctx, store, host, root
+        self.drift = DriftCheck(ctx)
 
     def judge(self, method: str, key: str, **_) -> Judgement:
         j = Judgement(self.gate, method, key, Verdict.PASS)
@@ -109,7 +111,9 @@ class MemoryCheck:
         reading = self.store.memory_reading(method)
         j.rows = self._rows(j.record, stored or {}, reading.device_source)
         j.rows += [Row(name, None, unit=f"not measured: {why}") for name, why in self._not_measured(overhead, reading)]
-        return self.ctx.decide(j, stored, problems, failures)
+        drift_rows, drifted = self.drift.judge(method, self.gate, key, j.record)
+        j.rows += drift_rows
+        return self.ctx.decide(j, stored, problems + drifted, failures)
 
     def _not_measured(self, overhead, reading) -> list[tuple[str, str]]:
         """Figures this run could not take, and why: shown as such, never silently absent."""

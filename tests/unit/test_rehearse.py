@@ -42,3 +42,43 @@ def test_kv_capacity_comes_from_the_servers_cache_config_gauge():
         assert client.kv_capacity_tokens() == 174720
     finally:
         client.shutdown()
+
+
+def fake_venv(root: Path, methods: list[str]) -> Path:
+    """A venv's python next to a vLLM source whose SpeculativeMethod offers `methods`."""
+    source = root / "lib" / "python3.11" / "site-packages" / "vllm" / "config" / "speculative.py"
+    source.parent.mkdir(parents=True)
+    source.write_text("from typing import Literal\nSpeculativeMethod = Literal[" + ", ".join(map(repr, methods)) + "]\n")
+    (root / "bin").mkdir()
+    (root / "bin" / "python").write_text("")
+    return root / "bin" / "python"
+
+
+def test_a_rehearsal_leaves_canaries_out_and_skips_what_a_release_refuses_as_the_gate_does(tmp_path, monkeypatch, capsys):
+    from specgate import cli
+    from specgate.server import ServerError
+
+    offered = ["ngram", "suffix", "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp"]
+    old, new = fake_venv(tmp_path / "old", offered), fake_venv(tmp_path / "new", [m for m in offered if m != "medusa"])
+    ran = []
+
+    def run_method(self, method):
+        ran.append(method.name)
+        if method.name == "mlp_speculator":
+            raise ServerError("server 'mlp_speculator' exited with 1 before it answered /health: ValueError: Model "
+                              "architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now. Supported "
+                              "architectures: dict_keys([...])")
+
+    monkeypatch.setattr(rehearse.Rehearsal, "run_method", run_method)
+    args = ["rehearse", "--from", "0.31.0", "--to", "0.32.0", "--from-python", str(old), "--to-python", str(new),
+            "--root", str(ROOT), "--out", str(tmp_path / "out")]
+    assert cli.main(args) == 0  # the documented rehearsal no longer exits 1 on mlp_speculator's expected refusal
+    assert ran == ["baseline", "ngram", "suffix", "draft_model", "eagle", "eagle3", "mlp_speculator", "mtp"]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    skipped = {o["method"]: o["message"] for o in run["outcomes"] if o["outcome"] == "skipped"}
+    assert "vLLM 0.32.0 does not offer speculative_config.method = 'medusa'" in skipped["medusa"]
+    assert skipped["mlp_speculator"].endswith("vLLM said: ValueError: Model architectures "
+                                              "['MLPSpeculatorPreTrainedModel'] are not supported for now.")
+    ran.clear()
+    assert cli.main(args + ["--methods", "ngram,draft_perturbed"]) == 0
+    assert ran == ["baseline", "ngram", "draft_perturbed"]  # a canary named is a canary asked for

@@ -156,7 +156,7 @@ def test_totals_come_from_the_table_without_outcomes():
 
 def test_write_report_writes_self_contained_html_with_every_plot(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    monkeypatch.setattr(report, "DPI", 30)  # fewer pixels, same drawing code: keeps the unit tests fast
+    monkeypatch.setattr(report.plots, "DPI", 30)  # fewer pixels, same drawing code: keeps the unit tests fast
     paths = report.write_report(tmp_path, fabricated_table(), fabricated_run())
     page = paths["html"].read_text()
     assert paths["summary"].read_text().startswith("# specgate:")
@@ -289,3 +289,26 @@ def test_a_draft_length_sweep_is_shown_against_k_with_the_best_k_per_level():
     assert [r[0] for r in body] == ["2", "3", "4", "best k"]
     assert body[-1][3:] == ["k=3 (stored: k=2)", "k=2 (stored: k=3)"]  # the best k moved at both levels
     assert "## draft-length sweep: ngram" in report.summary_markdown(table, {})
+
+
+def test_speedup_markers_follow_the_verdicts_not_the_median_against_the_floor():
+    """A canary whose interval straddles its floor failed (it was not caught) although its median is
+    below the floor; a caught canary passed although its median is below it too; a skip was not judged."""
+    rows = [row("suffix_throttled", "speedup", f"C={c}", "speedup", value, concurrency=c, baseline=1.54, bound=0.998,
+                ci_low=low, ci_high=high, verdict=verdict)
+            for c, value, low, high, verdict in ((1, 0.62, 0.55, 0.70, "pass"), (4, 0.890, 0.822, 1.05, "fail"),
+                                                 (16, 0.95, 0.80, 1.10, "skip"))]
+    fig = report.plot_speedup(report.normalize(pd.DataFrame(rows)))
+    ax = fig.axes[0]
+    drawn = {}
+    for container in ax.containers:  # one errorbar per verdict
+        line = container.lines[0]
+        for x in line.get_xdata():
+            drawn[int(x)] = (line.get_color(), line.get_markerfacecolor())
+    assert drawn[1] == ("#1f77b4", "#1f77b4")  # passed: its median is below the floor, and it is not red
+    assert drawn[4] == ("#e41a1c", "#e41a1c")  # failed, by its verdict
+    assert drawn[16] == ("#888888", "white")  # not judged
+    labels = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else [
+        t.get_text() for a in fig.axes for leg in [a.get_legend()] if leg for t in leg.get_texts()]
+    assert "failed its check (see the message)" in labels and "below floor" not in labels
+    report.plots.pyplot().close(fig)

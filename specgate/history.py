@@ -1,0 +1,362 @@
+"""The history of a profile's baselines: every committed update of baselines/<profile>/*.json, read
+from git, with the vLLM that measured each method; what the drift check and `specgate history` read.
+
+    specgate history [--profile P] [--hardware KEY|all] [RESULTS_DIR ...] [--out DIR]
+
+The file's git history is the record of every accepted change: each commit that touched it is an
+update (date, revision, subject), and each method's entry carries the provenance of the run that
+measured it (vLLM, torch, date, revision). A method entry that stays the same across commits is one
+measurement, counted where it first appeared.
+
+Figures are comparable across updates only while what they measure is the same: the models, the
+prompts and the method's engine settings. `inputs()` fingerprints those (the profile's settings for
+the method, and the git object ids of the model directories and prompt files it names) at the
+commit that stored a measurement, and in the working tree for this run: a retrained drafter or a new
+prompt set starts a new series instead of reading as drift. A checkout without git, a shallow clone
+or a baselines directory outside git has no (complete) history: `History.problem` says which.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import subprocess
+import tomllib
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from specgate.baselines import BaselineFile, baselines_dir
+from specgate.errors import SpecgateError
+
+# Keys of a profile that do not change what a method measures (tolerances, notes, expectations).
+_NOT_INPUTS = {"note", "expected_boot_error", "floors", "canary_of", "lossy", "description", "tolerance", "name",
+               "speedup", "cost", "acceptance", "drift", "drift_since"}
+WORKTREE = "working tree"
+
+
+class HistoryError(SpecgateError):
+    """Raised when `specgate history` has nothing to read: the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Update:
+    """One commit that changed a baseline file (or, for WORKTREE, the file as it is on disk now)."""
+
+    commit: str
+    date: str  # committer date, ISO 8601
+    subject: str
+    path: str  # the file, relative to the repository's top
+    file: BaselineFile
+
+    @property
+    def short(self) -> str:
+        return self.commit[:7] if self.commit != WORKTREE else WORKTREE
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measurement of one method as it was stored: where it first appeared and its values."""
+
+    update: Update
+    method: str
+    values: dict[str, Any]  # kind -> key -> figures
+
+    @property
+    def hardware(self) -> str:
+        return self.update.file.hardware
+
+    @property
+    def vllm(self) -> str:
+        return str(self.values.get("provenance", {}).get("vllm"))
+
+    def figure(self, kind: str, key: str, metric: str) -> float | None:
+        value = self.values.get(kind, {}).get(key, {}).get(metric)
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    def describe(self) -> str:
+        """'rev abc1234 (2026-11-25, vLLM 0.32.0, cpu-amd-epyc-2c)'."""
+        return f"rev {self.update.short} ({self.update.date[:10]}, vLLM {self.vllm}, {self.hardware})"
+
+
+@dataclass
+class History:
+    root: Path
+    profile: str
+    top: Path | None = None  # the repository's top, when there is one
+    updates: list[Update] = field(default_factory=list)  # oldest first
+    problem: str = ""  # why there is no history, or only part of it
+    _inputs: dict[tuple[str, str], str | None] = field(default_factory=dict, repr=False)
+
+    @property
+    def usable(self) -> bool:
+        return self.top is not None and not self.problem
+
+    @cached_property
+    def points(self) -> list[Point]:
+        """Every measurement, once, where it first appeared (oldest first)."""
+        seen, out = set(), []
+        for update in self.updates:
+            for method, entry in update.file.methods.items():
+                prov = entry.get("provenance", {})
+                ident = (update.path, method, prov.get("date"), prov.get("git_revision"), prov.get("vllm"))
+                if ident not in seen:
+                    seen.add(ident)
+                    out.append(Point(update, method, entry))
+        return out
+
+    def inputs(self, commit: str, method: str, profile_path: Path) -> str | None:
+        """The fingerprint of what `method` measured at `commit` (WORKTREE: now); None when unknown."""
+        key = (commit, method)
+        if key not in self._inputs:
+            self._inputs[key] = _fingerprint(self, commit, method, profile_path) if self.top else None
+        return self._inputs[key]
+
+    def comparable(self, method: str, profile_path: Path) -> list[Point]:
+        """The method's measurements that measured what this checkout measures now."""
+        now = self.inputs(WORKTREE, method, profile_path)
+        if now is None:
+            return []
+        return [p for p in self.points if p.method == method and self.inputs(p.update.commit, method, profile_path) == now]
+
+
+def _git(cwd: Path, *args: str, binary: bool = False) -> Any:
+    done = subprocess.run(["git", *args], cwd=cwd, capture_output=True, timeout=120)
+    if done.returncode != 0:
+        raise OSError(done.stderr.decode(errors="replace").strip() or f"git {args[0]} exit {done.returncode}")
+    return done.stdout if binary else done.stdout.decode(errors="replace")
+
+
+def read(root: Path, profile: str, hardware: str | None = None) -> History:
+    """Every committed update of baselines/<profile>/ (all machines' files, or `hardware`'s alone),
+    oldest first. Never raises for a missing history: `problem` says why it is missing or partial."""
+    root = Path(root)
+    history = History(root, profile)
+    directory = baselines_dir(root) / profile
+    try:
+        history.top = Path(_git(root, "rev-parse", "--show-toplevel").strip())
+    except OSError as exc:
+        history.problem = f"{root} is not a git checkout, or git is not installed ({str(exc).splitlines()[0][:120]})"
+        return history
+    try:
+        rel = directory.resolve().relative_to(history.top.resolve())
+    except ValueError:
+        history.problem = f"the baselines directory {directory} is outside the git checkout {history.top}"
+        return history
+    if _git(root, "rev-parse", "--is-shallow-repository").strip() == "true":
+        history.problem = ("this is a shallow clone: its git history is cut short (in GitHub Actions: actions/checkout "
+                           "with fetch-depth: 0; else git fetch --unshallow)")
+    target = str(rel / f"{hardware}.json") if hardware else str(rel)
+    log = _git(history.top, "log", "--reverse", "--no-renames", "--format=%x00%H%x09%cI%x09%s", "--name-status", "--", target)
+    for block in log.split("\x00")[1:]:
+        head, *names = block.strip("\n").split("\n")
+        commit, date, subject = (head.split("\t", 2) + ["", ""])[:3]
+        for line in names:
+            status, _, path = line.partition("\t")
+            if not path.endswith(".json") or status.startswith("D"):
+                continue
+            file = _parse(_git(history.top, "show", f"{commit}:{path}"), path)
+            if file is not None:
+                history.updates.append(Update(commit, date, subject, path, file))
+    return history
+
+
+def _parse(text: str, path: str) -> BaselineFile | None:
+    """A baseline file as it was committed; None when that version does not parse (it is skipped)."""
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get("methods"), dict):
+        return None
+    return BaselineFile(Path(path), str(data.get("profile")), str(data.get("hardware")), data["methods"])
+
+
+# -- what a method measured --------------------------------------------------------------------------
+def _fingerprint(history: History, commit: str, method: str, profile_path: Path) -> str | None:
+    top = history.top
+    try:
+        rel = str(Path(profile_path).resolve().relative_to(top.resolve()))
+    except ValueError:
+        return None
+    try:
+        text = Path(top, rel).read_text(encoding="utf-8") if commit == WORKTREE else _git(top, "show", f"{commit}:{rel}")
+        data = tomllib.loads(text)
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
+        return None
+    spec = data.get("methods", {}).get(method)
+    if method != "baseline" and not isinstance(spec, dict):
+        return None
+    settings = {k: v for k, v in data.items() if k not in _NOT_INPUTS and k != "methods"}
+    settings["method"] = {k: v for k, v in (spec or {}).items() if k not in _NOT_INPUTS}
+    refs = [data.get("target"), (spec or {}).get("engine", {}).get("kwargs", {}).get("model"),
+            (spec or {}).get("speculative_config", {}).get("model")]
+    for entry in data.get("prompts", []):
+        refs += [entry] if isinstance(entry, str) else [v for v in entry.values() if isinstance(v, str)]
+    files = {}
+    for ref in refs:
+        if isinstance(ref, str) and ref:
+            path = f"fixtures/zoo/{ref[4:]}" if ref.startswith("zoo:") else ref
+            files[ref] = _objects(top, commit, path)
+    blob = json.dumps({"settings": settings, "files": files}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _objects(top: Path, commit: str, path: str) -> list[list[str]]:
+    """(file, git object id) of every tracked file at `path` (a file or a directory); [] for a name
+    that is not a tracked path (a hub id: the name itself is what identifies it)."""
+    try:
+        if commit != WORKTREE:
+            listing = _git(top, "ls-tree", "-r", commit, "--", path)
+            return sorted([line.split("\t", 1)[1], line.split()[2]] for line in listing.splitlines() if "\t" in line)
+        staged = {line.split("\t", 1)[1]: line.split()[1] for line in _git(top, "ls-files", "-s", "--", path).splitlines()}
+        changed = [n for n in _git(top, "diff", "--name-only", "--", path).splitlines()
+                   if n in staged and Path(top, n).is_file() and not Path(top, n).is_symlink()]
+        if changed:  # edited since they were staged: what is on disk now
+            staged.update(zip(changed, _git(top, "hash-object", "--", *changed).split()))
+        return sorted([n, i] for n, i in staged.items() if Path(top, n).exists() or Path(top, n).is_symlink())
+    except OSError:
+        return []
+
+
+# -- headline figures (what `specgate history` plots per gate) ---------------------------------------
+HEADLINES = {
+    "acceptance": ("mean acceptance length (mean over categories)", True),
+    "speedup": ("speedup (geometric mean over levels)", True),
+    "drafter_weights": ("drafter weights (MiB)", False),
+    "kv_tokens_lost": ("KV-cache tokens lost", False),
+    "process_mib": ("processes over the baseline engine (MiB)", False),
+}
+
+
+def headlines(values: dict[str, Any]) -> dict[str, float]:
+    """Each gate's headline figure of one stored method entry (greedy acceptance: keys without @T)."""
+    out: dict[str, float] = {}
+    lengths = [v["mean_acceptance_length"] for k, v in values.get("acceptance", {}).items()
+               if "@T" not in k and isinstance(v.get("mean_acceptance_length"), (int, float))]
+    if lengths:
+        out["acceptance"] = sum(lengths) / len(lengths)
+    speeds = [v["speedup"] for k, v in values.get("speedup", {}).items()
+              if k.startswith("C=") and isinstance(v.get("speedup"), (int, float)) and v["speedup"] > 0]
+    if speeds:
+        out["speedup"] = math.exp(sum(math.log(s) for s in speeds) / len(speeds))
+    overhead = values.get("memory", {}).get("overhead", {})
+    for name, metric in (("drafter_weights", "static_mib_measured"), ("kv_tokens_lost", "kv_tokens_lost"),
+                         ("process_mib", "process_mib")):
+        if isinstance(overhead.get(metric), (int, float)):
+            out[name] = float(overhead[metric])
+    return out
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the history table: an update (or a results directory) and one method in it."""
+
+    label: str  # 'abc1234' or a results directory's name
+    date: str
+    hardware: str
+    method: str
+    vllm: str
+    figures: dict[str, float]
+    stored: bool  # a committed update (else a run given on the command line)
+    subject: str = ""
+
+
+def table(history: History, runs: list[Path] = ()) -> list[Row]:
+    """The history table: every measurement in the history (an update that re-measured nothing: one row
+    without a method), then each results directory's run."""
+    rows = []
+    for update in history.updates:
+        these = [p for p in history.points if p.update is update and p.method != "baseline"]
+        rows += [Row(update.short, update.date[:10], p.hardware, p.method, p.vllm, headlines(p.values), True, update.subject)
+                 for p in these] or [Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)]
+    for run in runs:
+        rows += _run_rows(Path(run))
+    return rows
+
+
+def _run_rows(run: Path) -> list[Row]:
+    """A results directory's measurements (its baselines.json and run.json), as rows of the table."""
+    path = run / "baselines.json"
+    if not path.is_file():
+        raise HistoryError(f"{run} has no baselines.json; give the results directory of a gate run "
+                           f"(results/<run-id>/, written by `pytest -m gpu`).")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HistoryError(f"{path} (or run.json next to it) is not valid JSON ({exc}); rerun the gate to recreate it.") from None
+    out = []
+    for method, entry in sorted(data.get("methods", {}).items()):
+        if method == "baseline":
+            continue
+        prov = entry.get("provenance", {})
+        date = str(meta.get("started") or prov.get("date") or "")[:10]
+        out.append(Row(run.name, date, str(data.get("hardware")), method, str(prov.get("vllm") or meta.get("vllm")),
+                       headlines(entry), False))
+    return out
+
+
+def releases(rows: list[Row]) -> list[tuple[int, str, str]]:
+    """(index of the first row of a release, previous vLLM, new vLLM) wherever the vLLM changed between
+    consecutive updates (rows grouped by label in order)."""
+    labels = list(dict.fromkeys(r.label for r in rows))
+    per_label = {lab: sorted({r.vllm for r in rows if r.label == lab and r.method}) for lab in labels}
+    out, previous = [], None
+    for i, lab in enumerate(labels):
+        now = ", ".join(per_label[lab])
+        if not now:  # an update that re-measured nothing
+            continue
+        if previous is not None and now != previous:
+            out.append((i, previous, now))
+        previous = now
+    return out
+
+
+# -- the command ---------------------------------------------------------------------------------------
+def main(args: argparse.Namespace) -> int:
+    from specgate.baselines import detect_device, hardware_key
+    from specgate.profile import find_profile, load_profile
+    from specgate.report import history as page
+
+    root = Path(args.root).resolve()
+    profile = load_profile(find_profile(args.profile, root), root)
+    if args.hardware == "all":
+        hardware = None
+    elif args.hardware:
+        hardware = args.hardware
+    else:
+        here = hardware_key(*detect_device(profile.hardware))
+        hardware = here if (baselines_dir(root) / profile.name / f"{here}.json").is_file() else None
+    history = read(root, profile.name, hardware)
+    if history.top is None:
+        raise HistoryError(f"no history to read: {history.problem}. `specgate history` reads the git history of "
+                           f"{baselines_dir(root) / profile.name}; run it in a git clone of the project.")
+    rows = table(history, args.runs)
+    if not rows:
+        raise HistoryError(f"no committed update of {baselines_dir(root) / profile.name}"
+                           f"{'/' + hardware + '.json' if hardware else ''} and no results directory given: nothing to show. "
+                           f"Commit a baseline file (pytest -m gpu --update-baselines) first.")
+    out = Path(args.out or root / "results" / f"history-{profile.name}")
+    paths = page.write(out, profile.name, hardware or "every machine", rows, releases(rows), history.problem)
+    print(Path(paths["markdown"]).read_text(encoding="utf-8"), end="")
+    print(f"history: {paths['markdown']}, {paths['html']}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser(
+        "history", help="every committed update of a profile's baselines over time: table and plots",
+        description="Read the git history of baselines/<profile>/<hardware>.json (each committed update: date, "
+                    "revision, the vLLM that measured each method) and the results directories given, and write a "
+                    "history table and plots (each gate's headline figure per method over the updates, vLLM "
+                    "releases marked) to history.md and history.html.")
+    p.add_argument("runs", nargs="*", type=Path, metavar="RESULTS_DIR", help="gate runs to add after the stored updates")
+    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+    p.add_argument("--hardware", default="", metavar="KEY|all",
+                   help="one machine's file (default: this machine's when it has one, else every machine's)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write (default results/history-<profile>)")
+    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

@@ -1,0 +1,163 @@
+"""The measurements table on disk, and how its values are written as text.
+
+One tidy table (one row per measured number) is a run's only input to its report, so the report can
+be regenerated from `results/<run-id>/measurements.json` + `run.json` long after the engines are gone
+(`specgate report RESULTS_DIR`). Columns:
+
+    method  gate  key  concurrency  position  metric  value  baseline  bound  ci_low  ci_high
+    unit  verdict  message  basis
+
+`verdict` ("pass" | "fail" | "skip" | "error") sits on each gate's headline row(s); `bound` is the
+floor (acceptance, speedup) or ceiling (memory) the verdict was taken against; `basis` says when
+that baseline was not this machine's own ("portable": another machine's portable figures;
+"coarse": speedups from another machine or load, held to a wider tolerance). Nothing here judges:
+the checks did (specgate/checks), and the verdicts are read as they were recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specgate.checks import Verdict
+from specgate.errors import SpecgateError
+from specgate.profile import BASELINE
+
+COLUMNS = ("method", "gate", "key", "concurrency", "position", "metric", "value", "baseline", "bound",
+           "ci_low", "ci_high", "unit", "verdict", "message", "basis")
+_TEXT = ("method", "gate", "key", "metric", "unit", "verdict", "message", "basis")
+_NUMBER = ("concurrency", "position", "value", "baseline", "bound", "ci_low", "ci_high")
+BASELINE_METHOD = BASELINE
+VERDICTS = tuple(v.value for v in Verdict)
+_MESSAGE_CHARS = 1000  # per message in summary.md; the full text stays in measurements.json
+
+
+class ResultsError(SpecgateError):
+    """Raised when a results directory, its measurements table or its run.json is missing or corrupt."""
+
+
+
+# ---------------------------------------------------------------- the table on disk
+
+
+def normalize(table: pd.DataFrame) -> pd.DataFrame:
+    """Every column present, text columns "" instead of NaN, number columns float (NaN = null), so
+    a table read back from CSV or JSON behaves like the one the run built."""
+    table = table.copy()
+    for col in _TEXT:
+        table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str) if col in table else ""
+    for col in _NUMBER:
+        table[col] = pd.to_numeric(table[col], errors="coerce").astype(float) if col in table else math.nan
+    extra = [c for c in table.columns if c not in COLUMNS]
+    return table[list(COLUMNS) + extra].reset_index(drop=True)
+
+
+def write_tables(run_dir: Path, table: pd.DataFrame) -> dict[str, Path]:
+    """measurements.csv and measurements.json (records; null where a number does not apply)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    table = normalize(table)
+    paths = {"csv": run_dir / "measurements.csv", "json": run_dir / "measurements.json"}
+    table.to_csv(paths["csv"], index=False)
+    paths["json"].write_text(table.to_json(orient="records") + "\n", encoding="utf-8")
+    return paths
+
+
+def load_run(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """(measurements table, run.json) of a results directory; ResultsError naming the file when
+    something is missing or unreadable."""
+    run_dir = Path(run_dir)
+    hint = ("a results directory is what a gate run writes (results/<run-id>/ or --specgate-out); "
+            "rerun the gate to recreate it")
+    if not run_dir.is_dir():
+        raise ResultsError(f"results directory {run_dir} does not exist or is not a directory; {hint}.")
+    records = _read_json(run_dir / "measurements.json", hint)
+    if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+        raise ResultsError(f"{run_dir / 'measurements.json'} is not a list of row objects "
+                           f"(pandas to_json(orient='records')); {hint}.")
+    missing = [c for c in ("method", "gate", "key", "metric", "value") if records and c not in records[0]]
+    if missing:
+        raise ResultsError(f"{run_dir / 'measurements.json'} has rows without {', '.join(missing)}; "
+                           f"it was not written by specgate's write_tables; {hint}.")
+    run = _read_json(run_dir / "run.json", hint)
+    if not isinstance(run, dict):
+        raise ResultsError(f"{run_dir / 'run.json'} is not a JSON object; {hint}.")
+    return normalize(pd.DataFrame(records, columns=None if records else list(COLUMNS))), run
+
+
+def _read_json(path: Path, hint: str) -> Any:
+    if not path.is_file():
+        raise ResultsError(f"{path} is missing; {hint}.")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ResultsError(f"{path} is not valid JSON ({exc}); it may be truncated; {hint}.") from None
+
+
+
+# ---------------------------------------------------------------- formatting
+
+
+def _present(x: Any) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def fmt(x: Any) -> str:
+    """Three significant digits, thousands grouped, whole numbers (counts) without a decimal point."""
+    if not _present(x):
+        return "–"
+    x = float(x)
+    if x == int(x):
+        return f"{int(x):,}"
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    return f"{x:#.3g}".rstrip(".")  # 2.40, not 2.4: columns of numbers line up by eye
+
+
+def _bound_word(gate: str) -> str:
+    return "ceiling" if gate == "memory" else "floor"
+
+
+def headline(row: Mapping[str, Any]) -> str:
+    """'2.41 [2.30, 2.52] (baseline 2.43, floor 2.31)': the value with what it was judged against."""
+    if not _present(row["value"]) and row.get("unit") and isinstance(row["unit"], str):
+        return row["unit"]  # a figure this run could not take says why; a label (the runner) is its unit
+    text = fmt(row["value"])
+    if _present(row["ci_low"]) and _present(row["ci_high"]):
+        text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
+    against = []
+    if _present(row["baseline"]):
+        against.append(f"baseline {fmt(row['baseline'])}")
+    if _present(row["bound"]):
+        against.append(f"{_bound_word(row['gate'])} {fmt(row['bound'])}")
+    return text + (f" ({', '.join(against)})" if against else "")
+
+
+def _verdict_of(outcome: dict) -> str:
+    """A test outcome's verdict ('' when pytest reported something else)."""
+    verdict = Verdict.from_outcome(str(outcome.get("outcome")))
+    return verdict.value if verdict else ""
+
+
+def _ordered(values: Iterable[str], first: str = BASELINE_METHOD) -> list[str]:
+    seen = list(dict.fromkeys(v for v in values if v != ""))
+    return ([first] if first in seen else []) + [v for v in seen if v != first]
+
+
+def _one_line(message: str) -> str:
+    text = " ".join(str(message).split())
+    return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
+
+
+
+
+def _short(metric: str) -> str:
+    """'peak_process_mib' -> 'peak process': the unit is printed after the number."""
+    for suffix in ("_mib", "_tokens", "_ms", "_s"):
+        metric = metric.removesuffix(suffix)
+    return metric.replace("_", " ")

@@ -1,0 +1,103 @@
+"""report.html: one self-contained page (plots embedded as data URIs, so it opens anywhere: a CI
+artifact, an e-mail, no network) with what did not pass first, then the plots and the gate tables."""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from specgate.report import plots
+from specgate.report.data import fmt, normalize
+from specgate.report.tables import _gate_tables, moved_rows, sweeps, title_line, totals
+
+# ---------------------------------------------------------------- report.html
+
+CSS = """
+body { font-family: -apple-system, 'Segoe UI', Helvetica, Arial, sans-serif; margin: 2em auto; max-width: 1400px;
+       padding: 0 1em; color: #222; }
+h1 { font-size: 1.4em; } h2 { margin-top: 1.8em; border-bottom: 1px solid #ddd; padding-bottom: .2em; }
+h1.fail { color: #b00000; } h1.pass { color: #1a7f37; }
+table { border-collapse: collapse; font-size: .85em; margin: .5em 0 1em; }
+th, td { border: 1px solid #d0d7de; padding: .3em .6em; text-align: left; vertical-align: top; }
+th { background: #f6f8fa; }
+td.v-pass { background: #dafbe1; } td.v-fail, td.v-error { background: #ffd7d5; font-weight: bold; }
+td.v-skip { background: #fff8c5; }
+img { max-width: 100%; border: 1px solid #eee; }
+ul.notes li { margin: .3em 0; white-space: pre-wrap; font-size: .9em; }
+pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
+.meta { color: #555; } .none { color: #777; font-style: italic; }
+"""
+
+
+def png_uri(fig) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=plots.DPI)
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, Path] | None = None) -> str:
+    """The self-contained report: title, plots (embedded PNGs), the summary tables and messages."""
+    table = normalize(table)
+    esc = html.escape
+    counts = totals(table, run)
+    state = "fail" if counts["fail"] or counts["error"] else "pass"
+    parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
+             f"<title>specgate {esc(str(run.get('run_id') or ''))}</title><style>{CSS}</style></head><body>",
+             f"<h1 class='{state}'>specgate: {esc(title_line(table, run))}</h1>"]
+    about = [f"{k} {run[k]}" for k in ("torch", "git_revision", "started", "finished", "profile_path") if run.get(k)]
+    if about:
+        parts.append(f"<p class='meta'>{esc(' · '.join(map(str, about)))}</p>")
+    if upgrade := (run.get("baselines") or {}).get("upgrade"):
+        moved = moved_rows(table)
+        parts.append(f"<h2>{esc(upgrade.replace(' -> ', ' → '))}</h2>")
+        parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in ("method", "gate", "key", "figure", "baseline",
+                                                                        "this run", "change")) + "</tr>" + "".join(
+            "<tr>" + "".join(f"<td>{esc(fmt(c) if isinstance(c, float) else str(c))}</td>" for c in row) + "</tr>"
+            for row in moved) + "</table>" if moved else "<p class='none'>Every figure with a stored baseline came out the same.</p>")
+    gate_tables = _gate_tables(table, run)
+    failures = [(gt.gate, v, m, where) for gt in gate_tables for v, m, where in gt.notes if v in ("fail", "error")]
+    if failures:  # what a reader opened the report for, before any plot
+        parts.append("<h2>What did not pass</h2><ul class='notes'>" + "".join(
+            f"<li><b>{esc(v)}</b> {esc(gate)} · {esc(', '.join(where))}: {esc(m)}</li>"
+            for gate, v, m, where in failures) + "</ul>")
+    plt = None
+    for name, (heading, plot) in plots.PLOTS.items():
+        parts.append(f"<h2>{esc(heading)}</h2>")
+        if plot_files and name in plot_files:
+            data = Path(plot_files[name]).read_bytes()
+            uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+        else:
+            fig = plot(table)
+            if fig is None:
+                parts.append(f"<p class='none'>{esc(plots.NO_DATA[name])}</p>")
+                continue
+            plt = plt or plots.pyplot()
+            uri = png_uri(fig)
+            plt.close(fig)
+        parts.append(f"<img alt='{esc(heading)}' src='{uri}'>")
+    parts.append("<h2>Results per gate</h2>")
+    if not gate_tables:
+        parts.append("<p class='none'>No measurements were recorded in this run.</p>")
+    for gt in gate_tables:
+        parts.append(f"<h3>{esc(gt.gate)}</h3><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in gt.header)
+                     + "</tr>")
+        for row, verdict in zip(gt.rows, gt.verdicts):
+            cells = [f"<td class='v-{esc(verdict)}'>{esc(c)}</td>" if i == 2 else f"<td>{esc(c)}</td>"
+                     for i, c in enumerate(row)]
+            parts.append("<tr>" + "".join(cells) + "</tr>")
+        parts.append("</table>")
+        if gt.notes:
+            parts.append("<ul class='notes'>" + "".join(
+                f"<li><b>{esc(v)}</b> {esc(', '.join(where))}: {esc(m)}</li>" for v, m, where in gt.notes) + "</ul>")
+    for family, header, body in sweeps(table):
+        parts.append(f"<h2>Draft-length sweep: {esc(family)}</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header)
+                     + "</tr>" + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
+    if run.get("summary_lines"):
+        parts.append("<h2>Session</h2><pre>" + esc("\n".join(map(str, run["summary_lines"]))) + "</pre>")
+    parts.append("</body></html>")
+    return "\n".join(parts) + "\n"
