@@ -8,6 +8,12 @@ floor). The first run stores the baselines (--update-baselines, in a scratch cop
 baselines directory, so committed files stay as they are); every later run is judged. Printed per
 concurrency level: A/A false alarms, detections of the slowed copy, the measured ratio of the two,
 the interval's upper half-width and the trials the sequential decision used; and each run's wall time.
+
+The step-cost check beside it (the worker's timers: draft_cost, a drafting call over a verification
+forward of the same engine) is reported per level the same way, whatever the profile's tolerance:
+how far the A/A method's draft_cost moved from the update run's (the smallest `draft_cost_tol` with
+no false alarm), how much the slowed copy's exceeded the original's in the same run (the injected
+cost), and how many slowed runs a tolerance at that A/A limit would catch.
 """
 
 from __future__ import annotations
@@ -47,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     if base_dir.exists():
         shutil.move(base_dir, kept)  # the calibration stores and judges its own, then puts these back
     try:
-        _, _, wall = run_gate(root, args.profile, args.out / "update", update=True)
+        _, stored, wall = run_gate(root, args.profile, args.out / "update", update=True)
         print(f"update run: {wall:.0f} s")
         cells = defaultdict(list)  # (method, key) -> [(outcome, value, ci_high, bound, run)]
+        costs: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)  # (method, key) -> run -> draft_cost
+        costs.update({(r["method"], r["key"]): {0: r["value"]} for r in stored if _is_draft_cost(r)})
         walls = []
         for i in range(args.runs):
             run, table, wall = run_gate(root, args.profile, args.out / f"run-{i + 1}", update=False)
@@ -59,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
                 if r["gate"] == "speedup" and r["metric"] == "speedup":
                     cells[(r["method"], r["key"])].append((outcomes.get((r["method"], r["key"])), r["value"], r["ci_high"],
                                                            r["bound"], i))
+                elif _is_draft_cost(r):
+                    costs[(r["method"], r["key"])][i + 1] = r["value"]
             print(f"run {i + 1}: {wall:.0f} s", flush=True)
     finally:
         if kept.exists():
@@ -81,8 +91,40 @@ def main(argv: list[str] | None = None) -> int:
         ratios = sorted(v / theirs[run] for _, v, _, _, run in rows if v and theirs.get(run))
         if ratios:
             print(f"  {method:<14} {key:<6} median {ratios[len(ratios) // 2]:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})")
+    report_step_costs(cells, costs)
     print(f"\nwall time per judged run: {min(walls):.0f}-{max(walls):.0f} s")
     return 0
+
+
+def _is_draft_cost(row: dict) -> bool:
+    return row["gate"] == "speedup" and row["metric"] == "draft_cost" and row["value"] is not None
+
+
+def report_step_costs(cells: dict, costs: dict) -> None:
+    """The step-cost check's power from the same runs: A/A drift of draft_cost from the update run's
+    value, the slowed copy's excess over the original in the same run, and what a ceiling at the A/A
+    limit catches."""
+    if not costs:
+        print("\nstep costs: none measured (this vLLM's runner lacks the timers, or measure_step_costs = false)")
+        return
+    print("\nstep cost (draft_cost: a drafting call over a verification forward, same engine, same trial):")
+    for (method, key), by_run in sorted(costs.items()):
+        original = next((m for (m, k) in costs if k == key and m != method and method.startswith(m)), None)
+        if original is not None:
+            continue
+        judged = [v for run, v in by_run.items() if run]
+        if 0 not in by_run or not judged:
+            continue
+        drift = max(abs(v - by_run[0]) for v in judged)
+        line = (f"  {method:<14} {key:<6} stored {by_run[0]:.3f}; A/A runs {min(judged):.3f}-{max(judged):.3f}: "
+                f"no false alarm with draft_cost_tol >= {drift:.3f}")
+        for slowed in sorted(m for (m, k) in costs if k == key and m != method and m.startswith(method)):
+            excess = sorted(v - by_run[r] for r, v in costs[(slowed, key)].items() if r and r in by_run)
+            if excess:
+                caught = sum(e > drift for e in excess)
+                line += (f"; {slowed} exceeds it in the same run by {excess[len(excess) // 2]:.3f} "
+                         f"({excess[0]:.3f}-{excess[-1]:.3f}): caught {caught}/{len(excess)} at that tolerance")
+        print(line)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 both stopped once nothing moved for stall_timeout_s; each method fails saying what it was doing, with
 the processes' stacks, and the next method still runs. The hang is real: the engine core is
 SIGSTOPped (a deadlocked kernel or an NCCL stall looks the same from outside). (boot_timeout_s, the
-deadline on a boot whose log still moves, is tested on a Watch in tests/unit/test_watchdog.py.)"""
+deadline on a boot however its log moves, fires first when it is the shorter one: the second test.)"""
 
 import json
 import re
@@ -17,13 +17,19 @@ pytestmark = skip_without_vllm_cpu()
 STALL_S, BOOT_S = 45, 120
 
 
-def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_method_runs(tmp_path):
+def with_deadlines(tmp_path, boot_s: int, stall_s: int):
+    """A copy of cpu-tiny with these deadlines."""
     profile = tmp_path / "cpu-tiny-deadlines.toml"
-    deadlines = {"boot": BOOT_S, "stall": STALL_S}
+    deadlines = {"boot": boot_s, "stall": stall_s}
     text = re.sub(r"(?m)^(boot|stall)_timeout_s = .*$", lambda m: f"{m.group(1)}_timeout_s = {deadlines[m.group(1)]}",
                   CPU_TINY.read_text())
-    assert f"boot_timeout_s = {BOOT_S}" in text and f"stall_timeout_s = {STALL_S}" in text
+    assert f"boot_timeout_s = {boot_s}" in text and f"stall_timeout_s = {stall_s}" in text
     profile.write_text(text)
+    return profile
+
+
+def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_method_runs(tmp_path):
+    profile = with_deadlines(tmp_path, BOOT_S, STALL_S)
     run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", "ngram,eagle,eagle3", "-k", "equivalence",
                      "tests/gate/test_equivalence.py"], tmp_path / "run").start()
     try:
@@ -56,3 +62,28 @@ def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_metho
     for name in ("ngram", "eagle"):  # what the engine core was doing, read from the stopped process
         stacks = (out / "engines" / f"{name}.stacks").read_text()
         assert "VLLM::EngineCore (pid" in stacks and "state stopped" in stacks and "Thread" in stacks, stacks[:2000]
+
+
+def test_a_boot_past_boot_timeout_s_is_stopped_saying_where_it_was(tmp_path):
+    """The boot deadline on its own (the stall deadline set far above it): a hung boot of ngram fails
+    that method within the deadline plus the stop, and nothing of the run is left."""
+    boot_s = 60  # cpu-tiny's engines boot in 18-30 s on 2 cores
+    profile = with_deadlines(tmp_path, boot_s, 600)
+    run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", "ngram", "-k", "equivalence",
+                     "tests/gate/test_equivalence.py"], tmp_path / "run").start()
+    try:
+        run.wait_for(r"booting engine 'ngram'", timeout_s=600)
+        started = time.monotonic()
+        run.newest_core(exclude={p.pid for p in run.engine_cores()}, timeout_s=60).send_signal(signal.SIGSTOP)
+        assert run.wait() == 1
+        ended = time.monotonic() - started
+        left = run.alive()
+    finally:
+        run.kill_all()
+    assert not left, left
+    assert ended < boot_s + 30, f"the run ended {ended:.0f} s after the boot began (boot_timeout_s {boot_s})"
+    out = tmp_path / "run"
+    outcomes = {o["nodeid"].split("::")[-1]: (o["outcome"], o["message"]) for o in json.loads((out / "run.json").read_text())["outcomes"]}
+    outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[ngram]"]
+    assert outcome == "error" and f"did not finish booting within {boot_s} s (boot_timeout_s in {profile}); the boot was at: " \
+        in message and f"stacks in {out}/engines/ngram.stacks" in message, message

@@ -147,12 +147,12 @@ def test_a_later_run_finds_processes_an_earlier_one_left_and_stops_them_when_ask
     state.parent.mkdir(parents=True)
     p = psutil.Process(left.pid)
     state.write_text(json.dumps({"owner": gone.pid, "owner_created": 1.0, "owner_cmd": "pytest -m gpu", "reaper": 1,
-                                 "processes": [{"pid": left.pid, "created": p.create_time(), "name": "VLLM::EngineCore"},
+                                 "processes": [{"pid": left.pid, "created": p.create_time(), "name": "python"},  # as first seen
                                                {"pid": 1, "created": 0.0, "name": "reused pid"}]}))
     state.with_suffix(".phase").write_text("booting engine 'eagle3'")
     [stale] = reaper.stale_runs(tmp_path)
     assert stale.describe().startswith(f"1 process(es) of an earlier run (pid {gone.pid}: pytest -m gpu, last at: booting "
-                                       f"engine 'eagle3') are still alive: VLLM::EngineCore (pid {left.pid})")
+                                       f"engine 'eagle3') are still alive: sleep (pid {left.pid})")  # as it is now
     assert reaper.stop_stale(stale) == []
     assert left.wait(timeout=5) is not None
     assert reaper.stale_runs(tmp_path) == [] and not state.exists()
