@@ -7,7 +7,9 @@ deliberately slower copy of it marked `canary_of = { speedup = ... }` (must fail
 floor). The first run stores the baselines (--update-baselines, in a scratch copy of the checkout's
 baselines directory, so committed files stay as they are); every later run is judged. Printed per
 concurrency level: A/A false alarms, detections of the slowed copy, the measured ratio of the two,
-the interval's upper half-width and the trials the sequential decision used; and each run's wall time.
+the interval's upper half-width and the trials the sequential decision used; the same counts for each
+check on its own (the speedup floor, the step-cost ceiling), from the values and bounds in each run's
+measurements; and each run's wall time.
 
 The step-cost check beside it (the worker's timers: draft_cost, a drafting call over a verification
 forward of the same engine) is reported per level the same way, whatever the profile's tolerance:
@@ -56,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         _, stored, wall = run_gate(root, args.profile, args.out / "update", update=True)
         print(f"update run: {wall:.0f} s")
         cells = defaultdict(list)  # (method, key) -> [(outcome, value, ci_high, bound, run)]
+        verdicts: dict[tuple[str, str], list[dict[str, bool]]] = defaultdict(list)  # per run: check -> failed
         costs: dict[tuple[str, str], dict[int, float]] = defaultdict(dict)  # (method, key) -> run -> draft_cost
         costs.update({(r["method"], r["key"]): {0: r["value"]} for r in stored if _is_draft_cost(r)})
         walls = []
@@ -69,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
                                                            r["bound"], i))
                 elif _is_draft_cost(r):
                     costs[(r["method"], r["key"])][i + 1] = r["value"]
+            for cell, failed in check_verdicts(table).items():
+                verdicts[cell].append(failed)
             print(f"run {i + 1}: {wall:.0f} s", flush=True)
     finally:
         if kept.exists():
@@ -91,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         ratios = sorted(v / theirs[run] for _, v, _, _, run in rows if v and theirs.get(run))
         if ratios:
             print(f"  {method:<14} {key:<6} median {ratios[len(ratios) // 2]:.3f} ({ratios[0]:.3f}-{ratios[-1]:.3f})")
+    report_checks(verdicts)
     report_step_costs(cells, costs)
     print(f"\nwall time per judged run: {min(walls):.0f}-{max(walls):.0f} s")
     return 0
@@ -98,6 +104,37 @@ def main(argv: list[str] | None = None) -> int:
 
 def _is_draft_cost(row: dict) -> bool:
     return row["gate"] == "speedup" and row["metric"] == "draft_cost" and row["value"] is not None
+
+
+def check_verdicts(table: list[dict]) -> dict[tuple[str, str], dict[str, bool]]:
+    """Per method and level of one run: which check failed on its own, from the measured values and
+    their bounds (the gate's outcome merges them): the speedup's upper bound under its floor, the
+    draft_cost over its ceiling. A check without a bound (not judged, or not gated) is left out."""
+    out: dict[tuple[str, str], dict[str, bool]] = defaultdict(dict)
+    for r in table:
+        if r["gate"] != "speedup" or r["bound"] is None or r["value"] is None:
+            continue
+        if r["metric"] == "speedup" and r["ci_high"] is not None:
+            out[(r["method"], r["key"])]["speedup"] = r["ci_high"] < r["bound"]
+        elif r["metric"] == "draft_cost":
+            out[(r["method"], r["key"])]["step cost"] = r["value"] > r["bound"]
+    return dict(out)
+
+
+def report_checks(verdicts: dict) -> None:
+    """Each check on its own, per level: A/A false alarms (a method that is no canary failed it) and
+    catches of the slowed copy (a canary failed it), out of the runs where the check judged."""
+    if not verdicts:
+        return
+    print("\neach check on its own (A/A: false alarms; slowed copy: caught), of the runs it judged:")
+    for (method, key), runs in sorted(verdicts.items()):
+        slowed = any(m != method and method.startswith(m) for m, _ in verdicts)
+        parts = []
+        for check in ("speedup", "step cost"):
+            judged = [run[check] for run in runs if check in run]
+            if judged:
+                parts.append(f"{check} {'caught' if slowed else 'false alarms'} {sum(judged)}/{len(judged)}")
+        print(f"  {method:<14} {key:<6} " + ("; ".join(parts) or "no check judged"))
 
 
 def report_step_costs(cells: dict, costs: dict) -> None:

@@ -18,3 +18,27 @@ def test_step_cost_report_gives_the_aa_limit_and_the_slowed_copys_catches(capsys
 def test_step_cost_report_says_when_nothing_was_timed(capsys):
     report_step_costs({}, {})
     assert "none measured" in capsys.readouterr().out
+
+
+def test_each_check_is_counted_on_its_own_from_the_values_and_bounds(capsys):
+    from tools.calibrate_speedup import check_verdicts, report_checks
+
+    def row(method, metric, value, bound, ci_high=None):
+        return {"gate": "speedup", "method": method, "key": "C=1", "metric": metric, "value": value,
+                "bound": bound, "ci_high": ci_high}
+
+    runs = [  # run 1: the speedup false-alarms on ngram; the step cost catches the slowed copy alone
+        [row("ngram", "speedup", 1.20, 1.25, ci_high=1.24), row("ngram", "draft_cost", 0.017, 0.069),
+         row("ngram_slow10", "speedup", 1.10, 1.14, ci_high=1.20), row("ngram_slow10", "draft_cost", 0.20, 0.067)],
+        # run 2: both catch it; the speedup was not judged for ngram (no bound: a disturbed cell)
+        [row("ngram", "speedup", 1.30, None, ci_high=1.40), row("ngram", "draft_cost", 0.018, 0.069),
+         row("ngram_slow10", "speedup", 0.90, 1.20, ci_high=1.00), row("ngram_slow10", "draft_cost", 0.19, 0.068)],
+    ]
+    verdicts = {}
+    for table in runs:
+        for cell, failed in check_verdicts(table).items():
+            verdicts.setdefault(cell, []).append(failed)
+    report_checks(verdicts)
+    out = capsys.readouterr().out
+    assert "ngram          C=1    speedup false alarms 1/1; step cost false alarms 0/2" in out
+    assert "ngram_slow10   C=1    speedup caught 1/2; step cost caught 2/2" in out
