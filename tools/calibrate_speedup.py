@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=10, help="judged runs after the one that stores baselines")
     parser.add_argument("--out", type=Path, default=Path("results/calibration"))
     args = parser.parse_args(argv)
+    # A SIGTERM (a cancelled job, `kill`) ends the calibration as Ctrl-C does: the gate run in progress
+    # is stopped and the checkout's baselines are put back.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     root = Path.cwd()
     base_dir = root / "baselines" / args.profile
     kept = base_dir.with_name(base_dir.name + ".kept")

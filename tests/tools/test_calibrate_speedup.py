@@ -42,3 +42,30 @@ def test_each_check_is_counted_on_its_own_from_the_values_and_bounds(capsys):
     out = capsys.readouterr().out
     assert "ngram          C=1    speedup false alarms 1/1; step cost false alarms 0/2" in out
     assert "ngram_slow10   C=1    speedup caught 1/2; step cost caught 2/2" in out
+
+
+def test_a_sigterm_puts_the_checkouts_baselines_back(tmp_path):
+    """The calibration moves baselines/<profile> aside while it runs; a SIGTERM mid-run must restore it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    stored = tmp_path / "baselines" / "calib" / "cpu-x.json"
+    stored.parent.mkdir(parents=True)
+    stored.write_text('{"kept": true}')
+    started = tmp_path / "started"
+    code = ("import time, pathlib, tools.calibrate_speedup as c\n"
+            f"def gate(*a, **k):\n    pathlib.Path({str(started)!r}).touch(); time.sleep(60)\n"
+            "c.run_gate = gate\nc.main(['--profile', 'calib', '--runs', '1'])\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env)
+    deadline = time.monotonic() + 30
+    while not started.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not stored.exists(), "the calibration did not move the checkout's baselines aside"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    assert stored.read_text() == '{"kept": true}' and not (tmp_path / "baselines" / "calib.kept").exists()
