@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     root = Path.cwd()
     base_dir = root / "baselines" / args.profile
     kept = base_dir.with_name(base_dir.name + ".kept")
-    if base_dir.exists():
+    had_baselines = base_dir.exists()
+    if had_baselines:
         shutil.move(base_dir, kept)  # the calibration stores and judges its own, then puts these back
     try:
         _, stored, wall = run_gate(root, args.profile, args.out / "update", update=True)
@@ -79,9 +80,10 @@ def main(argv: list[str] | None = None) -> int:
             for cell, failed in check_verdicts(table).items():
                 verdicts[cell].append(failed)
             print(f"run {i + 1}: {wall:.0f} s", flush=True)
-    finally:
-        if kept.exists():
+    finally:  # the checkout ends as it began: its own baselines back, or none where it had none
+        if had_baselines or not kept.exists():
             shutil.rmtree(base_dir, ignore_errors=True)
+        if kept.exists():
             shutil.move(kept, base_dir)
     print("\nmethod / level: outcomes (passed = A/A held, or the canary was caught); median speedup; "
           "upper half-width of the interval (median)")

@@ -44,8 +44,9 @@ def test_each_check_is_counted_on_its_own_from_the_values_and_bounds(capsys):
     assert "ngram_slow10   C=1    speedup caught 1/2; step cost caught 2/2" in out
 
 
-def test_a_sigterm_puts_the_checkouts_baselines_back(tmp_path):
-    """The calibration moves baselines/<profile> aside while it runs; a SIGTERM mid-run must restore it."""
+def _calibrate_until_sigterm(tmp_path):
+    """Run the calibration on profile `calib` in tmp_path with a gate run that stores baselines and hangs;
+    SIGTERM it once the gate run has started. Returns what baselines/calib held during the gate run."""
     import os
     import signal
     import subprocess
@@ -53,19 +54,36 @@ def test_a_sigterm_puts_the_checkouts_baselines_back(tmp_path):
     import time
     from pathlib import Path
 
-    stored = tmp_path / "baselines" / "calib" / "cpu-x.json"
-    stored.parent.mkdir(parents=True)
-    stored.write_text('{"kept": true}')
     started = tmp_path / "started"
     code = ("import time, pathlib, tools.calibrate_speedup as c\n"
-            f"def gate(*a, **k):\n    pathlib.Path({str(started)!r}).touch(); time.sleep(60)\n"
+            "def gate(*a, **k):\n"
+            "    d = pathlib.Path('baselines/calib'); held = sorted(p.name for p in d.glob('*')) if d.exists() else []\n"
+            "    d.mkdir(parents=True, exist_ok=True); (d / 'cpu-x.json').write_text('{\"calibration\": true}')\n"
+            f"    t = pathlib.Path({str(started)!r} + '.tmp'); t.write_text(' '.join(held)); t.rename({str(started)!r})\n"
+            "    time.sleep(60)\n"
             "c.run_gate = gate\nc.main(['--profile', 'calib', '--runs', '1'])\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, env=env)
     deadline = time.monotonic() + 30
     while not started.exists() and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not stored.exists(), "the calibration did not move the checkout's baselines aside"
+    held = started.read_text()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    return held
+
+
+def test_a_sigterm_puts_the_checkouts_baselines_back(tmp_path):
+    """The calibration moves baselines/<profile> aside while it runs; a SIGTERM mid-run must restore it."""
+    stored = tmp_path / "baselines" / "calib" / "cpu-x.json"
+    stored.parent.mkdir(parents=True)
+    stored.write_text('{"kept": true}')
+    held = _calibrate_until_sigterm(tmp_path)
+    assert held == "", "the calibration did not move the checkout's baselines aside"
     assert stored.read_text() == '{"kept": true}' and not (tmp_path / "baselines" / "calib.kept").exists()
+
+
+def test_a_checkout_without_baselines_is_left_without_them(tmp_path):
+    """Where the checkout had no baselines for the profile, the calibration's own are not left behind."""
+    _calibrate_until_sigterm(tmp_path)
+    assert not (tmp_path / "baselines" / "calib").exists()
