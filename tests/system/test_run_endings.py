@@ -42,6 +42,9 @@ def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phas
     finally:
         run.kill_all()
     name = signal.Signals(sig).name
+    took_s = "did not exit within 120 s" if took is None else f"exit {run.proc.returncode} after {took:.1f} s"
+    print(f"{name} in phase '{phase}': {took_s}, "
+          f"{len(left)} of its processes alive {CENSUS_S[sig]} s later")  # shown with -rP
     assert not left, f"{name} in phase '{phase}': processes of the run still alive {CENSUS_S[sig]} s later: {left}"
     assert took is not None and took < EXIT_WITHIN_S, f"{name} in phase '{phase}': the run took {took} s to exit"
     if sig == signal.SIGKILL:
