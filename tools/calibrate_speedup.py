@@ -81,9 +81,8 @@ def main(argv: list[str] | None = None) -> int:
                 verdicts[cell].append(failed)
             print(f"run {i + 1}: {wall:.0f} s", flush=True)
     finally:  # the checkout ends as it began: its own baselines back, or none where it had none
-        if had_baselines or not kept.exists():
-            shutil.rmtree(base_dir, ignore_errors=True)
-        if kept.exists():
+        shutil.rmtree(base_dir, ignore_errors=True)
+        if had_baselines:
             shutil.move(kept, base_dir)
     print("\nmethod / level: outcomes (passed = A/A held, or the canary was caught); median speedup; "
           "upper half-width of the interval (median)")
