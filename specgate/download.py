@@ -88,6 +88,14 @@ def plan(repo: str, api, cache_dir: Path | None = None) -> Plan:
             f"hub model {repo} was not found or is private ({token}); check the id in the profile, or give a read token "
             "of an account with access in HF_TOKEN."
         ) from None
+    except Exception as exc:  # no route to the hub: a closed network, a proxy, offline mode
+        from huggingface_hub import constants
+
+        raise DownloadError(
+            f"could not read the file list of hub model {repo} from {constants.ENDPOINT} ({type(exc).__name__}: "
+            f"{exc}); check this machine's network and proxy (HTTPS_PROXY) or HF_ENDPOINT. A runner without access to "
+            "the hub can use a model cache filled elsewhere: copy its HF_HOME and run the gate with HF_HUB_OFFLINE=1."
+        ) from None
     files = [s for s in info.siblings if _wanted(s.rfilename)]
     if not any(s.rfilename.endswith(".safetensors") for s in files):  # an older repo: PyTorch .bin (else .pt) weights
         for ext in (".bin", ".pt"):  # as vLLM picks them (memory.WEIGHT_FILES), without training leftovers

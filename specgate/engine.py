@@ -16,7 +16,6 @@ import contextlib
 import functools
 import gc
 import os
-import re
 import threading
 import time
 from collections.abc import Iterator
@@ -26,16 +25,12 @@ from typing import Any
 
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
-from specgate import logstream, processes as procs, reaper, vllm_compat as compat, worker
+from specgate import enginelog, logstream, processes as procs, reaper, vllm_compat as compat, worker
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
 from specgate.memory import device_bytes
 from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
 from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue, wait
-
-LOG_TAIL_LINES = 25
-MAX_REASON = 400  # characters of the engine's one-line reason kept in messages
-
 
 def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any]:
     """The engine arguments (vLLM EngineArgs fields) for this method; zoo references become local paths."""
@@ -80,37 +75,12 @@ def _output_to(log_path: Path) -> Iterator[None]:
                 os.close(fd)
 
 
-_EXCEPTION_LINE = re.compile(r"(?:^|\] |\s)([A-Za-z_][\w.]*(?:Error|Exception)): (.+)$")
-
-
 def vllm_deadline_env(profile: Profile) -> dict[str, str]:
     """vLLM's own start-up limit, set no lower than the suite's boot deadline. It does not bound a boot
     (it is checked only after the start-up handshake, inside which the model loads: v1/engine/
     core_client.py 0.33:762 vs v1/engine/utils.py 0.33:1392-1451), but where it applies it must not
     give up before boot_timeout_s does. Read when vLLM is imported: set before that."""
     return {"VLLM_ENGINE_READY_TIMEOUT_S": str(int(profile.boot_timeout_s))}
-
-
-def explain_failure(log_path: Path, exc: BaseException) -> tuple[str, str]:
-    """(the line that says why, the log lines leading up to it) for an engine that died.
-
-    The root cause is the first traceback in the log that is not an "Exception ignored" notice: the
-    worker's own error comes first, the wrappers re-raised by the engine core and this process later.
-    """
-    try:
-        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
-    except FileNotFoundError:
-        lines = []
-    for i, line in enumerate(lines):
-        if "Traceback (most recent call last)" not in line or (i and "Exception ignored" in lines[i - 1]):
-            continue
-        for j in range(i + 1, len(lines)):
-            match = _EXCEPTION_LINE.search(lines[j])
-            if match:
-                tail = "\n".join(lines[max(i, j - LOG_TAIL_LINES + 1) : j + 1])
-                return f"{match.group(1)}: {match.group(2)}"[:MAX_REASON], tail
-    first = (str(exc).strip().splitlines() or [""])[0]
-    return f"{type(exc).__name__}: {first}"[:MAX_REASON], "\n".join(lines[-LOG_TAIL_LINES:])
 
 
 class EventLoopThread:
@@ -227,7 +197,7 @@ class Engine(StreamingBackend):
                              f"no progress for {over.idle_s:.0f} s while {over.what}")
 
     def _diagnose(self, exc: BaseException) -> EngineDied:
-        reason, tail = explain_failure(self.log_path, exc)
+        reason, tail = enginelog.root_cause(self.log_path, exc)
         ended = []
         for name, pid, code in compat.engine_core_processes(self.client):
             if code:
@@ -375,12 +345,12 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
                                stacks, profile.stall_timeout_s, profile.boot_timeout_s, str(profile.path))
         give_up()
         raise EngineBootError(
-            f"{message}. Engine log: {log_path}", log_tail="\n".join(_log_tail(log_path)), method=method.name,
-            reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
+            f"{message}. Engine log: {log_path}", log_tail="\n".join(enginelog.tail(log_path)), method=method.name,
+            log_path=log_path, reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
         ) from None
     except Exception as exc:
         give_up()
-        reason, tail = explain_failure(log_path, exc)
+        reason, tail = enginelog.root_cause(log_path, exc)
         raise EngineBootError(
             f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot on "
             f"{compat.release()}: {reason} Full engine log: {log_path}. Check the method's "
@@ -389,6 +359,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
             method=method.name,
             reason=reason,
             detail=f"{type(exc).__name__}: {exc}",
+            log_path=log_path,
         ) from None
     except BaseException:  # Ctrl-C or SIGTERM during the boot: nothing half-started stays behind
         give_up()
@@ -405,13 +376,6 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
                               f"runner has none ({engine.runner or 'unknown runner'})", method=method.name,
                               reason="slow_steps: no drafting call")
     return engine
-
-
-def _log_tail(log_path: Path) -> list[str]:
-    try:
-        return log_path.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:]
-    except OSError:
-        return []
 
 
 @contextlib.contextmanager

@@ -42,12 +42,14 @@ class BaselineError(SpecgateError):
 
 
 class EngineBootError(SpecgateError):
-    """Raised when an engine fails to boot; `log_tail` holds the last lines the engine printed."""
+    """Raised when an engine fails to boot; `log_tail` holds the last lines the engine printed and
+    `log_path` names its whole log."""
 
     def __init__(self, message: str, log_tail: str = "", method: str = "", reason: str = "", detail: str = "",
-                 repeat: bool = False):
+                 repeat: bool = False, log_path=None):
         super().__init__(message)
         self.log_tail = log_tail
+        self.log_path = log_path
         self.method = method
         self.reason = reason  # the engine's own one-line error
         self.detail = detail  # the full text of the exception vLLM raised in this process
@@ -58,6 +60,7 @@ class EngineBootError(SpecgateError):
         return type(self)(
             f"not judged: the engine for method '{self.method}' did not boot ({self.reason}); see this method's "
             "first failure for the engine log", self.log_tail, self.method, self.reason, self.detail, repeat=True,
+            log_path=self.log_path,
         )
 
 

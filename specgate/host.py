@@ -9,10 +9,10 @@ method is a client of a server someone else runs.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specgate import enginelog
 from specgate.backend import Backend, BootEngine, ShutdownReport
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.profile import BASELINE, Method
@@ -160,18 +160,11 @@ class EngineHost:
         self.release(BASELINE)
 
     def expected_boot_failure(self, name: str, error: EngineBootError) -> str | None:
-        """The skip reason when the profile says this method may not boot here and it did not: the
-        engine's own line that matches the profile's `expected_boot_error`."""
-        pattern = self.by_name[name].expected_boot_error
-        if not pattern:
+        """The skip reason when the profile says this method may not boot here and it did not: vLLM's
+        own sentence that matches the profile's `expected_boot_error`, anywhere in the error or its log."""
+        quote = self.by_name[name].expected_refusal(enginelog.failure_text(error))
+        if quote is None:
             return None
-        for line in f"{error.detail}\n{error.log_tail}\n{error}".splitlines():
-            match = re.search(pattern, line)
-            if match:
-                # Quote up to the end of the sentence that matched (vLLM may append long listings).
-                end = line.find(". ", match.end())
-                quote = line[: end + 1 if end >= 0 else len(line)].strip()[:400]
-                reason = f"method '{name}' cannot run on this engine; vLLM said: {quote}"
-                self.records[name].skipped_reason = reason
-                return reason
-        return None
+        reason = f"method '{name}' cannot run on this engine; vLLM said: {quote}"
+        self.records[name].skipped_reason = reason
+        return reason

@@ -175,13 +175,28 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def _torch_build() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    return f"torch {torch.__version__}, built for CUDA {torch.version.cuda}" if torch.version.cuda else f"torch {torch.__version__}, a CPU-only build"
+
+
 def _profile_name(config: pytest.Config) -> str:
     name = config.getoption("--specgate-profile")
     if name != "auto":
         return name
-    if not _cuda_available():
-        return "cpu-tiny"
     gpu_profile = os.environ.get(GPU_PROFILE_ENV)
+    if not _cuda_available():
+        if gpu_profile:
+            # a GPU runner whose driver or torch build lost CUDA must not pass on the toy CPU profile
+            raise pytest.UsageError(
+                f"${GPU_PROFILE_ENV}={gpu_profile} asks for a GPU profile, but torch sees no CUDA device here "
+                f"({_torch_build()}); fix the runner's NVIDIA driver or install the CUDA build of vLLM "
+                f"(README, 'With a GPU'), or unset ${GPU_PROFILE_ENV} to run the CPU profile cpu-tiny."
+            )
+        return "cpu-tiny"
     if not gpu_profile:
         raise pytest.UsageError(
             f"--specgate-profile auto: CUDA is present, so a GPU profile is expected; set ${GPU_PROFILE_ENV} or pass "

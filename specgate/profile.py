@@ -177,17 +177,16 @@ class Method:
         return None if self.speculative_config is None else self.speculative_config.get("model")
 
     def expected_refusal(self, text: str) -> str | None:
-        """vLLM's own sentence in `text` (a boot error, a log tail) that matches `expected_boot_error`,
-        quoted from the match (with its exception's name) to the sentence's end (vLLM may append long
-        listings); None when none does."""
+        """vLLM's own sentence in `text` (a boot error, a whole engine or server log) that matches
+        `expected_boot_error`, quoted whole: from the sentence's start to its end (vLLM may append long
+        listings on the same line); None when no line matches. Lines are matched in full, however long."""
         if not self.expected_boot_error:
             return None
         for line in text.splitlines():
             if match := re.search(self.expected_boot_error, line):
+                start = line.rfind(". ", 0, match.start())
                 end = line.find(". ", match.end())
-                exception = re.search(r"\w+(?:Error|Exception): $", line[: match.start()])  # 'ValueError: '
-                start = exception.start() if exception else match.start()
-                return line[start: end + 1 if end >= 0 else len(line)].strip()[:400]
+                return line[start + 2 if start >= 0 else 0 : end + 1 if end >= 0 else len(line)].strip()[:400]
         return None
 
 

@@ -32,7 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specgate import stats
+from specgate import enginelog, stats
 from specgate.errors import SpecgateError
 from specgate.profile import BASELINE
 
@@ -183,7 +183,7 @@ class Rehearsal:
                     return (f"method '{method.name}': vLLM {release} does not offer speculative_config.method = "
                             f"{method.kind!r}; it offers: {', '.join(offered)}")
             return None
-        quote = method.expected_refusal(str(error))
+        quote = method.expected_refusal(enginelog.failure_text(error))
         return f"method '{method.name}' cannot run on this engine; vLLM said: {quote}" if quote else None
 
     # -- the run --------------------------------------------------------------------------------

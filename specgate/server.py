@@ -20,6 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+from specgate import enginelog
 from specgate.errors import SpecgateError
 from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
 
@@ -27,7 +28,11 @@ STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL: a server that is stopped or wedged
 
 
 class ServerError(SpecgateError):
-    """A server specgate started did not come up."""
+    """A server specgate started did not come up; `log_path` names its whole log."""
+
+    def __init__(self, message: str, log_path: Path | None = None):
+        super().__init__(message)
+        self.log_path = log_path
 
 
 def free_port() -> int:
@@ -100,12 +105,10 @@ class Server:
         self.watch.restart()
         while True:
             if self.proc.poll() is not None:
-                from specgate.engine import explain_failure
-
-                reason, tail = explain_failure(self.log, RuntimeError(f"exit code {self.proc.returncode}"))
+                reason, tail = enginelog.root_cause(self.log, RuntimeError(f"exit code {self.proc.returncode}"))
                 raise ServerError(
                     f"server '{self.name}' ({' '.join(self.args[:3])} ...) exited with {self.proc.returncode} before it "
-                    f"answered /health: {reason}. Last lines of its log ({self.log}):\n{tail}"
+                    f"answered /health: {reason.rstrip('.')}. Last lines of its log ({self.log}):\n{tail}", self.log
                 )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
@@ -118,7 +121,7 @@ class Server:
             except Overdue as over:
                 message = stop_overdue(over, f"server '{self.name}'", self._processes(), self.stacks, self.watch.stall_s,
                                        self.watch.boot_s, self.source)
-                raise ServerError(f"{message}. Its log: {self.log}") from None
+                raise ServerError(f"{message}. Its log: {self.log}", self.log) from None
 
     def _processes(self) -> dict[int, str]:
         """The server and every process under it (pid -> name)."""

@@ -1,7 +1,12 @@
 """Engine failure explanation and shutdown verdicts, without an engine."""
 
+from pathlib import Path
+
+from specgate import enginelog
 from specgate.backend import RELEASE_SLACK_BYTES, ShutdownReport
-from specgate.engine import explain_failure
+from specgate.profile import find_profile, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # Shape of a real cpu-tiny boot failure: a harmless "Exception ignored" notice first, then the
 # worker's root cause, then the wrappers the engine core and this process raise.
@@ -23,7 +28,7 @@ AssertionError: harmless notice
 def test_root_cause_is_the_first_real_traceback(tmp_path):
     log = tmp_path / "engine.log"
     log.write_text(LOG)
-    reason, tail = explain_failure(log, RuntimeError("Engine core initialization failed"))
+    reason, tail = enginelog.root_cause(log, RuntimeError("Engine core initialization failed"))
     assert reason == "ValueError: There is no module or parameter named 'lm_head'"
     assert tail.endswith("named 'lm_head'") and "harmless" not in tail
 
@@ -31,8 +36,38 @@ def test_root_cause_is_the_first_real_traceback(tmp_path):
 def test_without_a_traceback_the_exception_and_plain_tail_are_used(tmp_path):
     log = tmp_path / "engine.log"
     log.write_text("line 1\nline 2\n")
-    reason, tail = explain_failure(log, RuntimeError("boom"))
+    reason, tail = enginelog.root_cause(log, RuntimeError("boom"))
     assert reason == "RuntimeError: boom" and tail == "line 1\nline 2"
+
+
+# vLLM 0.31.0's server refusing mlp_speculator (engines/mlp_speculator-0.31.0.log of a real rehearsal): the
+# exception's header line says only "1 validation error"; the sentence is on the next line, 10,575 characters.
+SERVER_LOG = Path(__file__).parent / "data" / "mlp_speculator-server-0.31.0.log"
+
+
+def test_the_root_cause_carries_the_sentence_after_a_header_only_exception_line():
+    reason, tail = enginelog.root_cause(SERVER_LOG, RuntimeError("exit code 1"))
+    assert reason == ("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig Value error, "
+                      "Model architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now.")
+    assert tail.splitlines()[-1].lstrip().startswith("Value error, Model architectures")
+
+
+def test_an_expected_refusal_is_matched_in_the_whole_log_of_a_server_that_did_not_boot():
+    from specgate.server import ServerError
+
+    profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    error = ServerError("server 'mlp_speculator' exited with 1 before it answered /health: "
+                        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig", SERVER_LOG)
+    assert max(len(line) for line in SERVER_LOG.read_text().splitlines()) > 10_000
+    quote = profile.methods["mlp_speculator"].expected_refusal(enginelog.failure_text(error))
+    assert quote == "Value error, Model architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now."
+    # any other method's refusal pattern does not match this log: its boot failure stays a failure
+    assert profile.methods["ngram"].expected_refusal(enginelog.failure_text(error)) is None
+
+
+def test_display_shortening_comes_after_matching():
+    assert enginelog.shorten("x" * 500, 400) == "x" * 399 + "…"
+    assert enginelog.shorten("short") == "short"
 
 
 def test_shutdown_fails_on_leftover_processes_or_kept_memory():

