@@ -47,7 +47,11 @@ class SpecRequest:
     `target_logits` has k + 1 rows: one per draft position and the bonus position last.
     `draft_probs` has k rows (the drafter's distributions) or is None for n-gram-style drafters.
     `temperature` 0 means greedy. `seed` gives the request its own random stream, like
-    `SamplingParams(seed=...)`; without it the request shares the batch's stream.
+    `SamplingParams(seed=...)`; without it the request shares the batch's stream. `position` is the
+    sequence position of the step's first logits row (the last accepted token's), which moves on by
+    the number of tokens emitted from one step to the next; vLLM's V2 sampler keys a seeded
+    request's draws by (seed, position), and so do the references here (a fresh stream per step).
+    None: one step alone (the V2 worker's default layout; the references' stream from the seed).
     """
 
     draft_token_ids: tuple[int, ...]
@@ -55,6 +59,7 @@ class SpecRequest:
     draft_probs: np.ndarray | None = None
     temperature: float = 0.0
     seed: int | None = None
+    position: int | None = None
 
     def __post_init__(self) -> None:
         drafts = tuple(int(t) for t in self.draft_token_ids)
@@ -76,6 +81,8 @@ class SpecRequest:
                 )
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.position is not None and self.position < 0:
+            raise ValueError(f"position must be >= 0, got {self.position}")
         object.__setattr__(self, "draft_token_ids", drafts)
         object.__setattr__(self, "target_logits", logits)
         object.__setattr__(self, "draft_probs", probs)
@@ -133,6 +140,17 @@ def target_distribution(logits: np.ndarray, temperature: float) -> np.ndarray:
     return probs / probs.sum()
 
 
+def request_stream(request: SpecRequest, shared: np.random.Generator) -> np.random.Generator:
+    """Where a reference draws one request's randomness in one step: the batch's stream (unseeded), the
+    request's seed, or (seed, position) when the step says where it is, so that consecutive steps of
+    one seeded request draw fresh numbers, as lossless verification assumes."""
+    if request.seed is None:
+        return shared
+    if request.position is None:
+        return np.random.default_rng(request.seed)
+    return np.random.default_rng([request.seed, request.position])
+
+
 def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
     """One token from `probs` by inverting the CDF; a zero-probability token is never returned."""
     cdf = np.cumsum(probs)
@@ -153,8 +171,7 @@ class ReferenceSampler:
         width = 1 + max((r.num_drafts for r in requests), default=0)
         rows = np.full((len(requests), width), PLACEHOLDER_TOKEN_ID, dtype=np.int64)
         for i, request in enumerate(requests):
-            rng = shared if request.seed is None else np.random.default_rng(request.seed)
-            tokens = self.sample_request(request, rng)
+            tokens = self.sample_request(request, request_stream(request, shared))
             rows[i, : len(tokens)] = tokens
         return rows
 
@@ -237,11 +254,15 @@ class BlockReferenceSampler(ReferenceSampler):
         drafts = request.draft_token_ids
         k = len(drafts)
         ratio, h = self.block_thresholds(drafts, p, q)
-        u = rng.random(k)
+        u = self.acceptance_uniforms(request, rng)
         tau = max((i for i in range(1, k + 1) if u[i - 1] <= h[i - 1]), default=0)
         if tau == k:
             return [*drafts, self.bonus(p[k], rng)]
         return [*drafts[:tau], draw(self.residual(ratio[tau] * p[tau], q[tau]), rng)]
+
+    def acceptance_uniforms(self, request: SpecRequest, rng: np.random.Generator) -> np.ndarray:
+        """u_1..u_k, independent and fresh for this step."""
+        return rng.random(request.num_drafts)
 
     @staticmethod
     def block_thresholds(drafts: Sequence[int], p: np.ndarray, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -15,9 +15,13 @@ Layout, both ways. Request r with drafts d_1..d_k is k + 1 logits rows at state 
 `slots[r]` (reversed batch order, so a kernel that mixes up the batch index and the state slot
 shows): row j holds the target's logits at input position P + j, whose input token is the last
 accepted token for j = 0 and d_j after it (`draft_sampled[j + 1] = d_{j+1}`); rows 0..k-1 verify
-the drafts, row k is the bonus. Draft distributions go in as V2 keeps them, pre-temperature:
-`draft_logits[slot, j] = T * log q_j` (the kernels divide by T). Out of V2 come `sampled[r, :K+1]`
-and `num_sampled[r]`; a row of specgate's layout is `sampled[r, :num_sampled[r]]`, then placeholders.
+the drafts, row k is the bonus. P is the request's `position`, or PROMPT_LEN + OUTPUT_SO_FAR for a
+request without one; the prefill is PROMPT_LEN tokens either way, so a step that starts at P >=
+PROMPT_LEN is a decode step as the runner sees one (`num_computed_tokens` = P, the positions P + j
+from `prepare_pos_seq_lens`, input_batch.py 0.32:374-381). Draft distributions go in as V2 keeps
+them, pre-temperature: `draft_logits[slot, j] = T * log q_j` (the kernels divide by T). Out of V2
+come `sampled[r, :K+1]` and `num_sampled[r]`; a row of specgate's layout is
+`sampled[r, :num_sampled[r]]`, then placeholders.
 
 Protocol: pickled `(command, args)` tuples on stdin, pickled `("ok", value)` or `("error", text)`
 replies on the original stdout; anything vLLM prints goes to stderr.
@@ -81,12 +85,14 @@ def sample(requests: list[SpecRequest], seed: int, rule: dict, path: str, mutant
     cu = np.concatenate([[0], np.cumsum(num_logits)]).astype(np.int32)
     local_pos = np.concatenate([np.arange(m) for m in num_logits]).astype(np.int32)
     slot_of_logit = np.repeat(slots, num_logits)
-    positions = (PROMPT_LEN + OUTPUT_SO_FAR + local_pos).astype(np.int64)
+    starts = step_positions(requests)
+    positions = (np.repeat(starts, num_logits) + local_pos).astype(np.int64)
+    seq_lens = (starts + np.array(num_logits)).astype(np.int32)
     # Input tokens: the last accepted token (any id; 0 here), then the drafts.
     input_ids = np.concatenate([[0, *r.draft_token_ids] for r in requests]).astype(np.int32)
     logits = torch.from_numpy(np.concatenate([r.target_logits for r in requests])).to(dev)
 
-    sampler = _sampler(requests, slots, seed, steps, vocab, dev)
+    sampler = _sampler(requests, slots, seed, steps, vocab, dev, int(starts.max()))
     draft_logits = None
     if requests[0].draft_probs is not None:
         draft = np.zeros((n, steps, vocab), dtype=np.float32)
@@ -111,14 +117,13 @@ def sample(requests: list[SpecRequest], seed: int, rule: dict, path: str, mutant
                 input_ids=t(input_ids, torch.int32), positions=t(positions, torch.int64),
                 logits_indices=t(np.arange(len(input_ids)), torch.int32),
                 cu_num_logits=t(cu, torch.int32), cu_num_logits_np=cu,
-                seq_lens=t(PROMPT_LEN + OUTPUT_SO_FAR + np.array(num_logits), torch.int32),
-                seq_lens_cpu_upper_bound=torch.from_numpy(PROMPT_LEN + OUTPUT_SO_FAR + np.array(num_logits, dtype=np.int32)),
+                seq_lens=t(seq_lens, torch.int32), seq_lens_cpu_upper_bound=torch.from_numpy(seq_lens),
             )
             out = rejection_sampler(logits, batch, draft_logits)
             sampled, num_sampled = out.sampled_token_ids, out.num_sampled
         else:
             sampled, num_sampled = _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positions,
-                                           cu, slots, slot_of_logit, local_pos, steps, t)
+                                           seq_lens, cu, slots, slot_of_logit, local_pos, steps, t)
     finally:
         rs_module.rejection_sample = original
     sampled, num_sampled = sampled.cpu().numpy(), num_sampled.cpu().numpy()
@@ -128,8 +133,8 @@ def sample(requests: list[SpecRequest], seed: int, rule: dict, path: str, mutant
     return rows
 
 
-def _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positions, cu, slots, slot_of_logit,
-            local_pos, K, t):
+def _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positions, seq_lens, cu, slots,
+            slot_of_logit, local_pos, K, t):
     """`apply_sampling_params`, then `rejection_sample` with the layout written here (rejection_sampler.py
     0.33:264-295 makes the same two calls)."""
     import torch
@@ -138,8 +143,7 @@ def _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positio
     expanded = t(slot_of_logit, torch.int32)
     pos, draft_sampled = t(positions, torch.int64), t(input_ids, torch.int64)
     processed = sampler.apply_sampling_params(
-        logits, expanded, t(slots, torch.int32), slots, pos, draft_sampled, t(local_pos, torch.int32),
-        (PROMPT_LEN + OUTPUT_SO_FAR + np.diff(cu)).astype(np.int32))
+        logits, expanded, t(slots, torch.int32), slots, pos, draft_sampled, t(local_pos, torch.int32), seq_lens)
     states = sampler.sampling_states
     kwargs = {"use_fp64": sampler.use_fp64_gumbel, "use_block_verification": rejection_sampler.use_block_verification}
     if getattr(rejection_sampler, "fly_window_size", 0):
@@ -152,13 +156,23 @@ def _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positio
         rejection_sampler.synthetic_conditional_rates, **kwargs)
 
 
-def _sampler(requests, slots, seed, K, vocab, dev):
-    """vLLM's V2 `Sampler` with these requests added as the runner adds them (SamplingParams)."""
+def step_positions(requests: list[SpecRequest]) -> np.ndarray:
+    """Each request's P, the position of its first logits row (see the layout above)."""
+    starts = np.array([PROMPT_LEN + OUTPUT_SO_FAR if r.position is None else r.position for r in requests],
+                      dtype=np.int64)
+    if (starts < PROMPT_LEN).any():
+        raise ValueError(f"a decode step starts after the {PROMPT_LEN}-token prefill: positions {starts.tolist()}")
+    return starts
+
+
+def _sampler(requests, slots, seed, K, vocab, dev, last_start):
+    """vLLM's V2 `Sampler` with these requests added as the runner adds them (SamplingParams); the
+    request state holds sequences up to a step starting at `last_start` with K drafts."""
     RequestState = vllm_compat.load("vllm.v1.worker.gpu.states:RequestState")
     Sampler = vllm_compat.load("vllm.v1.worker.gpu.sample.sampler:Sampler")
     SamplingParams = vllm_compat.load("vllm.sampling_params:SamplingParams")
     n = len(requests)
-    max_len = PROMPT_LEN + OUTPUT_SO_FAR + K + 2
+    max_len = last_start + K + 2
     states = RequestState(n, max_len, n * (K + 1), K, vocab, dev)
     # The sampler reads only the reasoning config (thinking budgets) from the engine's config.
     sampler = Sampler(types.SimpleNamespace(reasoning_config=None), n, vocab, dev, states,

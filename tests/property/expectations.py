@@ -10,6 +10,9 @@ expected number of accepted drafts of each rule is a finite sum:
   with independent u_i, so E[tau | X] = sum_i i h_i prod_{j > i} (1 - h_j);
 - fly: each position natively accepts (a_j), rejects a draft the gate may defer (p, q > 0 there) or
   rejects one it may not; the accepted count is FLy's walk over those outcomes (rejection.py).
+
+Across steps (`StepsCase`), the law of the first tokens block verification emits, with acceptance
+uniforms fresh per step or read again by the next step (first_tokens_across_steps).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import numpy as np
 
 from specgate.rejection import BlockReferenceSampler, top_k_entropy
 
-from .strategies import DistributionCase
+from .strategies import DistributionCase, StepsCase
 
 
 def draft_sequences(case: DistributionCase):
@@ -109,3 +112,42 @@ def expected_accepted_fly(case: DistributionCase, window: int, threshold: float,
                 break
         total += weight * accepted
     return float(total)
+
+
+def first_tokens_across_steps(case: StepsCase, *, reuse: bool) -> np.ndarray:
+    """The exact law of the first N tokens block verification emits over consecutive steps of `case`
+    (over the V^N sequences, row-major).
+
+    reuse=False: every step's uniforms u_1..u_k are fresh, and this is the target's product law.
+    reuse=True: u_i is keyed by its absolute position (vLLM 0.32: tl_rand32(seed, pos)); a step that
+    starts at P and keeps tau drafts moves the next step to P + tau + 1, whose first k - tau - 1 rows
+    read the uniforms this step's rows tau + 1..k - 1 already tested. Block verification tests every
+    u_i (tau = max{i : u_i <= h_i}), so each carries over as a uniform on the interval its outcomes
+    left it, (lo, hi]; the recursion follows those intervals.
+    """
+    p = np.asarray(case.target_probs, dtype=np.float64)
+    k, vocab = case.num_drafts, case.vocab_size
+    drafts = case.fixed_drafts
+    q = np.eye(vocab)[list(drafts)]
+    ratio, h = BlockReferenceSampler.block_thresholds(drafts, np.tile(p, (k + 1, 1)), q)
+    law = np.zeros((vocab,) * case.num_tokens)
+
+    def step(tokens: tuple, weight: float, carried: tuple) -> None:
+        if len(tokens) >= case.num_tokens:
+            law[tokens[: case.num_tokens]] += weight
+            return
+        intervals = [*carried, *[(0.0, 1.0)] * (k - len(carried))]
+        for kept in itertools.product((True, False), repeat=k):
+            outcome = [(lo, min(hi, h[i])) if keep else (max(lo, h[i]), hi)
+                       for i, ((lo, hi), keep) in enumerate(zip(intervals, kept))]
+            chance = np.prod([max(b - a, 0.0) / (hi - lo) for (a, b), (lo, hi) in zip(outcome, intervals)])
+            if chance == 0:
+                continue
+            tau = max((i + 1 for i in range(k) if kept[i]), default=0)
+            last = p if tau == k else np.maximum(ratio[tau] * p - q[tau], 0.0)
+            for token in np.flatnonzero(last):
+                step((*tokens, *drafts[:tau], int(token)), weight * chance * last[token] / last.sum(),
+                     tuple(outcome[tau + 1:]) if reuse else ())
+
+    step((), 1.0, ())
+    return law.ravel()

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specgate.rejection import ReferenceSampler, SpecRequest
+from specgate.rejection import BlockReferenceSampler, ReferenceSampler, SpecRequest
 
 
 class AcceptsOneTooMany(ReferenceSampler):
@@ -53,7 +53,22 @@ class BonusAfterRejection(ReferenceSampler):
         return tokens
 
 
-MUTANTS = (AcceptsOneTooMany, IgnoresDraftProbs, WrongResidual, BonusAfterRejection)
+class ReusesUniformsAcrossSteps(BlockReferenceSampler):
+    """Block verification whose acceptance uniform for the draft at position P + i is keyed by (seed,
+    P + i) alone, as vLLM 0.32's `tl_rand32(seed, pos)`: the next step, which starts after the kept
+    drafts, reads again the uniforms this step tested (and, since tau is a maximum, tested against
+    every h_i). Each step alone is block verification (every single-step property holds); only a
+    request's consecutive steps show it. Requests without a seed or position draw fresh uniforms."""
+
+    def acceptance_uniforms(self, request: SpecRequest, rng: np.random.Generator) -> np.ndarray:
+        if request.seed is None or request.position is None:
+            return super().acceptance_uniforms(request, rng)
+        # The trailing tag keeps these keys apart from the (seed, position) stream of the other draws.
+        return np.array([np.random.default_rng([request.seed, request.position + i, 7]).random()
+                         for i in range(request.num_drafts)])
+
+
+MUTANTS = (AcceptsOneTooMany, IgnoresDraftProbs, WrongResidual, BonusAfterRejection, ReusesUniformsAcrossSteps)
 
 
 @dataclass(frozen=True)

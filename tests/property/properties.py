@@ -17,6 +17,10 @@ probability above 0.99; the exact binomial test detects an acceptance rate off b
 probability above 0.99; the two-sided z-test on the mean number of accepted drafts
 (rule_properties.py) detects a shift of 0.04 / 0.29 drafts when their standard deviation is at most 1
 (k = 2) with probability above 0.99.
+
+Across steps (check_tokens_across_steps_follow_target): one chi-square test at ALPHA on the joint law
+of a request's first N tokens over V^N cells, decoded by consecutive steps as vLLM drives them; its
+power on STEPS_CASE is pinned by test_across_steps.py.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ from specgate.rejection import (
     emitted_tokens,
 )
 
-from .strategies import DistributionCase
+from .strategies import DistributionCase, StepsCase
 
 ALPHA = 1e-3
 NUM_SAMPLES = 20_000
@@ -149,7 +153,7 @@ def check_requests_do_not_affect_each_other(
 _samples: dict[tuple, tuple[RejectionSampler, np.ndarray]] = {}
 
 
-def num_samples(sample: RejectionSampler, case: DistributionCase) -> int:
+def num_samples(sample: RejectionSampler, case: DistributionCase | StepsCase) -> int:
     """NUM_SAMPLES; on Triton's interpreter (samplers.Subject.interpreted) V2_NUM_SAMPLES, or the case's own."""
     if getattr(sample, "interpreted", False):
         return case.interpreter_samples or V2_NUM_SAMPLES
@@ -249,3 +253,80 @@ def check_samplers_agree_in_distribution(
     assert pvalue >= ALPHA, (
         f"{case.name}: outputs differ in distribution (chi-square p = {pvalue:.2g} < {ALPHA})\n"
         f"  {table[0].tolist()}\n  {table[1].tolist()}")
+
+
+# --- one request over consecutive verification steps ------------------------------------------
+
+
+def decode_across_steps(sample: RejectionSampler, case: StepsCase, n: int, seed: int) -> np.ndarray:
+    """The first `case.num_tokens` tokens of n seeded requests (seeds seed * n .. seed * n + n - 1), each
+    decoded over consecutive verification steps the way vLLM's V2 runner drives one request: the same
+    seed every step; a step starts where the last one's emitted tokens end (its row 0 at P, the next
+    step's at P + tokens emitted: num_computed_tokens moves on by num_sampled, input_batch.py
+    0.32:531 and 611-614); the emitted tokens are the request's context (which the case's target and
+    drafter ignore). All requests still short of their tokens go in one batch per step. Seeded, because
+    vLLM draws an unseeded request's seed once, when the request is added (sample/states.py
+    0.32:54-58), while the V2 worker adds its requests anew every call. Returns [n, num_tokens]."""
+    tokens: list[list[int]] = [[] for _ in range(n)]
+    positions = [case.first_position] * n
+    seeds = [seed * n + r for r in range(n)]
+    step = 0
+    while active := [r for r in range(n) if len(tokens[r]) < case.num_tokens]:
+        rows = sample([case.step(seeds[r], positions[r]) for r in active], seed=seed + step)
+        for r, row in zip(active, rows):
+            emitted = emitted_tokens(row)
+            tokens[r] += emitted
+            positions[r] += len(emitted)
+        step += 1
+    return np.array([t[: case.num_tokens] for t in tokens])
+
+
+_decoded: dict[tuple, tuple[RejectionSampler, np.ndarray]] = {}
+
+
+def tokens_across_steps(sample: RejectionSampler, case: StepsCase) -> np.ndarray:
+    """decode_across_steps for num_samples(sample, case) requests (deterministic, so memoized)."""
+    key = (sample, case.name)
+    if key not in _decoded:
+        _decoded[key] = (sample, decode_across_steps(sample, case, num_samples(sample, case), SAMPLE_SEED))
+    return _decoded[key][1]
+
+
+def joint_counts(tokens: np.ndarray, vocab_size: int) -> np.ndarray:
+    """How often each sequence of tokens occurs (row-major over V^N, as StepsCase.target_joint)."""
+    cells = np.ravel_multi_index(tokens.T, (vocab_size,) * tokens.shape[1])
+    return np.bincount(cells, minlength=vocab_size ** tokens.shape[1])
+
+
+def deviation(counts: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
+    """(total variation distance, Cohen's w) of the observed frequencies from `probs`; w over the cells
+    `probs` allows (a count where it allows none fails on its own)."""
+    observed = counts / counts.sum()
+    allowed = probs > 0
+    w = np.sqrt(((observed[allowed] - probs[allowed]) ** 2 / probs[allowed]).sum())
+    return float(np.abs(observed - probs).sum() / 2), float(w)
+
+
+def check_tokens_across_steps_follow(sample: RejectionSampler, case: StepsCase, law: np.ndarray,
+                                     what: str = "the target") -> str:
+    """The first N tokens of a request decoded over consecutive steps have the joint law `law` (over
+    V^N, row-major); returns the measurement, for the test to show."""
+    counts = joint_counts(tokens_across_steps(sample, case), case.vocab_size)
+    n = int(counts.sum())
+    pvalue = chi_square_pvalue(counts, law)
+    tv, w = deviation(counts, law)
+    measured = (f"{case.name}, against {what}: total variation {tv:.3f}, Cohen's w {w:.3f}, "
+                f"chi-square p = {pvalue:.2g}, n = {n} requests")
+    impossible = np.flatnonzero((law == 0) & (counts > 0))
+    assert not impossible.size, f"{measured}: sequences {impossible.tolist()} (row-major) {what} rules out"
+    assert pvalue >= ALPHA, (
+        f"{measured}: the first {case.num_tokens} tokens across steps do not follow {what} (p < {ALPHA})\n"
+        f"  observed {np.round(counts / n, 4).tolist()}\n  expected {np.round(law, 4).tolist()} ({what})")
+    return measured
+
+
+def check_tokens_across_steps_follow_target(sample: RejectionSampler, case: StepsCase) -> str:
+    """With a context-free target and drafter, a request's first N tokens are N i.i.d. draws from p:
+    lossless speculative sampling promises this across steps only when every step draws fresh
+    randomness."""
+    return check_tokens_across_steps_follow(sample, case, case.target_joint())

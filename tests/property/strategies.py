@@ -11,7 +11,8 @@ Hypothesis, so examples stay small while Hypothesis still chooses every structur
 The statistical properties use fixed cases instead (`DISTRIBUTION_CASES`): a few hand-picked
 shapes with p and q drawn once from fixed seeds, so their outcome is deterministic. The verification
 rules get cases written out by hand (`BLOCK_CASE`, `FLY_*_CASE`), each chosen for what it separates
-(expectations.py gives their exact expected acceptance).
+(expectations.py gives their exact expected acceptance). `STEPS_CASE` is one request decoded over
+consecutive verification steps (properties.decode_across_steps).
 """
 
 from __future__ import annotations
@@ -280,6 +281,54 @@ FLY_HIGH_CASE = _case(
     [[0.4, 0.3, 0.2, 0.1], [0.1, 0.5, 0.3, 0.1], [0.25, 0.25, 0.25, 0.25]],
     [[0.1, 0.2, 0.3, 0.4], [0.2, 0.4, 0.2, 0.2]], 1.0,
 )
+
+
+@dataclass(frozen=True, eq=False)
+class StepsCase:
+    """One request decoded over consecutive verification steps. The target samples from `target_probs`
+    at every position and the drafter proposes `fixed_drafts` (n-gram style), whatever the context: a
+    lossless sampler then emits i.i.d. tokens from the target, so the first `num_tokens` of them have
+    the product law (`target_joint`, over the V^N sequences in row-major order)."""
+
+    name: str
+    target_probs: tuple[float, ...]
+    fixed_drafts: tuple[int, ...]
+    temperature: float = 1.0
+    num_tokens: int = 3
+    first_position: int = 19  # the first step's row 0, after a 16-token prompt and 3 tokens (v2_worker)
+    interpreter_samples: int = 0  # requests V2 on Triton's interpreter decodes (0: properties.V2_NUM_SAMPLES)
+
+    @property
+    def num_drafts(self) -> int:
+        return len(self.fixed_drafts)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.target_probs)
+
+    def target_joint(self) -> np.ndarray:
+        p = np.asarray(self.target_probs, dtype=np.float64)
+        joint = np.ones(1)
+        for _ in range(self.num_tokens):
+            joint = np.outer(joint, p).ravel()
+        return joint
+
+    def step(self, seed: int, position: int) -> SpecRequest:
+        """The request's verification step starting at `position` (its logits: T log p on every row)."""
+        row = np.log(np.asarray(self.target_probs, dtype=np.float64)) * self.temperature
+        logits = np.tile(row.astype(np.float32), (self.num_drafts + 1, 1))
+        return SpecRequest(self.fixed_drafts, logits, None, self.temperature, seed, position)
+
+
+# Block verification across steps where reusing a step's acceptance uniforms in the next step matters
+# most. With an n-gram drafter proposing token 0 twice and p(0) = a, block's thresholds are
+# h_1 = a / (1 + a) for the first draft and h_2 = a^2 for the last (expectations.py); at a = 0.62
+# h_2 = 0.3844 >= h_1 = 0.3827, so a uniform that failed the last draft's test fails the first's too.
+# A sampler that keys the uniforms by absolute position (vLLM 0.32) verifies the first draft of the step
+# after one that kept nothing with the uniform that failed the last draft's test there: that draft is
+# never kept on it (only a fresh u_2 <= h_2 keeps drafts), the sequence (1, 0, 1) cannot occur, and the
+# first 3 tokens are off by Cohen's w = 0.48 (expectations.first_tokens_across_steps).
+STEPS_CASE = StepsCase("n-gram drafts (0, 0), p(0) = 0.62, vocab 2, first 3 tokens", (0.62, 0.38), (0, 0))
 
 
 def with_peaked_targets(requests: list[SpecRequest]) -> list[SpecRequest]:

@@ -29,6 +29,7 @@ from .mutants import (
     AcceptsOneTooMany,
     BonusAfterRejection,
     IgnoresDraftProbs,
+    ReusesUniformsAcrossSteps,
     WrongResidual,
 )
 from .samplers import FLY_THRESHOLD, FLY_TOP_K, FLY_WINDOW, Subject
@@ -37,6 +38,7 @@ from .strategies import (
     DISTRIBUTION_CASES,
     NGRAM_CASE,
     PROPERTY_SETTINGS,
+    STEPS_CASE,
     batches,
     with_peaked_targets,
 )
@@ -50,6 +52,7 @@ ACCEPTANCE = "first draft accepted with probability sum(min(p, q))"
 BLOCK_MEAN = "block verification keeps its exact expected number of drafts"
 FLY_GATE = "FLy's greedy rows diverge only where the entropy gate allows"
 FLY_SHUT = "FLy is the per-token rule where its gate is shut"
+ACROSS_STEPS = "a request's first tokens across steps follow the target"
 
 V2_RELEASE = "0.33.0"  # the kernels the V2 mutants are written against
 V2_CASES = (BLOCK_CASE, NGRAM_CASE)
@@ -100,6 +103,7 @@ PROPERTIES = {
             sample, batch, FLY_WINDOW, FLY_THRESHOLD, FLY_TOP_K), batches(greedy=True)),
     FLY_SHUT: run_on_batches(rule_properties.check_greedy_output_is_per_token_rule,
                              batches(greedy=True).map(with_peaked_targets)),
+    ACROSS_STEPS: lambda sample: properties.check_tokens_across_steps_follow_target(sample, STEPS_CASE),
 }
 
 CAUGHT_BY = [
@@ -115,6 +119,8 @@ CAUGHT_BY = [
     (BonusAfterRejection, LAYOUT),
     (BonusAfterRejection, DISTRIBUTION),
     (BonusAfterRejection, ACCEPTANCE),
+    # Every step alone is block verification: only a request's consecutive steps show it.
+    (ReusesUniformsAcrossSteps, ACROSS_STEPS),
 ]
 # V2's kernels, on the interpreter. Each mutant with the properties that catch it.
 KERNEL_CAUGHT_BY = [
