@@ -83,9 +83,15 @@ class Backend(Protocol):
         """The engine's spec-decode counters now (monotone; measurements are differences)."""
 
     def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                  seed: int | None = None) -> BatchResult:
-        """Continuations of `prompts` (greedy unless a temperature is given), submitted at once; per
-        prompt the tokens each step emitted."""
+                  seed: int | None = None, schema: dict | None = None) -> BatchResult:
+        """Continuations of `prompts` (greedy unless a temperature is given; under a JSON `schema`
+        when given), submitted at once; per prompt the tokens each step emitted."""
+
+    def kv_stats(self):
+        """specgate.kvstats.KvStats now: preemptions, prefix-cache queries and hits (counters), usage."""
+
+    def reset_prefix_cache(self) -> None:
+        """Empty the prefix cache (NotMeasurable when this engine cannot be told to)."""
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0) -> tuple[LoadRun, SpecCounters]:
         """One closed-loop trial (exactly `concurrency` requests in flight) and the counters it moved."""
@@ -125,8 +131,14 @@ class StreamingBackend:
         raise NotImplementedError
 
     def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
-              seed: int | None = None):
+              seed: int | None = None, schema: dict | None = None):
         raise NotImplementedError
+
+    def kv_stats(self):
+        raise NotMeasurable(f"engine '{self.method_name}' does not show its KV-cache counters to specgate")
+
+    def reset_prefix_cache(self) -> None:
+        raise NotMeasurable(f"engine '{self.method_name}' cannot be told to empty its prefix cache")
 
     def timed_steps(self, work):
         work()
@@ -150,15 +162,17 @@ class StreamingBackend:
                 yield len(new)
 
     def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                  seed: int | None = None) -> BatchResult:
-        """Continuations of `prompts` (greedy, or sampled with a seed per request), all submitted at
-        once, streamed step by step: how many tokens each verification step emitted (accepted + 1),
-        and the spec-decode counters read before and after, so the batch's own numbers are the
-        difference."""
+                  seed: int | None = None, schema: dict | None = None) -> BatchResult:
+        """Continuations of `prompts` (greedy, or sampled with a seed per request; under a JSON schema
+        when given), all submitted at once, streamed step by step: how many tokens each verification
+        step emitted (accepted + 1), and the spec-decode counters read before and after, so the
+        batch's own numbers are the difference."""
         tokens: dict[str, list[int]] = {p.id: [] for p in prompts}
         tops: dict[str, list[dict[int, float]]] = {p.id: [] for p in prompts}
         steps: dict[str, list[int]] = {p.id: [] for p in prompts}
         sampling = {"temperature": temperature, "seed": seed} if temperature else {}
+        if schema is not None:
+            sampling["schema"] = schema
 
         async def one(p) -> None:
             async for new, top in self.steps(p.token_ids, max_tokens, p.id, top_logprobs, **sampling):

@@ -29,7 +29,7 @@ from typing import Any
 from specgate.errors import BaselineError
 
 SCHEMA = 1
-KINDS = ("acceptance", "speedup", "memory")
+KINDS = ("acceptance", "speedup", "memory", "structured")  # structured: acceptance under a JSON schema
 
 
 def _slug(text: str) -> str:

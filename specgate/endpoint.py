@@ -125,7 +125,7 @@ class Endpoint(StreamingBackend):
         return None
 
     async def _chunks(self, token_ids, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                      seed: int | None = None):
+                      seed: int | None = None, schema: dict | None = None):
         """The streamed completion's chunks (choice dicts), one per engine step."""
         import httpx
 
@@ -142,6 +142,8 @@ class Endpoint(StreamingBackend):
             body.update(logprobs=top_logprobs, return_tokens_as_token_ids=True)
         if seed is not None:
             body["seed"] = seed
+        if schema is not None:  # vLLM's extra parameter, as SamplingParams.structured_outputs
+            body["structured_outputs"] = {"json": schema, "disable_any_whitespace": True}
         try:
             async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
                 async with client.stream("POST", self.url + "/v1/completions", json=body) as resp:
@@ -160,8 +162,8 @@ class Endpoint(StreamingBackend):
             raise EndpointError(f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc}).") from None
 
     async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
-                    seed: int | None = None):
-        async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature, seed):
+                    seed: int | None = None, schema: dict | None = None):
+        async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature, seed, schema):
             top = [
                 {int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()}
                 for pos in (choice.get("logprobs") or {}).get("top_logprobs") or []
@@ -170,9 +172,15 @@ class Endpoint(StreamingBackend):
                 self.watch.progress()
             yield [int(t) for t in choice.get("token_ids") or []], top
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None):
+    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None,
+                  schema: dict | None = None):
         self.served_model()
-        return super().run_batch(prompts, max_tokens, top_logprobs, temperature, seed)
+        return super().run_batch(prompts, max_tokens, top_logprobs, temperature, seed, schema)
+
+    def kv_stats(self):
+        from specgate import kvstats
+
+        return kvstats.from_prometheus(self.run(self._get("/metrics")))
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
         self.served_model()

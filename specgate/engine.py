@@ -25,7 +25,7 @@ from typing import Any
 
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
-from specgate import enginelog, logstream, processes as procs, reaper, vllm_compat as compat, worker
+from specgate import enginelog, kvstats, logstream, plants, processes as procs, reaper, vllm_compat as compat, worker
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
 from specgate.memory import device_bytes
 from specgate.models import resolve as resolve_model
@@ -149,14 +149,20 @@ class Engine(StreamingBackend):
     def counters(self) -> SpecCounters:
         return counters_from_metrics(compat.metrics_snapshot())
 
+    def kv_stats(self) -> kvstats.KvStats:
+        return kvstats.from_metrics(compat.metrics_snapshot())
+
+    def reset_prefix_cache(self) -> None:
+        self.run(compat.reset_prefix_cache(self.client), "emptying the prefix cache")
+
     def _request_id(self, tag: str) -> str:
         self._requests += 1
         return f"{tag}#{self._requests}"
 
     async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
-                    seed: int | None = None):
+                    seed: int | None = None, schema: dict | None = None):
         """The request's new tokens (and top-k logprobs) as the engine emits them, step by step."""
-        params = compat.sampling_params(max_tokens, top_logprobs, temperature, seed)
+        params = compat.sampling_params(max_tokens, top_logprobs, temperature, seed, schema)
         async for out in self.client.generate(compat.tokens_prompt(token_ids), params, self._request_id(tag)):
             completion = out.outputs[0]
             if (metrics := getattr(completion, "spec_decode_metrics", None)) is not None:  # the finished output
@@ -370,6 +376,11 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     watch.boot_s = None  # booted: from here on only the no-progress deadline holds
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
         engine.runner = engine.collective_rpc(worker.runner_kind)[0]
+    if method.plant and not all(engine.collective_rpc(functools.partial(plants.install, name=method.plant))):
+        engine.shutdown()
+        raise EngineBootError(f"method '{method.name}': plant {method.plant!r} has nothing to be planted in on this "
+                              f"runner ({engine.runner or 'unknown runner'}; specgate.plants patches V1's)",
+                              method=method.name, reason=f"plant {method.plant}: not plantable")
     if method.slow_steps and not all(engine.collective_rpc(functools.partial(worker.slow_drafting, share=method.slow_steps))):
         engine.shutdown()
         raise EngineBootError(f"method '{method.name}': slow_steps needs a drafting call to slow down, and this "

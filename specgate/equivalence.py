@@ -9,7 +9,7 @@ verifier cannot hide behind one. Everything after the first divergence is incomp
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from specgate.profile import Equivalence
 
@@ -68,3 +68,37 @@ def compare(baseline: GreedyOutput, method_ids: Sequence[int], rule: Equivalence
             gap = float(top[b]) - float(top[m])
     numerical = rule.mode == "tie-aware" and gap is not None and gap <= rule.logprob_margin
     return Divergence(pos, b, m, gap, numerical)
+
+
+@dataclass
+class Comparison:
+    """Every prompt of a set held to the reference's greedy tokens under one rule."""
+
+    compared: int = 0
+    identical: int = 0
+    forgiven: list[tuple[str, Divergence]] = field(default_factory=list)  # (prompt id, near-tie the rule forgives)
+    failures: list[str] = field(default_factory=list)  # one line per prompt that diverged for real
+    gaps: list[tuple[int, float]] = field(default_factory=list)  # (position, gap) of every divergence with a known gap
+
+    @property
+    def diverged(self) -> int:
+        return len(self.failures)
+
+
+def compare_all(reference: Mapping[str, GreedyOutput], outputs: Mapping[str, Sequence[int]], prompts, rule: Equivalence,
+                decode: Callable[[int], str], label: Callable[[object], str]) -> Comparison:
+    """Each prompt's tokens in `outputs` against `reference` (both by prompt id); `label(prompt)` names a
+    prompt in a failure line."""
+    result = Comparison()
+    for prompt in prompts:
+        result.compared += 1
+        div = compare(reference[prompt.id], outputs[prompt.id], rule)
+        if div is not None and div.gap is not None:
+            result.gaps.append((div.position, div.gap))
+        if div is None:
+            result.identical += 1
+        elif div.numerical:
+            result.forgiven.append((prompt.id, div))
+        else:
+            result.failures.append(f"{label(prompt)} {div.describe(decode, rule.logprob_margin, rule.mode)}")
+    return result

@@ -34,7 +34,7 @@ from specgate.errors import SpecgateError
 
 # Keys of a profile that do not change what a method measures (tolerances, notes, expectations).
 _NOT_INPUTS = {"note", "expected_boot_error", "floors", "canary_of", "lossy", "description", "tolerance", "name",
-               "speedup", "cost", "acceptance", "drift", "drift_since"}
+               "speedup", "cost", "acceptance", "drift", "drift_since", "scenarios"}
 WORKTREE = "working tree"
 
 

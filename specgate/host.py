@@ -77,6 +77,28 @@ class EngineHost:
         record.runner = getattr(self._engine, "runner", "")
         return self._engine
 
+    def scenario_engine(self, name: str, scenario: str, **engine_kwargs) -> Backend:
+        """A second engine of `name`'s, for one scenario, with these engine arguments over the method's
+        (a small KV cache): the method's own engine goes down first, so one method engine is alive at a
+        time (the kept baseline engine aside). The caller shuts it down; its log is
+        `<method>.<scenario>.log`."""
+        from dataclasses import replace
+
+        if self.endpoints is not None:
+            raise NotMeasurable(f"endpoint mode: the {scenario} scenario boots an engine of its own, which a "
+                                "server specgate did not start cannot give it")
+        record = self.records[name]
+        if record.boot_error is not None:
+            raise record.boot_error.again()
+        if record.died is not None:
+            raise record.died.again()
+        if name != BASELINE:
+            self._check_offered(name)
+        self.release_current()
+        method = self.by_name[name]
+        method = replace(method, engine_kwargs={**method.engine_kwargs, **engine_kwargs})
+        return self.boot(self.profile, method, self.root, self.log_dir / f"{name}.{scenario}.log")
+
     def _check_offered(self, name: str) -> None:
         """A method the installed vLLM does not offer (or cannot run without a package that is not
         installed) is skipped, saying which and what to do."""

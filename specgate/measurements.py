@@ -132,8 +132,9 @@ class MeasurementStore:
             self.load_inputs.tokenized()
         return self.host.engine(name)
 
-    def _measuring(self, fn, *args, **kwargs):
-        """Run a measurement; an engine that dies on the way is recorded with the host."""
+    def measuring(self, fn, *args, **kwargs):
+        """Run a measurement; an engine that dies on the way is recorded with the host (for the scenarios'
+        measurements too: specgate.scenarios)."""
         try:
             return fn(*args, **kwargs)
         except EngineDied as exc:
@@ -169,7 +170,7 @@ class MeasurementStore:
             try:
                 for category in self.inputs.categories():
                     batch = [p for p in self.inputs.tokenized() if p.category == category]
-                    runs[category] = self._measuring(engine.run_batch, batch, self.profile.max_tokens, top, **sampling)
+                    runs[category] = self.measuring(engine.run_batch, batch, self.profile.max_tokens, top, **sampling)
             except Exception as exc:
                 self._run_errors[cache_key] = exc
                 raise
@@ -197,13 +198,13 @@ class MeasurementStore:
         if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
             top = max(self.profile.concurrency)
             warm = trial_prompts(self.load_inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
-            self._measuring(engine.closed_loop, warm, top, self._max_tokens, cfg.temperature)
+            self.measuring(engine.closed_loop, warm, top, self._max_tokens, cfg.temperature)
             self._warmed.add(name)
         result = LoadTrials(concurrency)
         self._trials(name, result, cfg.trials, repeat)
         if cfg.measure_step_costs:
             batch = self._batch(concurrency)
-            result.step_times = self._measuring(
+            result.step_times = self.measuring(
                 engine.timed_steps, lambda: engine.closed_loop(batch, concurrency, self._max_tokens, cfg.temperature))
         cached[concurrency] = result
         return result
@@ -235,7 +236,7 @@ class MeasurementStore:
             counters.append(moved)
             return run
 
-        self._measuring(repeat or _repeat, one_trial, n)
+        self.measuring(repeat or _repeat, one_trial, n)
         result.counters = functools.reduce(lambda a, b: a + b, counters)
 
     def baseline_alone(self, concurrency: int) -> float:
@@ -278,7 +279,7 @@ class MeasurementStore:
     def memory_reading(self, name: str):
         """This engine's memory, read once while it is alive (the baseline engine's is the reference)."""
         if name not in self._memory:
-            self._memory[name] = self._measuring(self.engine(name).memory_reading)
+            self._memory[name] = self.measuring(self.engine(name).memory_reading)
         return self._memory[name]
 
     def memory_overhead(self, name: str, root):

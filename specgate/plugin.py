@@ -22,7 +22,7 @@ import pytest
 from specgate import scaleout
 from specgate.checks import GATES, key_of
 from specgate.errors import EngineBootError, NotMeasurable, SpecgateError
-from specgate.profile import BASELINE
+from specgate.profile import BASELINE, SCENARIOS
 
 _PLAN_KEY = pytest.StashKey["object"]()
 _SESSION_KEY = pytest.StashKey["object"]()
@@ -310,6 +310,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not any(gates.values()):
         return
     plan = run_plan(config)
+    if off := [item for item, gate in gates.items() if gate and not _scenario_runs(plan, gate[0], method_of(item))]:
+        config.hook.pytest_deselected(items=off)
+        items[:] = [item for item in items if item not in off]
+        gates = {item: gates[item] for item in items}
     recorder = config.stash[_OUTCOMES_KEY]
     levels = set()
     for item, gate in gates.items():
@@ -335,6 +339,19 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (1, order.get(name, len(order)), stage, index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
+
+
+def _scenario_runs(plan, gate: str, method: str) -> bool:
+    """A scenario's tests run for the profile's methods when its `[scenarios.<gate>]` table is there;
+    not for canaries (deliberately worse configurations of one gate) and, but for the structured
+    scenario's reference, not for the baseline engine. Every other gate test runs."""
+    if gate not in SCENARIOS:
+        return True
+    if gate not in plan.profile.scenarios.enabled:
+        return False
+    if method == BASELINE:
+        return gate == "structured"
+    return not plan.profile.methods[method].canary_of
 
 
 def _booter(config: pytest.Config):
@@ -412,7 +429,7 @@ def judge(gate, request: pytest.FixtureRequest):
     boots during setup, so a boot failure shows as an error of this method's tests and nowhere else;
     a judgement with nothing to compare against skips here, saying why."""
     gate_name, _ = gate_of(request.node)
-    _guard(gate, gate.boot, method_of(request.node))
+    _guard(gate, gate.boot, method_of(request.node), gate_name)
 
     def judge_(method: str, param=None, **options):
         judgement = _guard(gate, gate.judge, gate_name, method, param, **options)

@@ -9,6 +9,7 @@ unknown key, an unknown method, a model path that does not exist or a value out 
 from __future__ import annotations
 
 import difflib
+import json
 import os
 import re
 import tomllib
@@ -116,6 +117,50 @@ class Speedup:
 
 
 @dataclass(frozen=True)
+class Preemption:
+    """The preemption scenario: each method's engine booted again with a KV cache holding `kv_share` of
+    what the profile's prompts need when all are sent at once (prompt + max_tokens each), so requests
+    are preempted and resumed mid-speculation."""
+
+    kv_share: float = 0.3
+
+
+@dataclass(frozen=True)
+class PrefixSoak:
+    """The prefix-cache soak: `rounds` replays of `per_category` prompts of each category (0 = all)
+    on one engine with prefix caching on, `max_tokens` each (0 = the profile's); the last rounds'
+    acceptance may fall `acceptance_rtol` below the first round's."""
+
+    rounds: int = 4
+    per_category: int = 4
+    max_tokens: int = 0
+    acceptance_rtol: float = 0.02
+
+
+@dataclass(frozen=True)
+class Structured:
+    """The structured-output scenario: the prompts of `prompts` decoded under the JSON schema in
+    `schema` with vLLM's structured outputs, `max_tokens` each (0 = the profile's)."""
+
+    prompts: Path
+    schema: Path
+    max_tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Scenarios:
+    """Where vLLM's own spec-decode bug reports come from, each off (None) unless the profile enables it."""
+
+    preemption: Preemption | None = None
+    prefix_soak: PrefixSoak | None = None
+    structured: Structured | None = None
+
+    @property
+    def enabled(self) -> tuple[str, ...]:
+        return tuple(n for n in SCENARIOS if getattr(self, n) is not None)
+
+
+@dataclass(frozen=True)
 class PromptSource:
     """One entry of `prompts = [...]` (or `[speedup] prompts`), resolved to the file that is read.
 
@@ -161,6 +206,9 @@ class Method:
     # Calibration only: each drafting call also sleeps this share of the engine's mean step time (a
     # proposer made ~that much slower), to measure how small a loss the speedup gate detects.
     slow_steps: float = 0.0
+    # The suite's own tests only: a regression written into vLLM's worker at boot (specgate.plants), to
+    # show that a check fails on it.
+    plant: str = ""
     # A draft-length sweep's variant ("eagle3@k3" of "eagle3"): the report compares them by k.
     sweep_of: str = ""
 
@@ -222,6 +270,7 @@ class Profile:
     # that long, stops its processes and fails the method (the others still run).
     boot_timeout_s: float = 1200.0
     stall_timeout_s: float = 300.0
+    scenarios: Scenarios = field(default_factory=Scenarios)
 
     @property
     def sources(self) -> tuple[PromptSource, ...]:
@@ -272,7 +321,9 @@ _TOP_KEYS = {
     "cost": dict,
     "drift": str,
     "drift_since": str,
+    "scenarios": dict,
 }
+SCENARIOS = ("preemption", "prefix_soak", "structured")
 _REQUIRED = ("name", "target", "prompts", "methods")
 _METHOD_KEYS = {
     "speculative_config": dict,
@@ -283,6 +334,7 @@ _METHOD_KEYS = {
     "canary_of": dict,
     "lossy": dict,
     "slow_steps": float,
+    "plant": str,
 }
 CANARY_GATES = ("acceptance", "speedup", "memory")
 # Verification that may accept a draft the target would have rejected (vLLM 0.33: an entropy gate
@@ -421,6 +473,12 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
             if key in method_engine["kwargs"]:
                 ref = method_engine["kwargs"][key]
                 method_engine["kwargs"][key] = _check_model_ref(check, prefix + "engine.kwargs." + key, ref, root)
+        plant = spec.get("plant", "")
+        if plant:
+            from specgate.plants import PLANTS
+
+            if plant not in PLANTS:
+                raise check.fail(prefix + "plant", f"is not a known plant{_did_you_mean(plant, PLANTS)}; known: {', '.join(PLANTS)}.")
         if not 0 <= spec.get("slow_steps", 0.0) < 1:
             raise check.fail(prefix + "slow_steps", f"is a share of a step in [0, 1), got {spec['slow_steps']!r}.")
         floors = spec.get("floors", {})
@@ -440,6 +498,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
                 canary_of=dict(spec.get("canary_of", {})),
                 lossy=_lossy(check, prefix, sc, spec.get("lossy")),
                 slow_steps=float(spec.get("slow_steps", 0.0)),
+                plant=plant,
                 sweep_of=name if swept else "",
             )
     for name, m in methods.items():
@@ -505,6 +564,8 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     if drift_since and not re.fullmatch(r"\d{4}-\d{2}-\d{2}", drift_since):
         raise check.fail("drift_since", f"must be a date YYYY-MM-DD (updates committed before it are forgotten), got {drift_since!r}.")
 
+    scenarios = _scenarios(check, data.get("scenarios", {}), root)
+
     return Profile(
         name=data["name"],
         path=path.resolve(),
@@ -528,8 +589,46 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         usd_per_hour=float(cost["usd_per_hour"]) if "usd_per_hour" in cost else None,
         drift=drift,
         drift_since=drift_since,
+        scenarios=scenarios,
         **deadlines,
     )
+
+
+def _scenarios(check: _Checker, data: dict, root: Path) -> Scenarios:
+    """`[scenarios.preemption]`, `[scenarios.prefix_soak]`, `[scenarios.structured]`: each table present
+    enables its scenario for every method of the profile."""
+    check.table(data, {name: dict for name in SCENARIOS}, "scenarios.")
+    found: dict[str, Any] = {}
+    if (spec := data.get("preemption")) is not None:
+        check.table(spec, {"kv_share": float}, "scenarios.preemption.")
+        found["preemption"] = Preemption(**{k: float(v) for k, v in spec.items()})
+        if not 0 < found["preemption"].kv_share < 1:
+            raise check.fail("scenarios.preemption.kv_share", "is the share of the load's KV cache the scenario engine "
+                             f"gets, in (0, 1); got {found['preemption'].kv_share!r}.")
+    if (spec := data.get("prefix_soak")) is not None:
+        check.table(spec, {"rounds": int, "per_category": int, "max_tokens": int, "acceptance_rtol": float},
+                    "scenarios.prefix_soak.")
+        soak = found["prefix_soak"] = PrefixSoak(**spec)
+        if soak.rounds < 2:
+            raise check.fail("scenarios.prefix_soak.rounds", f"must be >= 2 (a replay needs a first round), got {soak.rounds!r}.")
+        check.positive("scenarios.prefix_soak.per_category", soak.per_category, allow_zero=True)
+        check.positive("scenarios.prefix_soak.max_tokens", soak.max_tokens, allow_zero=True)
+        if not 0 <= soak.acceptance_rtol < 1:
+            raise check.fail("scenarios.prefix_soak.acceptance_rtol", f"must be in [0, 1), got {soak.acceptance_rtol!r}.")
+    if (spec := data.get("structured")) is not None:
+        check.table(spec, {"prompts": str, "schema": str, "max_tokens": int}, "scenarios.structured.")
+        for key in ("prompts", "schema"):
+            if key not in spec:
+                raise check.fail(f"scenarios.structured.{key}", "is required.")
+        schema = _prompt_file(check, "scenarios.structured.schema", spec["schema"], root)
+        try:
+            json.loads(schema.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise check.fail("scenarios.structured.schema", f"names {schema}, which is not a JSON schema file ({exc}).") from None
+        found["structured"] = Structured(_prompt_file(check, "scenarios.structured.prompts", spec["prompts"], root), schema,
+                                         int(spec.get("max_tokens", 0)))
+        check.positive("scenarios.structured.max_tokens", found["structured"].max_tokens, allow_zero=True)
+    return Scenarios(**found)
 
 
 _SOURCE_KINDS = ("file", "chat", "speed_bench")

@@ -437,6 +437,7 @@ class PromptInputs:
         self._fitted: list[Fitted] | None = None
         self._tokenizer = None
         self._speedup: PromptInputs | None = None
+        self._structured: PromptInputs | None = None
 
     @property
     def max_prompt_tokens(self) -> int:
@@ -497,6 +498,16 @@ class PromptInputs:
         if self._speedup is None:
             self._speedup = PromptInputs(self.profile, self.root, speedup.prompts, speedup.max_tokens or None, parent=self)
         return self._speedup
+
+    def structured_inputs(self) -> PromptInputs:
+        """The structured scenario's prompts ([scenarios.structured] prompts), with room for its max_tokens."""
+        from specgate.profile import PromptSource
+
+        structured = self.profile.scenarios.structured
+        if self._structured is None:
+            self._structured = PromptInputs(self.profile, self.root, (PromptSource("file", structured.prompts),),
+                                            structured.max_tokens or None, parent=self)
+        return self._structured
 
     # -- what a run records -----------------------------------------------------------------------
     def notes(self) -> list[str]:

@@ -7,6 +7,7 @@
         measurements.MeasurementStore   every measurement, once per method
         baselines.BaselineStore         the stored file, missing entries, the locked write
         checks.*                        one check per gate: measure -> compare -> Judgement
+        scenarios.ScenarioRuns          the scenarios' measurements (preemption, prefix soak, structured)
     results.summary_lines(session)      the terminal summary
 
 No pytest in here; plugin.py adapts it, and tests drive it directly with specgate.testing.
@@ -25,11 +26,16 @@ from specgate.checks.acceptance import AcceptanceCheck
 from specgate.checks.equivalence import EquivalenceCheck
 from specgate.checks.lifecycle import LifecycleCheck
 from specgate.checks.memory import MemoryCheck
+from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
 from specgate.checks.speedup import SpeedupCheck
 from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, Method, Profile
 from specgate.prompts import PromptInputs
+from specgate.scenarios import ScenarioRuns
+
+
+OWN_ENGINE = {"preemption"}  # gates whose check boots the engine it measures
 
 
 @dataclass
@@ -79,6 +85,12 @@ class GateSession:
             "memory": MemoryCheck(ctx, self.store, self.host, plan.root),
             "lifecycle": LifecycleCheck(self.host),
         }
+        self.scenarios = ScenarioRuns(self.store)
+        self.checks.update({
+            "structured": StructuredCheck(ctx, self.scenarios),
+            "prefix_soak": PrefixSoakCheck(ctx, self.scenarios, self.store, plan.inputs),
+            "preemption": PreemptionCheck(ctx, self.store, self.scenarios, plan.inputs),
+        })
         self.judgements: dict[tuple[str, str, str], Judgement] = {}
         self.started, self.started_wall = time.monotonic(), time.time()
         self.interrupted = ""  # "interrupted at <test> (SIGTERM)" when the run was stopped
@@ -87,9 +99,12 @@ class GateSession:
         judgement = self.judgements.get((method, gate, key))
         return judgement.record if judgement is not None else None
 
-    def boot(self, method: str) -> None:
+    def boot(self, method: str, gate: str = "") -> None:
         """Bring up `method`'s engine now (a boot failure raises EngineBootError). The baseline engine
-        measured before a method booted (an xdist worker) is not booted a second time."""
+        measured before a method booted (an xdist worker) is not booted a second time; a gate that
+        boots an engine of its own (the preemption scenario) does not boot the method's."""
+        if gate in OWN_ENGINE:
+            return
         if not (method == BASELINE and self.store.reference_ready):
             self.store.engine(method)
 

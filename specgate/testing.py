@@ -139,7 +139,7 @@ class FakeEngine:
         return SpecCounters(drafts, drafts * self.k, sum(per_pos), per_pos)
 
     def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                  seed: int | None = None) -> BatchResult:
+                  seed: int | None = None, schema: dict | None = None) -> BatchResult:
         if self.core is not None:
             self._stall(f"generating a batch of {len(prompts)} prompts (engine '{self.method.name}')")
         out, steps = {}, {}

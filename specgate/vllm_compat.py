@@ -339,13 +339,25 @@ def engine_arg_names() -> set[str]:
     return {f.name for f in fields(AsyncEngineArgs)}
 
 
-def sampling_params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None):
-    """One output per engine step (DELTA), greedy unless a temperature is given."""
+def sampling_params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None,
+                    schema: dict | None = None):
+    """One output per engine step (DELTA), greedy unless a temperature is given; with `schema`, decoded
+    under that JSON schema by vLLM's structured outputs (no free whitespace: one rendering per value)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
+    extra = {}
+    if schema is not None:
+        from vllm.sampling_params import StructuredOutputsParams
+
+        extra["structured_outputs"] = StructuredOutputsParams(json=schema, disable_any_whitespace=True)
     return SamplingParams(temperature=temperature, max_tokens=max_tokens, logprobs=top_logprobs or None,
-                          ignore_eos=False, output_kind=RequestOutputKind.DELTA, seed=seed)
+                          ignore_eos=False, output_kind=RequestOutputKind.DELTA, seed=seed, **extra)
+
+
+def reset_prefix_cache(client) -> None:
+    """Empty the engine's prefix cache (a prefix-cache soak starts cold)."""
+    return client.reset_prefix_cache()
 
 
 def tokens_prompt(token_ids):

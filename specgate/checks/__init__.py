@@ -40,7 +40,8 @@ class Verdict(str, enum.Enum):
 _FROM_OUTCOME = {"passed": Verdict.PASS, "failed": Verdict.FAIL, "skipped": Verdict.SKIP, "error": Verdict.ERROR}
 # How bad a verdict is, for "the worst verdict of several" ("" = no verdict on that row).
 SEVERITY = {"": 0, "pass": 1, "skip": 2, "fail": 3, "error": 4}
-GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")
+GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle", "structured", "prefix_soak", "preemption")
+SCENARIO_KEYS = {"structured": "constrained", "prefix_soak": "replayed", "preemption": "preempted"}
 
 
 def worst(verdicts) -> str:
@@ -209,4 +210,4 @@ def key_of(gate: str, method: str, param: Any = None) -> str:
         return "summary" if param is None else f"C={param}"
     if gate == "memory":
         return "engine" if method == BASELINE else "overhead"
-    return {"equivalence": "greedy"}.get(gate, gate)
+    return {"equivalence": "greedy", **SCENARIO_KEYS}.get(gate, gate)

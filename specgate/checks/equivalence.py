@@ -7,7 +7,7 @@ own top-k logprobs at that position hold both tokens within the margin (specgate
 from __future__ import annotations
 
 from specgate.checks import Judgement, Row, Verdict
-from specgate.equivalence import compare
+from specgate.equivalence import compare_all
 from specgate.profile import BASELINE
 
 SHOW = 10  # divergences listed in a failure message
@@ -23,24 +23,11 @@ class EquivalenceCheck:
         if method == BASELINE:
             return self._reference()
         rule = self.ctx.profile.equivalence
-        reference = self.store.greedy_outputs(BASELINE)
-        outputs = self.store.greedy_outputs(method)
         prompts = self.inputs.tokenized()
-        failures, numerical, gaps = [], 0, []
-        for prompt in prompts:
-            div = compare(reference[prompt.id], outputs[prompt.id].token_ids, rule)
-            if div is None:
-                continue
-            if div.gap is not None:
-                gaps.append((div.position, div.gap))
-            if div.numerical:
-                numerical += 1
-                continue
-            failures.append(
-                f"method '{method}', prompt {prompt.id} ({prompt.category}) "
-                + div.describe(self.inputs.decode, rule.logprob_margin, rule.mode)
-            )
-        identical = len(prompts) - numerical - len(failures)
+        outputs = {pid: out.token_ids for pid, out in self.store.greedy_outputs(method).items()}
+        result = compare_all(self.store.greedy_outputs(BASELINE), outputs, prompts, rule, self.inputs.decode,
+                             lambda p: f"method '{method}', prompt {p.id} ({p.category})")
+        failures, numerical, gaps, identical = result.failures, len(result.forgiven), result.gaps, result.identical
         allowed = self.ctx.method(method).lossy.get("max_diverged_share")
         lossy = allowed is not None
         broken = len(failures) > (allowed * len(prompts) if lossy else 0)
