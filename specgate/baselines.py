@@ -329,15 +329,22 @@ class BaselineStore:
     def __init__(self, root: Path, profile, hardware: str | None = None):
         self.root, self.profile = Path(root), profile
         self.hardware = hardware or hardware_key(*detect_device(profile.hardware))
-        self.path = baseline_path(self.root, profile.name, self.hardware)
+        self.name = profile.baselines_name  # the profile's name, or name@dtype under --specgate-dtype
+        self.path = baseline_path(self.root, self.name, self.hardware)
         self._file: BaselineFile | None = None
         self._others: list[BaselineFile] | None = None
         self._history = None
         self.borrowed: dict[str, set[str]] = {}  # gate -> files of other machines used for this run
 
+    @property
+    def update_command(self) -> str:
+        """The command that stores this run's kind of figures."""
+        dtype = f" --specgate-dtype {self.profile.dtype}" if self.name != self.profile.name else ""
+        return f"pytest -m gpu --specgate-profile {self.profile.name}{dtype} --update-baselines"
+
     def file(self) -> BaselineFile:
         if self._file is None:
-            self._file = load(self.path, self.profile.name, self.hardware)
+            self._file = load(self.path, self.name, self.hardware)
         return self._file
 
     def others(self) -> list[BaselineFile]:
@@ -351,7 +358,7 @@ class BaselineStore:
                     hardware = json.loads(path.read_text(encoding="utf-8")).get("hardware")
                 except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
                     hardware = None
-                self._others.append(load(path, self.profile.name, str(hardware)))
+                self._others.append(load(path, self.name, str(hardware)))
         return self._others
 
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
@@ -362,7 +369,7 @@ class BaselineStore:
         if self._history is None:
             from specgate import history
 
-            self._history = history.read(self.root, self.profile.name)
+            self._history = history.read(self.root, self.name)
         return self._history
 
     def source(self, method: str) -> str:
@@ -407,7 +414,7 @@ class BaselineStore:
             lines.append(
                 "speedup and process memory: no baselines for " + self.hardware + "; speedups judged coarsely "
                 f"(coarse_speedup_rtol {self.profile.tolerance.coarse_speedup_rtol}), process memory not judged; "
-                f"`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` once on this machine"
+                f"`{self.update_command}` once on this machine"
             )
         return lines
 
@@ -426,7 +433,7 @@ class BaselineStore:
     def missing(self, method: str, kind: str, key: str) -> str:
         return (
             f"no stored {kind} baseline for method '{method}', {key} in {self.path}; create it with "
-            f"`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` and commit the file"
+            f"`{self.update_command}` and commit the file"
         )
 
     def write(self, measured: dict[str, dict[str, dict[str, dict]]], run_methods: set[str]) -> str:
@@ -439,7 +446,7 @@ class BaselineStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         device, count = detect_device(self.profile.hardware)
         with FileLock(str(self.path) + ".lock", timeout=600):
-            stored = load(self.path, self.profile.name, self.hardware)
+            stored = load(self.path, self.name, self.hardware)
             held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
             kept = {
                 method: {kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)}
@@ -479,5 +486,5 @@ class BaselineStore:
             f"{' / '.join(there)} stored (outside machine_rtol {rtol}), and the stored "
             f"speedups of {', '.join(sorted(others))} were measured on that other machine; storing this run's would mix "
             f"two machines' ratios in {stored.path}. To move the speedup baselines to this machine, update every method "
-            f"at once (`pytest -m gpu --specgate-profile {self.profile.name} --update-baselines` without --specgate-methods)."
+            f"at once (`{self.update_command}` without --specgate-methods)."
         )

@@ -84,6 +84,22 @@ class Comparison:
     def diverged(self) -> int:
         return len(self.failures)
 
+    def too_forgiving(self, rule: Equivalence, of: int | None = None) -> str | None:
+        """Why this many near-ties cannot all be numerical, or None: more than `max_forgiven_share` of
+        the prompts (`of`, default those compared) were forgiven (A/A runs forgive a few; a verifier
+        bug, many)."""
+        total = self.compared if of is None else of
+        if rule.mode != "tie-aware" or not total:
+            return None
+        allowed = rule.max_forgiven_share * total
+        if len(self.forgiven) <= allowed:
+            return None
+        gaps = sorted(d.gap for _, d in self.forgiven if d.gap is not None)
+        return (f"{len(self.forgiven)} of {total} prompts diverge at near-ties the tie-aware rule would forgive "
+                f"(gaps {', '.join(f'{g:.3g}' for g in gaps[:8])}{' ...' if len(gaps) > 8 else ''} nats, margin "
+                f"{rule.logprob_margin:g}), more than max_forgiven_share {rule.max_forgiven_share:g} allows ({allowed:.1f}): "
+                "honest bf16 near-ties are rare, a verifier that emits the wrong token is not")
+
 
 def compare_all(reference: Mapping[str, GreedyOutput], outputs: Mapping[str, Sequence[int]], prompts, rule: Equivalence,
                 decode: Callable[[int], str], label: Callable[[object], str]) -> Comparison:

@@ -62,6 +62,7 @@ class EngineHost:
             return self._engine
         if name == BASELINE and self.reference is not None:
             return self.reference
+        self._check_cpu()
         if name != BASELINE:
             self._check_offered(name)
         if self.keep_reference and self._engine is not None and self._engine.method_name == BASELINE:
@@ -92,12 +93,21 @@ class EngineHost:
             raise record.boot_error.again()
         if record.died is not None:
             raise record.died.again()
+        self._check_cpu()
         if name != BASELINE:
             self._check_offered(name)
         self.release_current()
         method = self.by_name[name]
         method = replace(method, engine_kwargs={**method.engine_kwargs, **engine_kwargs})
         return self.boot(self.profile, method, self.root, self.log_dir / f"{name}.{scenario}.log")
+
+    def _check_cpu(self) -> None:
+        """A profile whose engines need a CPU feature (native bf16) skips every engine on a CPU without it."""
+        from specgate.machine import missing_cpu_flags
+
+        if self.profile.hardware == "cpu" and (why := missing_cpu_flags(self.profile.cpu_flags)):
+            raise NotMeasurable(f"profile {self.profile.name} needs a CPU with {' or '.join(self.profile.cpu_flags)} "
+                                f"([engine] cpu_flags in {self.profile.path}): {why}; run it on a machine with native bf16")
 
     def _check_offered(self, name: str) -> None:
         """A method the installed vLLM does not offer (or cannot run without a package that is not

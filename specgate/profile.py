@@ -80,11 +80,14 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Equivalence:
-    """Greedy-equivalence rule: `exact`, or `tie-aware` within `logprob_margin` nats."""
+    """Greedy-equivalence rule: `exact`, or `tie-aware` within `logprob_margin` nats, forgiving near-ties
+    in at most `max_forgiven_share` of a comparison's prompts (a verifier bug whose many divergences
+    each look small still fails)."""
 
     mode: str = "exact"
     top_logprobs: int = 5
     logprob_margin: float = 0.0
+    max_forgiven_share: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -209,6 +212,8 @@ class Method:
     # The suite's own tests only: a regression written into vLLM's worker at boot (specgate.plants), to
     # show that a check fails on it.
     plant: str = ""
+    # This method's own tolerances over the profile's [tolerance] (e.g. a model drafter's draft_cost_tol).
+    tolerance: dict[str, float] = field(default_factory=dict)
     # A draft-length sweep's variant ("eagle3@k3" of "eagle3"): the report compares them by k.
     sweep_of: str = ""
 
@@ -271,6 +276,16 @@ class Profile:
     boot_timeout_s: float = 1200.0
     stall_timeout_s: float = 300.0
     scenarios: Scenarios = field(default_factory=Scenarios)
+    # [engine] cpu_flags: the engines need a CPU with at least one of these /proc/cpuinfo flags (native
+    # bf16: avx512_bf16 or amx_bf16); without one every gate test skips, saying which is missing.
+    cpu_flags: tuple[str, ...] = ()
+    # Where its baselines live (baselines/<this>/): the profile's name, or "<name>@<dtype>" when a run
+    # overrides its dtype (--specgate-dtype), so a bf16 figure never judges a float32 run, nor the reverse.
+    baselines_name: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.baselines_name:
+            object.__setattr__(self, "baselines_name", self.name)
 
     @property
     def sources(self) -> tuple[PromptSource, ...]:
@@ -286,7 +301,10 @@ class Profile:
         from dataclasses import replace
 
         equivalence = replace(self.equivalence, mode="exact") if dtype == "float32" else self.equivalence
-        return replace(self, dtype=dtype, equivalence=equivalence)
+        declared = self.baselines_name.split("@")[0] == self.baselines_name
+        if dtype == self.dtype and declared:
+            return self
+        return replace(self, dtype=dtype, equivalence=equivalence, baselines_name=f"{self.name}@{dtype}")
 
     def select(self, names: list[str] | None) -> list[Method]:
         """The methods to run, in profile order; unknown names raise with the available ones."""
@@ -335,6 +353,7 @@ _METHOD_KEYS = {
     "lossy": dict,
     "slow_steps": float,
     "plant": str,
+    "tolerance": dict,
 }
 CANARY_GATES = ("acceptance", "speedup", "memory")
 # Verification that may accept a draft the target would have rejected (vLLM 0.33: an entropy gate
@@ -342,7 +361,7 @@ CANARY_GATES = ("acceptance", "speedup", "memory")
 # `lossy = { max_diverged_share = X }` and is judged on it.
 LOSSY_REJECTION = {"fly"}
 FLOOR_KEYS = {"acceptance_rate": float, "mean_acceptance_length": float}
-_ENGINE_KEYS = {"kwargs": dict, "env": dict, "boot_timeout_s": float, "stall_timeout_s": float}
+_ENGINE_KEYS = {"kwargs": dict, "env": dict, "boot_timeout_s": float, "stall_timeout_s": float, "cpu_flags": list}
 # Deadlines when a profile sets none. GPU: a first load of an 8B model with graph capture fits in
 # 1200 s; the longest honest wait without a token or a log line (a long prefill at high concurrency,
 # NCCL set-up) in 300 s. CPU: cpu-tiny boots in 15-40 s on 2 cores.
@@ -428,6 +447,9 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     check.table(engine, _ENGINE_KEYS, "engine.")
     env = {str(k): str(v) for k, v in engine.get("env", {}).items()}
     boot_default, stall_default = DEFAULT_DEADLINES[hardware]
+    cpu_flags = engine.get("cpu_flags", [])
+    if not all(isinstance(f, str) and re.fullmatch(r"[a-z0-9_]+", f) for f in cpu_flags):
+        raise check.fail("engine.cpu_flags", f"lists /proc/cpuinfo flags (e.g. 'avx512_bf16'), got {cpu_flags!r}.")
     deadlines = {"boot_timeout_s": float(engine.get("boot_timeout_s", boot_default)),
                  "stall_timeout_s": float(engine.get("stall_timeout_s", stall_default))}
     for key, value in deadlines.items():
@@ -473,6 +495,10 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
             if key in method_engine["kwargs"]:
                 ref = method_engine["kwargs"][key]
                 method_engine["kwargs"][key] = _check_model_ref(check, prefix + "engine.kwargs." + key, ref, root)
+        method_tolerance = {k: float(v) for k, v in spec.get("tolerance", {}).items()}
+        check.table(method_tolerance, {f: float for f in Tolerance.__dataclass_fields__}, prefix + "tolerance.")
+        for key, value in method_tolerance.items():
+            check.positive(prefix + "tolerance." + key, value, allow_zero=True)
         plant = spec.get("plant", "")
         if plant:
             from specgate.plants import PLANTS
@@ -499,6 +525,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
                 lossy=_lossy(check, prefix, sc, spec.get("lossy")),
                 slow_steps=float(spec.get("slow_steps", 0.0)),
                 plant=plant,
+                tolerance=method_tolerance,
                 sweep_of=name if swept else "",
             )
     for name, m in methods.items():
@@ -520,12 +547,19 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
     tolerance = Tolerance(**{k: float(v) for k, v in tol_data.items()})
 
     eq_data = data.get("equivalence", {})
-    check.table(eq_data, {"mode": str, "top_logprobs": int, "logprob_margin": float}, "equivalence.")
+    check.table(eq_data, {"mode": str, "top_logprobs": int, "logprob_margin": float, "max_forgiven_share": float},
+                "equivalence.")
     equivalence = Equivalence(**eq_data)
     if equivalence.mode not in ("exact", "tie-aware"):
         raise check.fail("equivalence.mode", f"must be 'exact' or 'tie-aware', got {equivalence.mode!r}.")
     check.positive("equivalence.top_logprobs", equivalence.top_logprobs)
     check.positive("equivalence.logprob_margin", equivalence.logprob_margin, allow_zero=True)
+    if not 0 <= equivalence.max_forgiven_share <= 1:
+        raise check.fail("equivalence.max_forgiven_share", f"is a share of the prompts in [0, 1], got {equivalence.max_forgiven_share!r}.")
+    if equivalence.mode == "tie-aware" and "max_forgiven_share" not in eq_data:
+        raise check.fail("equivalence.max_forgiven_share", "is required with mode = 'tie-aware': the share of a run's prompts "
+                         "whose divergence the rule may forgive as a near-tie, set from A/A runs (docs/gpu-runners.md, "
+                         "'bf16 equivalence'); without it a verifier bug whose divergences each look small would pass.")
 
     sp_data = dict(data.get("speedup", {}))
     sp_types = {"trials": int, "requests_per_slot": int, "min_requests": int, "temperature": float, "measure_step_costs": bool,
@@ -580,6 +614,7 @@ def load_profile(path: Path | str, root: Path | str) -> Profile:
         equivalence=equivalence,
         engine_kwargs=dict(engine.get("kwargs", {})),
         engine_env=env,
+        cpu_flags=tuple(cpu_flags),
         speedup=speedup,
         hardware=hardware,
         seed=data.get("seed", 0),

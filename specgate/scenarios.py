@@ -69,11 +69,13 @@ class ScenarioRuns:
 
     # -- preemption ----------------------------------------------------------------------------
     def kv_blocks(self) -> tuple[int, int]:
-        """(blocks the scenario engine gets, blocks the load needs at once): kv_share of the need, and
-        never fewer than one request of max_model_len needs (vLLM refuses to boot below that)."""
+        """(blocks the scenario engine gets, blocks the load needs at once): kv_share of what the largest
+        max_num_seqs requests need together (at most that many run at once), and never fewer than one
+        request of max_model_len needs (vLLM refuses to boot below that)."""
         size = int(self.profile.engine_kwargs.get("block_size") or DEFAULT_BLOCK_SIZE[self.profile.hardware])
-        per_request = [math.ceil((len(p.token_ids) + self.profile.max_tokens) / size) for p in self.store.inputs.tokenized()]
-        needed = sum(per_request)
+        per_request = sorted((math.ceil((len(p.token_ids) + self.profile.max_tokens) / size)
+                              for p in self.store.inputs.tokenized()), reverse=True)
+        needed = sum(per_request[: self.profile.engine_kwargs.get("max_num_seqs") or len(per_request)])
         floor = math.ceil(self.profile.max_model_len / size) + 1
         return max(floor, int(self.profile.scenarios.preemption.kv_share * needed)), needed
 

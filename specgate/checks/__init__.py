@@ -142,6 +142,14 @@ class Context:
     def method(self, name: str):
         return self.profile.baseline if name == BASELINE else self.profile.methods[name]
 
+    def tolerance(self, name: str, gate: str = ""):
+        """The tolerances `name` is held to: the profile's, with the method's own over them (a canary:
+        those of the method it mimics in `gate`)."""
+        from dataclasses import replace
+
+        own = self.method(self.reference(name, gate) if gate else name).tolerance
+        return replace(self.profile.tolerance, **own) if own else self.profile.tolerance
+
     def reference(self, name: str, gate: str) -> str:
         """The method whose baseline `name` is held to in `gate` (itself, or what a canary mimics)."""
         return name if name == BASELINE else self.method(name).canary_of.get(gate, name)

@@ -31,7 +31,9 @@ class EquivalenceCheck:
         allowed = self.ctx.method(method).lossy.get("max_diverged_share")
         lossy = allowed is not None
         broken = len(failures) > (allowed * len(prompts) if lossy else 0)
-        j = Judgement(self.gate, method, key, Verdict.FAIL if broken else Verdict.PASS, basis="lossy" if lossy else "")
+        forgiving = None if lossy else result.too_forgiving(rule)
+        j = Judgement(self.gate, method, key, Verdict.FAIL if broken or forgiving else Verdict.PASS,
+                      basis="lossy" if lossy else "")
         more = f"\n... and {len(failures) - SHOW} more" if len(failures) > SHOW else ""
         if broken:
             j.messages = [f"{len(failures)} of {len(prompts)} prompts diverge from the baseline"
@@ -40,8 +42,12 @@ class EquivalenceCheck:
         elif lossy:
             j.messages = [f"lossy method: judged on its declared tolerance, not greedy equivalence: {len(failures)} of "
                           f"{len(prompts)} prompts diverge (max_diverged_share {allowed})"]
+        if forgiving:
+            j.messages.append(f"method '{method}': {forgiving}")
         j.rows = [Row(m, v, headline=True) for m, v in
                   (("identical", identical), ("compared", len(prompts)), ("diverged", len(failures)))]
+        if rule.mode == "tie-aware":
+            j.rows.append(Row("forgiven", numerical, bound=rule.max_forgiven_share * len(prompts), failing=bool(forgiving)))
         # every divergence's logprob gap in the baseline's top-k (tie-aware's margin is calibrated on these)
         j.rows += [Row("logprob_gap", gap, bound=rule.logprob_margin if rule.mode == "tie-aware" else None, unit="nats",
                        position=pos) for pos, gap in gaps]

@@ -63,6 +63,8 @@ class PreemptionCheck:
         if result.failures:
             problems.append(f"{what}: {result.diverged} of {result.compared} prompts diverge from the baseline engine's "
                             f"unpressured greedy output after {run.stats.preemptions} preemptions:\n{_listed(result.failures)}")
+        if forgiving := result.too_forgiving(profile.equivalence):
+            problems.append(f"{what}: {forgiving}")
         if floor is not None and (pressured is None or pressured < floor):
             shown = "none" if pressured is None else f"{pressured:.4g}"
             problems.append(f"{what}: mean acceptance length {shown} under preemption against {unpressured:.4g} "
@@ -101,6 +103,8 @@ class PrefixSoakCheck:
             held = compare_all(reference, {p.id: r.batch.outputs[p.id].token_ids for p in moved}, moved,
                                profile.equivalence, self.inputs.decode, lambda p, n=n: f"round {n}, prompt {p.id} ({p.category})")
             changed += held.failures
+            if forgiving := held.too_forgiving(profile.equivalence, of=len(prompts)):
+                changed.append(f"round {n}: {forgiving}")
         lengths = [r.batch.counters.mean_acceptance_length for r in rounds]
         cold, last = lengths[0], lengths[-1]
         floor = None if cold is None else cold * (1 - soak.acceptance_rtol)
@@ -147,6 +151,8 @@ class StructuredCheck:
         if result.failures:
             problems.append(f"method '{method}': {result.diverged} of {result.compared} prompts diverge from the baseline "
                             f"engine's output under the schema:\n{_listed(result.failures)}")
+        if forgiving := result.too_forgiving(profile.equivalence):
+            problems.append(f"method '{method}', structured prompts: {forgiving}")
         k = profile.methods[method].num_speculative_tokens
         acceptance = AcceptanceResult.from_batch(batch.counters, batch.tokens_per_step, k, batch.step_histograms)
         found = self.ctx.lookup(method, self.gate, key)

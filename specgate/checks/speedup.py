@@ -28,7 +28,7 @@ class SpeedupCheck:
         if method == BASELINE:
             trials = self.store.load_trials(method, concurrency, repeat)
             record = {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)}
-            rows = self._rows(record, {}, concurrency, True) + self._runner(method, concurrency)
+            rows = self._rows(method, record, {}, concurrency, True) + self._runner(method, concurrency)
             return Judgement(self.gate, method, key, Verdict.PASS, rows=rows, record=record)
         result = self.store.speedup(method, concurrency, repeat)
         alone = self.store.baseline_alone(concurrency)
@@ -56,7 +56,7 @@ class SpeedupCheck:
             return self.ctx.skip_unless_strict(j, f"method '{method}', " + disturbed)
         j.record = result.record()
         j.record.update(self._cost(result))
-        j.rows = self._rows(j.record, stored or {}, concurrency, False, rtol)
+        j.rows = self._rows(method, j.record, stored or {}, concurrency, False, rtol)
         if result.not_measured:
             j.rows.append(Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency))
         j.rows += self._runner(method, concurrency)
@@ -101,9 +101,10 @@ class SpeedupCheck:
                 f"({record[keys[0]]:.1f} vs {record[keys[1]]:.1f} ms), stored {before:.2f}x; ceiling {before * (1 + rtol):.2f}x "
                 f"(ttft_p95_rtol {rtol})"]
 
-    def step_cost_bounds(self, stored: dict | None) -> dict[str, float]:
-        """Ceilings of the step-cost check: draft_cost (absolute) and verify_cost (relative)."""
-        tol, out = self.ctx.profile.tolerance, {}
+    def step_cost_bounds(self, method: str, stored: dict | None) -> dict[str, float]:
+        """Ceilings of the step-cost check: draft_cost (absolute) and verify_cost (relative), with the
+        method's own tolerances where it has them."""
+        tol, out = self.ctx.tolerance(method, self.gate), {}
         if stored and tol.draft_cost_tol and stored.get("draft_cost") is not None:
             out["draft_cost"] = stored["draft_cost"] + tol.draft_cost_tol
         if stored and tol.verify_cost_rtol and stored.get("verify_cost") is not None:
@@ -113,11 +114,11 @@ class SpeedupCheck:
     def _step_costs(self, method: str, concurrency: int, record: dict, stored: dict | None) -> list[str]:
         """The worker's own step timers, beside the wall-clock speedup: a drafter that costs more of a
         step than stored fails here even where the speedup's interval cannot separate it from drift."""
-        tol, out = self.ctx.profile.tolerance, []
+        tol, out = self.ctx.tolerance(method, self.gate), []
         said = {"draft_cost": ("a drafting call costs", "of a verification step", f"draft_cost_tol {tol.draft_cost_tol}"),
                 "verify_cost": ("a verification step costs", "plain steps of the baseline engine",
                                 f"verify_cost_rtol {tol.verify_cost_rtol}")}
-        for metric, ceiling in self.step_cost_bounds(stored).items():
+        for metric, ceiling in self.step_cost_bounds(method, stored).items():
             value = record.get(metric)
             if value is None or value <= ceiling + ROUNDING:
                 continue
@@ -190,7 +191,7 @@ class SpeedupCheck:
         tol = self.ctx.profile.tolerance
         return ("coarse_speedup_rtol", tol.coarse_speedup_rtol) if basis == "coarse" else ("speedup_rtol", tol.speedup_rtol)
 
-    def _rows(self, values: dict, base: dict, concurrency: int, is_baseline: bool, rtol: float = 0.0) -> list[Row]:
+    def _rows(self, method: str, values: dict, base: dict, concurrency: int, is_baseline: bool, rtol: float = 0.0) -> list[Row]:
         rows = []
         for metric, value in values.items():
             if value is None or metric in ("trials", "ci_low", "ci_high"):
@@ -198,7 +199,7 @@ class SpeedupCheck:
             unit = {"tok_s": "tok/s", "_ms": "ms", "usd_per_mtok": "USD / M tokens"}.get(
                 next((e for e in ("tok_s", "_ms", "usd_per_mtok") if metric.endswith(e)), ""), "")
             row = dict(baseline=base.get(metric), unit=unit, concurrency=concurrency)
-            if (ceiling := self.step_cost_bounds(base).get(metric)) is not None:
+            if (ceiling := self.step_cost_bounds(method, base).get(metric)) is not None:
                 row.update(bound=ceiling, failing=value > ceiling + ROUNDING)
             if metric == "speedup":
                 bound = base["speedup"] * (1 - rtol) if "speedup" in base else None

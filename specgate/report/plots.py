@@ -307,12 +307,51 @@ def plot_divergence_gaps(table: pd.DataFrame):
     return fig
 
 
+def plot_prefix_soak(table: pd.DataFrame):
+    """Per method, mean acceptance length and the prefix-cache hit rate per soak round (round 1 cold):
+    a decline with reuse is what vllm-project/vllm#41838 looked like. None without a soak."""
+    rows = table[(table["gate"] == "prefix_soak") & table["metric"].isin(("round_acceptance_length", "round_prefix_hit_rate"))]
+    rows = rows.dropna(subset=["position"])
+    if rows.empty:
+        return None
+    plt = pyplot()
+    methods = _ordered(rows["method"])
+    fig, axes, spare = _grid(plt, len(methods))
+    for ax, method in zip(axes, methods):
+        mrows = rows[rows["method"] == method]
+        length = mrows[mrows["metric"] == "round_acceptance_length"].sort_values("position")
+        hits = mrows[mrows["metric"] == "round_prefix_hit_rate"].sort_values("position")
+        ax.plot(length["position"], length["value"], marker="o", color="#1f77b4", linewidth=1.6)
+        floor = table[(table["gate"] == "prefix_soak") & (table["method"] == method)
+                      & (table["metric"] == "mean_acceptance_length")]["bound"].dropna()
+        if not floor.empty:
+            ax.axhline(float(floor.iloc[0]), color="#e41a1c", linestyle="--", linewidth=1)
+        twin = ax.twinx()
+        twin.plot(hits["position"], hits["value"], marker="s", color="#2ca02c", linewidth=1, alpha=0.8)
+        twin.set_ylim(0, 1.05)
+        failed = _failing(table[(table["gate"] == "prefix_soak") & (table["method"] == method)])
+        ax.set_title(method, fontsize=10, color="#c00000" if failed else "black")
+        ax.set_xticks(sorted(int(p) for p in length["position"]))
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+    for ax in axes[:: min(len(axes), 4)]:
+        ax.set_ylabel("mean acceptance length")
+    handles = [plt.Line2D([], [], color="#1f77b4", marker="o", label="mean acceptance length"),
+               plt.Line2D([], [], color="#2ca02c", marker="s", label="prefix-cache hit rate (right axis)"),
+               plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor (round 1 x (1 - acceptance_rtol))")]
+    bottom = _legend(fig, spare, handles, ncol=3)
+    fig.suptitle("Prefix-cache soak: acceptance per round", fontsize=11)
+    fig.tight_layout(rect=(0, bottom, 1, 0.97))
+    return fig
+
+
 PLOTS: dict[str, tuple[str, Callable]] = {
     "acceptance_heatmap": ("Acceptance by category", plot_acceptance_heatmap),
     "acceptance_positions": ("Per-position acceptance", plot_position_curves),
     "speedup": ("Speedup vs concurrency", plot_speedup),
     "memory": ("Memory overhead", plot_memory),
     "divergence_gaps": ("Greedy divergences", plot_divergence_gaps),
+    "prefix_soak": ("Prefix-cache soak", plot_prefix_soak),
 }
 NO_DATA = {
     "acceptance_heatmap": "No acceptance measurements in this run, so there is no acceptance heatmap.",
@@ -320,6 +359,7 @@ NO_DATA = {
     "speedup": "No speedup measurements in this run, so there is no speedup plot.",
     "memory": "No memory overhead measurements in this run, so there is no memory plot.",
     "divergence_gaps": "No greedy output diverged from the baseline's in this run.",
+    "prefix_soak": "No prefix-cache soak in this run (the profile has no [scenarios.prefix_soak]).",
 }
 
 

@@ -27,8 +27,14 @@ _HEADLINES = {
     "memory": [("static_mib_measured", "drafter weights MiB"), ("kv_tokens_lost", "KV tokens lost"),
                ("process_mib", "process MiB"), ("kv_capacity_tokens", "KV capacity tokens"),
                ("peak_process_mib", "peak process MiB")],
+    "structured": [("mean_acceptance_length", "mean acceptance length"), ("identical", "identical"),
+                   ("diverged", "diverged"), ("finished", "finished"), ("invalid", "invalid")],
+    "prefix_soak": [("mean_acceptance_length", "last round's acceptance length"), ("changed_outputs", "outputs changed")],
+    "preemption": [("preemptions", "preemptions"), ("identical", "identical"), ("diverged", "diverged"),
+                   ("mean_acceptance_length", "acceptance length"), ("kv_usage_after", "KV in use after")],
 }
-_PER_ITEM = ("position_rate", "logprob_gap")  # many rows per (method, key): plotted, not a column
+# many rows per (method, key): plotted, not a column
+_PER_ITEM = ("position_rate", "logprob_gap", "round_acceptance_length", "round_prefix_hit_rate")
 
 
 # ---------------------------------------------------------------- the summary (markdown and HTML)

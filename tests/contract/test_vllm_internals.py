@@ -66,6 +66,16 @@ def test_the_spec_decode_counters_keep_their_names(source):
         assert f'"{name}"' in text, f"{where(source)}: counter {name} is gone from {vllm_compat.METRICS_SOURCE}"
 
 
+def test_the_scheduler_counters_keep_their_names(source):
+    """Preemptions, prefix-cache queries and hits, KV usage: what the scenarios read (specgate.kvstats)."""
+    from specgate import kvstats
+
+    root = source or Path(importlib.util.find_spec("vllm").submodule_search_locations[0]).parent
+    text = (root / "vllm" / "v1" / "metrics" / "loggers.py").read_text(encoding="utf-8")
+    for name in (kvstats.PREEMPTIONS, kvstats.PREFIX_QUERIES, kvstats.PREFIX_HITS, kvstats.KV_USAGE):
+        assert f'"{name}"' in text, f"{where(source)}: the scheduler's metric {name} is gone from vllm/v1/metrics/loggers.py"
+
+
 def test_the_methods_this_vllm_offers_are_read_from_it(source):
     if source is not None:
         text = (source / "vllm" / "config" / "speculative.py").read_text(encoding="utf-8")

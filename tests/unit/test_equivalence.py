@@ -53,3 +53,27 @@ def test_failure_message_names_position_both_tokens_and_gap():
     div = compare(BASELINE, [5, 6, 4, 8], TIE_AWARE)
     text = div.describe(lambda t: f"<tok{t}>", TIE_AWARE.logprob_margin, TIE_AWARE.mode)
     assert "token 2" in text and "'<tok7>' (id 7)" in text and "'<tok4>' (id 4)" in text and "gap 2 nats" in text
+
+
+def _prompts(n):
+    from types import SimpleNamespace
+
+    return [SimpleNamespace(id=f"p{i}", category="c") for i in range(n)]
+
+
+def test_many_forgiven_near_ties_fail_though_each_looks_small():
+    from dataclasses import replace
+
+    from specgate.equivalence import compare_all
+
+    rule = replace(TIE_AWARE, max_forgiven_share=0.1)
+    prompts = _prompts(10)
+    reference = {p.id: BASELINE for p in prompts}
+    one_tie = {p.id: (5, 6, 9, 8) if p.id == "p0" else (5, 6, 7, 8) for p in prompts}
+    honest = compare_all(reference, one_tie, prompts, rule, str, lambda p: p.id)
+    assert (honest.identical, len(honest.forgiven), honest.diverged) == (9, 1, 0) and honest.too_forgiving(rule) is None
+    every = compare_all(reference, {p.id: (5, 6, 9, 8) for p in prompts}, prompts, rule, str, lambda p: p.id)
+    assert every.diverged == 0 and len(every.forgiven) == 10  # each one alone is a forgivable near-tie
+    assert "10 of 10 prompts diverge at near-ties" in every.too_forgiving(rule)
+    assert every.too_forgiving(EXACT) is None  # exact mode forgives nothing to begin with
+    assert honest.too_forgiving(rule, of=5) is not None and every.too_forgiving(rule, of=100) is None  # the share of `of`

@@ -1,5 +1,6 @@
 """Profiles: the shipped ones load; every kind of bad input names the file and the key."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -131,3 +132,59 @@ def test_the_suites_own_deadlines_default_by_hardware_and_are_checked(tmp_path):
         load_text(tmp_path, GOOD + "[engine]\nstall_timeout_s = 0\n")
     with pytest.raises(ProfileError, match=r"key 'engine.boot_timout_s' is not a known key \(did you mean 'boot_timeout_s'\?\)"):
         load_text(tmp_path, GOOD + "[engine]\nboot_timout_s = 10\n")
+
+
+SCENARIOS = """
+[scenarios.preemption]
+kv_share = 0.3
+[scenarios.prefix_soak]
+rounds = 3
+per_category = 2
+[scenarios.structured]
+prompts = "fixtures/prompts/tool_calls.jsonl"
+schema = "fixtures/schemas/tool_call.json"
+max_tokens = 64
+"""
+
+
+def test_scenarios_are_enabled_by_their_tables(tmp_path):
+    assert load_text(tmp_path, GOOD).scenarios.enabled == ()
+    p = load_text(tmp_path, GOOD + SCENARIOS)
+    assert p.scenarios.enabled == ("preemption", "prefix_soak", "structured")
+    assert p.scenarios.preemption.kv_share == 0.3 and p.scenarios.prefix_soak.rounds == 3
+    assert p.scenarios.structured.schema == ROOT / "fixtures" / "schemas" / "tool_call.json"
+    assert load_profile(find_profile("cpu-tiny", ROOT), ROOT).scenarios.enabled == ("preemption", "prefix_soak", "structured")
+
+
+@pytest.mark.parametrize("bad, key, says", [
+    ("[scenarios.preemption]\nkv_share = 1.5\n", "scenarios.preemption.kv_share", "in (0, 1)"),
+    ("[scenarios.prefix_soak]\nrounds = 1\n", "scenarios.prefix_soak.rounds", "must be >= 2"),
+    ("[scenarios.structured]\nprompts = \"fixtures/prompts/tool_calls.jsonl\"\n", "scenarios.structured.schema", "is required"),
+    ("[scenarios.structured]\nprompts = \"fixtures/prompts/tool_calls.jsonl\"\nschema = \"README.md\"\n",
+     "scenarios.structured.schema", "not a JSON schema file"),
+    ("[scenarios.preemptoin]\n", "scenarios.preemptoin", "did you mean 'preemption'"),
+])
+def test_a_bad_scenario_table_names_its_key(tmp_path, bad, key, says):
+    with pytest.raises(ProfileError, match=f"key '{re.escape(key)}'.*{re.escape(says)}"):
+        load_text(tmp_path, GOOD + bad)
+
+
+def test_a_plant_must_be_known(tmp_path):
+    text = GOOD.replace('prompt_lookup_max = 4 }', 'prompt_lookup_max = 4 }\nplant = "verify_emits_drafts"')
+    with pytest.raises(ProfileError, match="key 'methods.ngram.plant' is not a known plant .did you mean 'verify_emits_draft'"):
+        load_text(tmp_path, text)
+
+
+def test_tie_aware_equivalence_needs_its_forgiven_share(tmp_path):
+    with pytest.raises(ProfileError, match="key 'equivalence.max_forgiven_share' is required with mode = 'tie-aware'"):
+        load_text(tmp_path, GOOD + '[equivalence]\nmode = "tie-aware"\nlogprob_margin = 0.05\n')
+    p = load_text(tmp_path, GOOD + '[equivalence]\nmode = "tie-aware"\nlogprob_margin = 0.05\nmax_forgiven_share = 0.1\n')
+    assert p.equivalence.max_forgiven_share == 0.1
+
+
+def test_another_dtype_keeps_its_baselines_apart():
+    cpu_tiny = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    assert cpu_tiny.baselines_name == "cpu-tiny" and cpu_tiny.with_dtype("float32") is cpu_tiny
+    bf16 = cpu_tiny.with_dtype("bfloat16")
+    assert bf16.baselines_name == "cpu-tiny@bfloat16" and bf16.name == "cpu-tiny"
+    assert load_profile(find_profile("cpu-tiny-bf16", ROOT), ROOT).baselines_name == "cpu-tiny-bf16"

@@ -350,3 +350,15 @@ def test_the_step_cost_check_fails_a_slower_drafter_that_the_wall_clock_speedup_
     assert next(r for r in slower.rows if r.metric == "draft_cost").failing
     ungated = session(profile, tmp_path, "good", good={"draft_call_s": 0.0025}).judge("speedup", "good", 4)
     assert ungated.passed  # tolerances 0: shown, not gated
+
+
+def test_a_profile_needing_a_cpu_flag_this_machine_lacks_skips_every_engine_saying_so(tmp_path):
+    from specgate.errors import NotMeasurable
+
+    path = tmp_path / "flags.toml"
+    path.write_text(PROFILE + '[engine]\ncpu_flags = ["no_such_flag_here"]\n')
+    s = session(load_profile(path, tmp_path), tmp_path, "good")
+    with pytest.raises(NotMeasurable, match=r"profile fake needs a CPU with no_such_flag_here \(\[engine\] cpu_flags in .*"
+                                            r"has none of the flags no_such_flag_here"):
+        s.boot("good")
+    assert not s.host.engines_booted

