@@ -118,6 +118,13 @@ def baselines_dir(root: Path) -> Path:
     return Path(os.environ.get(BASELINES_DIR_ENV) or Path(root) / "baselines")
 
 
+def kept_aside(root: Path, profile: str) -> Path | None:
+    """baselines/<profile>.kept, where a calibration killed before it finished (tools/calibrate_speedup,
+    before `specgate calibrate` judged in a scratch directory) left the checkout's baselines."""
+    kept = baselines_dir(root) / f"{profile}.kept"
+    return kept if kept.is_dir() else None
+
+
 def baseline_path(root: Path, profile: str, hardware: str) -> Path:
     return baselines_dir(root) / profile / f"{hardware}.json"
 
@@ -398,8 +405,13 @@ class BaselineStore:
         return MACHINE_FIGURES | (DEVICE_KV_FIGURES if self.profile.hardware == "cuda" else set())
 
     def header(self) -> list[str]:
-        """What the summary says once: other machines' baselines used by this run; drift not judged."""
+        """What the summary says once: other machines' baselines used by this run; drift not judged;
+        baselines an interrupted calibration left aside."""
         lines = []
+        if kept := kept_aside(self.root, self.name):
+            lines.append(f"{kept} holds baselines an interrupted calibration moved aside: this run judged "
+                         f"{self.path.parent} without them; `specgate calibrate --profile {self.profile.name}` puts them "
+                         "back where nothing took their place")
         if self.profile.tolerance.drift_rtol and self._history is not None and not self._history.usable:
             lines.append(f"drift (tolerance.drift_rtol {self.profile.tolerance.drift_rtol}) not judged: "
                          f"{self._history.problem}")

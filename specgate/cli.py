@@ -7,6 +7,7 @@
     specgate bisect --good A --bad B       the first release between A and B that fails the gate
     specgate history [RESULTS_DIR ...]     every stored update of a baseline file over time (table, plots)
     specgate download --profile NAME       fetch a profile's hub models ahead of the gate
+    specgate calibrate --profile NAME      the speed gate's tolerances measured on this machine
 
 Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
 `baselines diff` exits 0 whether or not values differ, like `diff --stat`; with `--exit-code` it
@@ -54,9 +55,10 @@ def _parser() -> argparse.ArgumentParser:
                                  description="Print release x gate -> pass / fail / skip with the diagnosis, from "
                                              "the per-release results ci/vllm-matrix.sh writes (default results/matrix).")
     matrix.add_argument("matrix_dir", metavar="DIR", type=Path, nargs="?", default=Path("results/matrix"))
-    from specgate import bisect, download, history, rehearse
+    from specgate import bisect, calibrate, download, history, rehearse
 
     rehearse.add_parser(commands)
+    calibrate.add_parser(commands)
     bisect.add_parser(commands)
     history.add_parser(commands)
     download.add_parser(commands)
@@ -76,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             from specgate import rehearse
 
             return rehearse.main(args)
-        if args.command in ("bisect", "history"):
+        if args.command in ("bisect", "history", "calibrate"):
             module = __import__(f"specgate.{args.command}", fromlist=["main"])
             return module.main(args)
         if args.command == "download":

@@ -218,6 +218,7 @@ def run_plan(config: pytest.Config):
             profile = load_profile(find_profile(_profile_name(config), root), root)
             if dtype := config.getoption("--specgate-dtype"):
                 profile = profile.with_dtype(dtype)
+            profile = _calibrated(profile, root)
             endpoints = None
             if config.getoption("--specgate-endpoint"):
                 from specgate.endpoint import parse_endpoints
@@ -238,6 +239,16 @@ def run_plan(config: pytest.Config):
         )
         config.stash[_PLAN_KEY] = plan
     return plan
+
+
+def _calibrated(profile, root: Path):
+    """The profile with this machine's calibrated tolerances over its own, where `specgate calibrate`
+    wrote some (baselines/<profile>/<hardware>.tolerance.toml)."""
+    from specgate import tolerances
+    from specgate.baselines import baseline_path, detect_device, hardware_key
+
+    hardware = hardware_key(*detect_device(profile.hardware))
+    return tolerances.apply(profile, tolerances.path_for(baseline_path(root, profile.baselines_name, hardware)))
 
 
 def _default_out(root: Path) -> Path:

@@ -95,6 +95,9 @@ def header_lines(session) -> list[str]:
     """What the reader must know before the numbers: baselines from other machines, coarse speed
     judgements, baselines from another vLLM."""
     lines = list(session.baselines.header())
+    if session.profile.tolerance_file:
+        lines.append(f"tolerances calibrated on this machine (specgate calibrate) held over the profile's: "
+                     f"{session.profile.tolerance_file}")
     coarse = [j for j in session.judgements.values() if j.basis == "coarse" and j.key != "summary"]
     if coarse and not session.baselines.borrowed.get("speedup"):
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))

@@ -1,0 +1,250 @@
+"""`specgate calibrate`: the speed gate's tolerances for this machine, measured.
+
+    specgate calibrate --profile P [--runs N] [--methods a,b] [--slowdown 0.074] [--write]
+
+Repeated gate runs (speedup and lifecycle) of the profile's methods next to a deliberately slower copy
+of each (every drafting call also sleeps `--slowdown` of a step, `canary_of = { speedup = ... }`):
+the first run stores baselines in a scratch directory (SPECGATE_BASELINES_DIR: the checkout's
+baselines are never touched, whatever happens to the calibration), the next N are judged. From them,
+per method: the smallest speedup_rtol, geomean_rtol and draft_cost_tol with no false alarm in the A/A
+runs (plus a margin), and how many of the slowed copy's runs each then catches, per level. It ends
+with that table and the TOML of `baselines/<profile>/<hardware>.tolerance.toml`, which `--write` puts
+there: a run on this machine then holds the methods to it (specgate.tolerances). First week on a new
+runner: `pytest -m gpu --update-baselines`, `specgate calibrate --write`, commit both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specgate import tolerances
+from specgate.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, detect_device, hardware_key, kept_aside
+from specgate.errors import SpecgateError
+
+SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
+
+
+class CalibrationError(SpecgateError):
+    """A calibration run that could not measure: the message names the run and its log."""
+
+
+def toml_value(value) -> str:
+    """A TOML inline value for what a profile's method tables hold (strings, numbers, booleans, lists, tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def calibration_profile(profile, names: list[str], slowdown: float) -> str:
+    """The profile's own text with a slower copy of each named method appended."""
+    text = Path(profile.path).read_text(encoding="utf-8")
+    for name in names:
+        m = profile.methods[name]
+        table = {"speculative_config": m.speculative_config, "slow_steps": slowdown, "canary_of": {"speedup": name}}
+        if m.engine_kwargs:
+            table["engine"] = {"kwargs": m.engine_kwargs}
+        text += f"\n[methods.{name}{SLOWED}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
+    return text
+
+
+@dataclass
+class Cell:
+    """One method at one level over the calibration's judged runs."""
+
+    stored: dict = field(default_factory=dict)  # the update run's record
+    runs: list[dict] = field(default_factory=list)  # per judged run: metric -> value (speedup, ci_high, draft_cost)
+
+
+def read_runs(update: Path, judged: list[Path]) -> dict[tuple[str, str], Cell]:
+    """(method, key) -> Cell from the runs' measurements (keys C=<level> and summary)."""
+    cells: dict[tuple[str, str], Cell] = defaultdict(Cell)
+    stored = json.loads((update / "baselines.json").read_text(encoding="utf-8"))
+    for method, kinds in stored.get("methods", {}).items():
+        for key, record in kinds.get("speedup", {}).items():
+            cells[(method, key)].stored = record
+    for run in judged:
+        per: dict[tuple[str, str], dict] = defaultdict(dict)
+        for row in json.loads((run / "measurements.json").read_text(encoding="utf-8")):
+            if row["gate"] == "speedup" and row["value"] is not None:
+                per[(row["method"], row["key"])][row["metric"]] = row["value"]
+                if row["metric"] in ("speedup", "geomean_speedup") and row.get("ci_high") is not None:
+                    per[(row["method"], row["key"])][row["metric"] + "_high"] = row["ci_high"]
+        for cell, values in per.items():
+            cells[cell].runs.append(values)
+    return dict(cells)
+
+
+def shortfall(stored: float | None, high: float | None) -> float:
+    """How far below the stored value a run's upper bound fell, relative (0 when it did not)."""
+    return 0.0 if not stored or high is None else max(0.0, 1 - high / stored)
+
+
+def suggest(cells: dict, names: list[str]) -> dict[str, dict[str, float]]:
+    """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs."""
+    out = {}
+    for name in names:
+        levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
+        summary = cells.get((name, "summary"))
+        drop = max((shortfall(c.stored.get("speedup"), r.get("speedup_high")) for _, c in levels for r in c.runs), default=0.0)
+        drift = max((r["draft_cost"] - c.stored["draft_cost"] for _, c in levels for r in c.runs
+                     if r.get("draft_cost") is not None and c.stored.get("draft_cost") is not None), default=None)
+        values = {"speedup_rtol": tolerances.suggest_relative(drop)}
+        if summary is not None:
+            geo = max((shortfall(summary.stored.get("geomean_speedup"), r.get("geomean_speedup_high")) for r in summary.runs),
+                      default=0.0)
+            values["geomean_rtol"] = tolerances.suggest_relative(geo)
+        if drift is not None:
+            values["draft_cost_tol"] = tolerances.suggest_absolute(drift)
+        out[name] = values
+    return out
+
+
+def caught(cells: dict, name: str, key: str, tol: dict[str, float]) -> tuple[int, int, int, int]:
+    """The slowed copy's runs at one level held to the original's stored figures with tolerances `tol`:
+    (caught by the speedup floor, by the step-cost ceiling, by either, runs)."""
+    slowed, original = cells.get((name + SLOWED, key)), cells.get((name, key))
+    if slowed is None or original is None:
+        return 0, 0, 0, 0
+    floor = original.stored.get("speedup", 0) * (1 - tol["speedup_rtol"])
+    ceiling = original.stored.get("draft_cost")
+    speed = [r.get("speedup_high") is not None and r["speedup_high"] < floor for r in slowed.runs]
+    cost = [ceiling is not None and "draft_cost_tol" in tol and r.get("draft_cost") is not None
+            and r["draft_cost"] > ceiling + tol["draft_cost_tol"] for r in slowed.runs]
+    return sum(speed), sum(cost), sum(a or b for a, b in zip(speed, cost)), len(slowed.runs)
+
+
+def report(cells: dict, names: list[str], suggested: dict, runs: int, slowdown: float) -> list[str]:
+    lines = [f"calibration: {runs} judged runs after the one that stored baselines; the slowed copies sleep "
+             f"{slowdown:g} of a step in every drafting call", "",
+             "| method | level | A/A speedup / stored (min) | A/A draft_cost drift (max) | slowed: caught by speedup | "
+             "by step cost | by either |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name in names:
+        for key in sorted((k for (m, k) in cells if m == name and k.startswith("C=")), key=_level):
+            cell = cells[(name, key)]
+            ratio = min((r["speedup"] / cell.stored["speedup"] for r in cell.runs
+                         if r.get("speedup") is not None and cell.stored.get("speedup")), default=None)
+            drift = max((r["draft_cost"] - cell.stored["draft_cost"] for r in cell.runs
+                         if r.get("draft_cost") is not None and cell.stored.get("draft_cost") is not None), default=None)
+            speed, cost, either, n = caught(cells, name, key, suggested[name])
+            lines.append(f"| {name} | {key} | {'–' if ratio is None else f'{ratio:.3f}'} | "
+                         f"{'–' if drift is None else f'{drift:+.4f}'} | {speed}/{n} | {cost}/{n} | {either}/{n} |")
+    lines += ["", "suggested (no false alarm in these A/A runs, plus a margin):"]
+    lines += [f"  {name}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(values.items())) for name, values in suggested.items()]
+    return lines
+
+
+def _level(key: str) -> int:
+    return int(key.split("=", 1)[1]) if key.startswith("C=") else 0
+
+
+def run_gate(root: Path, profile_path: Path, methods: list[str], out: Path, scratch: Path, update: bool) -> float:
+    """One gate run of the speedup and lifecycle tests; its wall time. CalibrationError when it wrote no results."""
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", "speedup or lifecycle",
+           "--specgate-profile", str(profile_path), "--specgate-methods", ",".join(methods), "--specgate-out", str(out),
+           "--benchmark-disable", *(["--update-baselines"] if update else [])]
+    started = time.monotonic()
+    log = out.with_suffix(".log")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT,
+                                env={**os.environ, BASELINES_DIR_ENV: str(scratch)})
+        try:
+            proc.wait()
+        except BaseException:  # Ctrl-C or SIGTERM: the gate run ends its engines on SIGINT
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+            raise
+    if not (out / "measurements.json").is_file():
+        raise CalibrationError(f"the gate run {out} wrote no measurements (exit {proc.returncode}); see {log}")
+    return time.monotonic() - started
+
+
+def restore_kept(root: Path, name: str) -> str:
+    """An earlier calibration tool moved baselines/<profile> aside as <profile>.kept and was killed before
+    it put them back: put them back when nothing took their place, else say where they are."""
+    kept = kept_aside(root, name)
+    if kept is None:
+        return ""
+    base = baselines_dir(root) / name
+    if not base.exists():
+        shutil.move(kept, base)
+        return f"calibrate: put back {base} from {kept}, where an interrupted calibration had left it"
+    return (f"calibrate: {kept} holds baselines an interrupted calibration moved aside, next to {base}; compare them "
+            f"(specgate baselines diff) and keep one")
+
+
+def main(args: argparse.Namespace) -> int:
+    from specgate.profile import find_profile, load_profile
+
+    root = Path(args.root).resolve()
+    profile = load_profile(find_profile(args.profile, root), root)
+    if note := restore_kept(root, profile.baselines_name):
+        print(note, flush=True)
+    wanted = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
+    names = [m.name for m in profile.select(wanted) if wanted or not m.canary_of]
+    if args.runs < 2:
+        raise CalibrationError(f"--runs {args.runs}: the A/A spread needs at least 2 judged runs (10 give a 0-of-10 false-alarm rate).")
+    out = Path(args.out or root / "results" / f"calibrate-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+    scratch = out / "baselines"  # SPECGATE_BASELINES_DIR for the runs: the checkout's baselines stay as they are
+    scratch.mkdir(parents=True, exist_ok=True)
+    profile_path = out / f"{profile.name}.toml"
+    profile_path.write_text(calibration_profile(profile, names, args.slowdown), encoding="utf-8")
+    methods = [n for name in names for n in (name, name + SLOWED)]
+    wall = run_gate(root, profile_path, methods, out / "update", scratch, update=True)
+    print(f"calibrate: baselines stored by the first run ({wall:.0f} s)", flush=True)
+    judged = []
+    for i in range(1, args.runs + 1):
+        wall = run_gate(root, profile_path, methods, out / f"run-{i}", scratch, update=False)
+        judged.append(out / f"run-{i}")
+        print(f"calibrate: run {i} of {args.runs} ({wall:.0f} s)", flush=True)
+    cells = read_runs(out / "update", judged)
+    suggested = suggest(cells, names)
+    hardware = hardware_key(*detect_device(profile.hardware))
+    target = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware))
+    text = tolerances.render(
+        [f"specgate calibrate --profile {profile.name} --runs {args.runs} --slowdown {args.slowdown:g} on {hardware}, "
+         f"{time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in {args.runs} A/A runs, plus a margin",
+         f"(results: {out})"], {}, suggested)
+    lines = report(cells, names, suggested, args.runs, args.slowdown)
+    (out / "calibration.md").write_text("\n".join(lines) + "\n\n```toml\n" + text + "```\n", encoding="utf-8")
+    print("\n".join(lines))
+    print(f"\n{target}:\n{text}")
+    if args.write:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+        print(f"calibrate: wrote {target}; a run on {hardware} now holds {', '.join(names)} to it (commit it with the baselines)")
+    else:
+        print(f"calibrate: --write puts this in {target}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser("calibrate", help="measure the speed gate's tolerances on this machine",
+                            description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+    p.add_argument("--runs", type=int, default=10, metavar="N", help="judged A/A runs after the storing one (default 10)")
+    p.add_argument("--methods", default="", metavar="A,B", help="methods to calibrate (default: all but canaries)")
+    p.add_argument("--slowdown", type=float, default=0.074, metavar="SHARE",
+                   help="the slowed copies sleep this share of a step per drafting call (default 0.074: about a 10 %% "
+                        "loss at C = 1 on cpu-tiny's ngram)")
+    p.add_argument("--write", action="store_true", help="write the tolerances beside this machine's baselines")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="results (default results/calibrate-<profile>-<time>)")
+    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

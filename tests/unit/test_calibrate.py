@@ -1,0 +1,108 @@
+"""`specgate calibrate` without engines: the slowed copies it adds, the tolerances it suggests from A/A
+runs, what they catch, the file it writes and how a run picks it up, and baselines it never moves."""
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from specgate import calibrate, tolerances
+from specgate.errors import ProfileError
+from specgate.profile import find_profile, load_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_calibration_profile_adds_a_slower_canary_of_each_method(tmp_path):
+    profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    path = tmp_path / "cpu-tiny.toml"
+    path.write_text(calibrate.calibration_profile(profile, ["ngram", "mtp"], 0.074))
+    loaded = load_profile(path, ROOT)
+    slowed = loaded.methods["ngram_slowed"]
+    assert slowed.slow_steps == 0.074 and slowed.canary_of == {"speedup": "ngram"}
+    assert slowed.speculative_config == profile.methods["ngram"].speculative_config
+    assert loaded.methods["mtp_slowed"].engine_kwargs == profile.methods["mtp"].engine_kwargs  # MTP's own target
+
+
+def run(path, rows, baselines=None):
+    path.mkdir(parents=True)
+    (path / "measurements.json").write_text(json.dumps(rows))
+    if baselines is not None:
+        (path / "baselines.json").write_text(json.dumps({"methods": baselines}))
+    return path
+
+
+def speed(method, key, value, high, cost=None):
+    rows = [{"gate": "speedup", "method": method, "key": key, "metric": "speedup", "value": value, "ci_high": high}]
+    if cost is not None:
+        rows.append({"gate": "speedup", "method": method, "key": key, "metric": "draft_cost", "value": cost, "ci_high": None})
+    return rows
+
+
+def test_tolerances_come_from_the_worst_aa_run_and_the_slowed_copy_is_counted_against_them(tmp_path):
+    stored = {"ngram": {"speedup": {"C=1": {"speedup": 1.20, "draft_cost": 0.018}}},
+              "ngram_slowed": {"speedup": {"C=1": {"speedup": 1.10, "draft_cost": 0.17}}}}
+    update = run(tmp_path / "update", [], stored)
+    judged = [  # A/A: upper bounds 1.18 and 1.26 (1.7 % under the stored 1.20 at worst), draft_cost up to +0.004
+        run(tmp_path / "r1", speed("ngram", "C=1", 1.10, 1.18, 0.020) + speed("ngram_slowed", "C=1", 1.05, 1.12, 0.18)),
+        run(tmp_path / "r2", speed("ngram", "C=1", 1.22, 1.26, 0.022) + speed("ngram_slowed", "C=1", 1.15, 1.21, 0.021)),
+    ]
+    cells = calibrate.read_runs(update, judged)
+    suggested = calibrate.suggest(cells, ["ngram"])["ngram"]
+    assert suggested == {"speedup_rtol": 0.04, "draft_cost_tol": 0.01}  # 0.017 + 0.02 -> 0.04; 1.5 x 0.004 -> 0.01
+    # run 1 of the slowed copy: upper bound 1.12 < 1.20 x 0.96 and draft_cost 0.18 > 0.018 + 0.01; run 2 neither
+    assert calibrate.caught(cells, "ngram", "C=1", suggested) == (1, 1, 1, 2)
+    text = "\n".join(calibrate.report(cells, ["ngram"], {"ngram": suggested}, 2, 0.074))
+    assert "| ngram | C=1 | 0.917 | +0.0040 | 1/2 | 1/2 | 1/2 |" in text
+
+
+def test_the_tolerance_file_is_held_over_the_profile_on_its_machine_only(tmp_path):
+    profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    path = tmp_path / "cpu-x-2c.tolerance.toml"
+    path.write_text(tolerances.render(["calibrated"], {"speedup_rtol": 0.12}, {"ngram": {"draft_cost_tol": 0.01},
+                                                                               "gone": {"draft_cost_tol": 0.5}}))
+    assert tomllib.loads(path.read_text())["methods"]["ngram"]["tolerance"] == {"draft_cost_tol": 0.01}
+    held = tolerances.apply(profile, path)
+    assert held.tolerance.speedup_rtol == 0.12 and held.methods["ngram"].tolerance == {"draft_cost_tol": 0.01}
+    assert held.tolerance_file == str(path) and held.methods["eagle3"].tolerance == {}
+    assert tolerances.apply(profile, tmp_path / "absent.toml") is profile
+    path.write_text("[tolerance]\nspeedup_rtl = 0.1\n")
+    with pytest.raises(ProfileError, match="holds speedup_rtl, which are not tolerances"):
+        tolerances.apply(profile, path)
+
+
+def test_a_method_tolerance_is_what_its_checks_read(tmp_path):
+    from specgate.checks import Context
+
+    profile = tolerances.apply(load_profile(find_profile("cpu-tiny", ROOT), ROOT),
+                               _file(tmp_path, "[methods.ngram.tolerance]\ndraft_cost_tol = 0.02\n"))
+    ctx = Context(profile, baselines=None)
+    assert ctx.tolerance("ngram").draft_cost_tol == 0.02 and ctx.tolerance("eagle3").draft_cost_tol == 0.0
+    assert ctx.tolerance("suffix_throttled", "speedup").speedup_rtol == profile.tolerance.speedup_rtol  # its parent's
+
+
+def _file(tmp_path, text):
+    path = tmp_path / "t.tolerance.toml"
+    path.write_text(text)
+    return path
+
+
+def test_baselines_an_interrupted_calibration_moved_aside_are_put_back(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPECGATE_BASELINES_DIR", raising=False)
+    kept = tmp_path / "baselines" / "cpu-tiny.kept"
+    kept.mkdir(parents=True)
+    (kept / "cpu-x-2c.json").write_text("{}")
+    assert "put back" in calibrate.restore_kept(tmp_path, "cpu-tiny")
+    assert (tmp_path / "baselines" / "cpu-tiny" / "cpu-x-2c.json").is_file() and not kept.exists()
+    kept.mkdir()
+    assert "compare them" in calibrate.restore_kept(tmp_path, "cpu-tiny") and kept.exists()  # both there: said, not moved
+
+
+def test_the_gate_says_when_an_interrupted_calibration_left_baselines_aside(tmp_path, monkeypatch):
+    from specgate.baselines import BaselineStore
+
+    monkeypatch.delenv("SPECGATE_BASELINES_DIR", raising=False)
+    (tmp_path / "baselines" / "cpu-tiny.kept").mkdir(parents=True)
+    store = BaselineStore(tmp_path, load_profile(find_profile("cpu-tiny", ROOT), ROOT), "cpu-x-2c")
+    assert any("cpu-tiny.kept holds baselines an interrupted calibration moved aside" in line for line in store.header())
