@@ -44,8 +44,8 @@ class EquivalenceCheck:
                           f"{len(prompts)} prompts diverge (max_diverged_share {allowed})"]
         if forgiving:
             j.messages.append(f"method '{method}': {forgiving}")
-        j.rows = [Row(m, v, headline=True) for m, v in
-                  (("identical", identical), ("compared", len(prompts)), ("diverged", len(failures)))]
+        j.rows = [Row("identical", identical, headline=True), Row("compared", len(prompts), headline=True),
+                  Row("diverged", len(failures), bound=int(allowed * len(prompts)) if lossy else 0, headline=True)]
         if rule.mode == "tie-aware":
             j.rows.append(Row("forgiven", numerical, bound=rule.max_forgiven_share * len(prompts), failing=bool(forgiving)))
         # every divergence's logprob gap in the baseline's top-k (tie-aware's margin is calibrated on these)

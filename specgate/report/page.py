@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.report import plots
+from specgate.report import glance, plots
 from specgate.report.data import fmt, normalize
 from specgate.report.tables import _gate_tables, moved_rows, sweeps, title_line, totals
 
@@ -31,6 +31,7 @@ img { max-width: 100%; border: 1px solid #eee; }
 ul.notes li { margin: .3em 0; white-space: pre-wrap; font-size: .9em; }
 pre { background: #f6f8fa; padding: .8em; overflow-x: auto; font-size: .85em; }
 .meta { color: #555; } .none { color: #777; font-style: italic; }
+table.sortable th { cursor: pointer; } details { margin: .2em 0 .2em 1em; } summary { cursor: pointer; }
 """
 
 
@@ -83,14 +84,16 @@ def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, 
     parts.append("<h2>Results per gate</h2>")
     if not gate_tables:
         parts.append("<p class='none'>No measurements were recorded in this run.</p>")
+    compact = {gate: (header, body) for gate, header, body in glance.tables(table, run)}
     for gt in gate_tables:
-        parts.append(f"<h3>{esc(gt.gate)}</h3><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in gt.header)
-                     + "</tr>")
-        for row, verdict in zip(gt.rows, gt.verdicts):
-            cells = [f"<td class='v-{esc(verdict)}'>{esc(c)}</td>" if i == 2 else f"<td>{esc(c)}</td>"
-                     for i, c in enumerate(row)]
-            parts.append("<tr>" + "".join(cells) + "</tr>")
-        parts.append("</table>")
+        parts.append(f"<h3>{esc(gt.gate)}</h3>")
+        if gt.gate in compact:  # the verdicts at a glance (click a column to sort), then every figure per method
+            header, body = compact[gt.gate]
+            parts.append(_table(header, [(v, row) for v, row in body], sortable=True))
+        for method in dict.fromkeys(row[0] for row in gt.rows):
+            mine = [(v, row) for row, v in zip(gt.rows, gt.verdicts) if row[0] == method]
+            parts.append(f"<details><summary>{esc(method)}: every figure ({len(mine)} rows)</summary>"
+                         + _table(gt.header, mine, sortable=True) + "</details>")
         if gt.notes:
             parts.append("<ul class='notes'>" + "".join(
                 f"<li><b>{esc(v)}</b> {esc(', '.join(where))}: {esc(m)}</li>" for v, m, where in gt.notes) + "</ul>")
@@ -99,5 +102,28 @@ def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, 
                      + "</tr>" + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
     if run.get("summary_lines"):
         parts.append("<h2>Session</h2><pre>" + esc("\n".join(map(str, run["summary_lines"]))) + "</pre>")
-    parts.append("</body></html>")
+    parts.append(f"<script>{SORT}</script></body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _table(header: list[str], rows: list[tuple[str, list[str]]], sortable: bool = False) -> str:
+    """A table whose third column is the verdict (coloured); `sortable`: a click on a header sorts by it."""
+    esc = html.escape
+    head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"
+    body = "".join("<tr>" + "".join(f"<td class='v-{esc(v)}'>{esc(c)}</td>" if i == 2 else f"<td>{esc(c)}</td>"
+                                     for i, c in enumerate(row)) + "</tr>" for v, row in rows)
+    return f"<table{' class=sortable' if sortable else ''}><thead>{head}</thead><tbody>{body}</tbody></table>"
+
+
+# Sort a table by the clicked column (numbers by value, text alphabetically; a second click reverses).
+SORT = """
+document.querySelectorAll('table.sortable th').forEach((th, col) => th.addEventListener('click', () => {
+  const body = th.closest('table').tBodies[0], rows = Array.from(body.rows);
+  const key = r => { const t = r.cells[col].innerText, n = parseFloat(t.replace(/,/g, ''));
+                     return isNaN(n) ? t : n; };
+  const dir = th.dataset.dir === 'asc' ? -1 : 1; th.dataset.dir = dir === 1 ? 'asc' : 'desc';
+  rows.sort((a, b) => { const x = key(a), y = key(b);
+    return (typeof x === typeof y ? (x > y) - (x < y) : (typeof x === 'number' ? -1 : 1)) * dir; });
+  rows.forEach(r => body.appendChild(r));
+}));
+"""

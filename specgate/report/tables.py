@@ -12,6 +12,7 @@ from typing import Any
 import pandas as pd
 
 from specgate.checks import GATES, worst
+from specgate.report import glance
 from specgate.report.data import (VERDICTS, _one_line, _ordered, _present, _short, _verdict_of, fmt, headline,
                                   normalize)
 
@@ -227,21 +228,26 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
         else:
             lines.append("Every figure with a stored baseline came out the same.")
         lines.append("")
-    gate_tables = _gate_tables(table, run)
-    if not gate_tables:
+    notes = {gt.gate: gt.notes for gt in _gate_tables(table, run)}
+    compact = glance.tables(table, run)
+    if not compact:
         lines += ["No measurements were recorded in this run.", ""]
-    for gt in gate_tables:
-        lines += [f"## {gt.gate}", ""]
-        lines.append("| " + " | ".join(gt.header) + " |")
-        lines.append("| " + " | ".join("---" for _ in gt.header) + " |")
-        for row, verdict in zip(gt.rows, gt.verdicts):
+    else:
+        lines += ["Each figure with the bound it was held to (≥ floor, ≤ ceiling); every other figure is in "
+                  "report.html and measurements.csv.", ""]
+    for gate, header, body in compact:
+        lines += [f"## {gate}", ""]
+        lines.append("| " + " | ".join(header) + " |")
+        lines.append("| " + " | ".join("---" for _ in header) + " |")
+        for verdict, row in body:
             cells = list(row)
             cells[2] = f"**{cells[2]}**" if verdict in ("fail", "error") else cells[2]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
-        for verdict, message, where in gt.notes:
+        gate_notes = notes.get(gate, [])
+        for verdict, message, where in gate_notes:
             lines.append(f"- **{verdict}** {', '.join(where)}: {_one_line(message)}")
-        if gt.notes:
+        if gate_notes:
             lines.append("")
     for family, header, body in sweeps(table):
         lines += [f"## draft-length sweep: {family}", "", "| " + " | ".join(header) + " |",

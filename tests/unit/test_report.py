@@ -130,9 +130,12 @@ def test_summary_has_totals_numbers_against_baseline_and_failure_messages():
     first = text.splitlines()[0]
     assert first.startswith("# specgate: FAILED: 1 passed, 1 failed, 0 skipped, 1 error")
     assert "run 20261122-031500" in first and "profile cpu-tiny" in first and "vLLM 0.32.0" in first
-    assert "2.32 (baseline 2.33, floor 2.21)" in text  # eagle / code_continuation
-    assert re.search(r"\| eagle3 \| C=16 \| \*\*fail\*\* \| 0\.630 \[0\.570, 0\.700\] \(baseline 0\.880, floor 0\.748\)", text)
-    assert "ceiling" in text.split("## memory")[1]
+    assert "| eagle | code_continuation | pass | 2.32 ≥ 2.21 |" in text  # each figure with the bound it was held to
+    # a failing row says what moved and by how much, and which check decided
+    assert re.search(r"\| eagle3 \| C=16 \| \*\*fail\*\* \| 0\.630 \[0\.570, 0\.700\] ≥ 0\.748 \|.*"
+                     r"\| speedup floor: 0\.880 → 0\.630 \(-28\.4%\), floor 0\.748 \|", text)
+    assert "≤" in text.split("## memory")[1]
+    assert max(len(line.split(" | ")) for line in text.splitlines() if line.startswith("| ")) <= 8  # at a glance
     assert "- **fail** eagle3 / doc_prose: eagle3 / doc_prose: mean acceptance length 1.23" in text
     assert "- **skip** mtp / C=1, mtp / C=4, mtp / C=16: no stored speedup baseline" in text  # one line
     assert "see table" not in text  # the test's own message only when the table has none
@@ -162,7 +165,7 @@ def test_write_report_writes_self_contained_html_with_every_plot(tmp_path, monke
     assert paths["summary"].read_text().startswith("# specgate:")
     assert page.count("src='data:image/png;base64,") == 4
     assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", page)  # nothing fetched from the network
-    assert "<link" not in page and "<script" not in page
+    assert "<link" not in page and "<script src" not in page  # the sorting script is inline
     for name in ("acceptance_heatmap", "acceptance_positions", "speedup", "memory"):
         png = paths[f"plot:{name}"]
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,121 @@
+"""The gate tables of summary.md (and the GitHub step summary): a verdict at a glance. Per row: the
+verdict, each headline figure with its interval and the bound it was held to, and which check decided;
+a failing row says in words what moved and by how much. Every other figure (latencies, p95s, the
+baseline's own, costs) is in report.html and measurements.csv.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from specgate.checks import GATES, worst
+from specgate.report.data import _ordered, _present, _verdict_of, fmt
+
+# Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
+COMPACT = {
+    "equivalence": [("identical", "identical"), ("diverged", "diverged"), ("forgiven", "forgiven near-ties")],
+    "acceptance": [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
+    "speedup": [("speedup", "speedup [CI]"), ("draft_cost", "draft cost"), ("expected_speedup", "expected"),
+                ("geomean_speedup", "geometric mean [CI]")],
+    "memory": [("static_mib_measured", "drafter MiB"), ("kv_tokens_lost", "KV tokens lost"), ("process_mib", "process MiB")],
+    "structured": [("mean_acceptance_length", "mean acceptance length"), ("diverged", "diverged"), ("invalid", "invalid")],
+    "prefix_soak": [("mean_acceptance_length", "last round's acceptance"), ("changed_outputs", "outputs changed")],
+    "preemption": [("preemptions", "preemptions"), ("diverged", "diverged"), ("mean_acceptance_length", "acceptance length")],
+}
+# What a bounded figure's check is called, and whether its bound is a ceiling (else a floor).
+CHECKS = {
+    "speedup": ("speedup floor", False), "geomean_speedup": ("geometric-mean floor", False),
+    "draft_cost": ("step-cost ceiling", True), "verify_cost": ("verification-cost ceiling", True),
+    "ttft_p95_ratio": ("TTFT p95 ceiling", True),
+    "mean_acceptance_length": ("acceptance floor", False), "acceptance_rate": ("acceptance-rate floor", False),
+    "position_rate": ("per-position floor", False), "static_mib_measured": ("drafter-weights ceiling", True),
+    "static_mib_analytic": ("drafter-weights ceiling", True), "kv_tokens_lost": ("KV ceiling", True),
+    "process_mib": ("process-memory ceiling", True), "device_mib": ("device-memory ceiling", True),
+    "diverged": ("greedy match", True), "forgiven": ("near-tie cap", True), "invalid": ("schema", True),
+    "changed_outputs": ("unchanged outputs", True), "preemptions": ("preempted at least once", False),
+    "kv_usage_after": ("KV freed", True), "drift": ("drift floor", False),
+}
+
+
+def is_ceiling(metric: str, gate: str) -> bool:
+    return CHECKS.get(metric, ("", gate == "memory"))[1]
+
+
+def cell(row: dict[str, Any]) -> str:
+    """'1.09 [0.81, 1.53] ≥ 0.79': a figure, its interval and the bound it was held to."""
+    if not _present(row["value"]):
+        return row["unit"] if isinstance(row.get("unit"), str) and row["unit"] else "–"
+    text = fmt(row["value"])
+    if _present(row["ci_low"]) and _present(row["ci_high"]):
+        text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
+    if _present(row["bound"]):
+        text += f" {'≤' if is_ceiling(row['metric'], row['gate']) else '≥'} {fmt(row['bound'])}"
+    return text
+
+
+def moved_words(row: dict[str, Any]) -> str:
+    """'speedup floor: 1.22 → 0.89 (-27.0 %), floor 1.04': what a failing figure did."""
+    name, ceiling = CHECKS.get(row["metric"], (row["metric"].replace("_", " "), is_ceiling(row["metric"], row["gate"])))
+    what = f"{fmt(row['value'])}"
+    if _present(row["baseline"]) and _present(row["value"]):
+        change = f" ({(row['value'] - row['baseline']) / row['baseline']:+.1%})" if row["baseline"] else ""
+        what = f"{fmt(row['baseline'])} → {fmt(row['value'])}{change}"
+    where = f" at position {int(row['position'])}" if _present(row["position"]) else ""
+    return f"{name}{where}: {what}, {'ceiling' if ceiling else 'floor'} {fmt(row['bound'])}"
+
+
+def decided(group: list[dict], verdict: str) -> str:
+    """Which check decided a row: the failing figures in words; for a pass, the checks that held."""
+    if verdict in ("fail", "error"):
+        failing = [r for r in group if _present(r["bound"]) and _present(r["value"]) and _broke(r)]
+        if failing:
+            return "; ".join(moved_words(r) for r in failing[:3]) + (f"; and {len(failing) - 3} more" if len(failing) > 3 else "")
+        return "see below"
+    if verdict == "skip":
+        return "not judged: see below"
+    held = list(dict.fromkeys(CHECKS.get(r["metric"], (r["metric"],))[0] for r in group if _present(r["bound"])))
+    return ", ".join(held) if held else "–"
+
+
+def _broke(row: dict) -> bool:
+    if is_ceiling(row["metric"], row["gate"]):
+        return row["value"] > row["bound"] + 1e-6
+    limit = row["ci_high"] if _present(row.get("ci_high")) and row["metric"] in ("speedup", "geomean_speedup") else row["value"]
+    return limit < row["bound"] - 1e-6
+
+
+def tables(table: pd.DataFrame, run: dict[str, Any]) -> list[tuple[str, list[str], list[tuple[str, list[str]]]]]:
+    """(gate, header, [(verdict, cells)]) for summary.md: one row per method and key."""
+    outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
+    out = []
+    for gate in _ordered(list(GATES) + list(table["gate"]), first=""):
+        rows = table[table["gate"] == gate]
+        gate_outcomes = [o for o in outcomes if o.get("gate") == gate]
+        if rows.empty and not gate_outcomes:
+            continue
+        shown = [(m, h) for m, h in COMPACT.get(gate, []) if m in set(rows["metric"])]
+        header = ["method", "key", "verdict", *(h for _, h in shown), "decided by"]
+        body = []
+        groups: dict[tuple[str, str], list[dict]] = {}
+        for rec in rows.to_dict("records"):
+            groups.setdefault((rec["method"], rec["key"]), []).append(rec)
+        for o in gate_outcomes:  # a test that measured nothing (a boot failure, a skip) still has its row
+            groups.setdefault((str(o.get("method", "")), str(o.get("key", ""))), [])
+        for (method, key), group in groups.items():
+            verdict = worst(r["verdict"] for r in group) or worst(
+                _verdict_of(o) for o in gate_outcomes if o.get("method") == method and o.get("key") == key)
+            cells = []
+            for metric, _ in shown:
+                hit = sorted((r for r in group if r["metric"] == metric), key=lambda r: _present(r["position"]))
+                cells.append(cell(hit[0]) if hit else "–")
+            own = next((r for r in group if r["metric"] == "throughput_tok_s"), None)
+            if gate == "speedup" and cells and cells[0] == "–" and own is not None:
+                cells[0] = f"{fmt(own['value'])} tok/s (the baseline engine's own)"
+            basis = next((r.get("basis") for r in group if r.get("basis") in ("coarse", "portable")), "")
+            label = (verdict or "–") + (f" ({basis})" if basis and verdict else "")
+            body.append((verdict, [method, key or "–", label, *cells, decided(group, verdict)]))
+        out.append((gate, header, body))
+    return out
+
