@@ -101,6 +101,14 @@ class EngineHost:
         method = replace(method, engine_kwargs={**method.engine_kwargs, **engine_kwargs})
         return self.boot(self.profile, method, self.root, self.log_dir / f"{name}.{scenario}.log")
 
+    def alive(self, name: str) -> bool:
+        """Whether `name`'s engine (or endpoint client) is up now."""
+        if self.endpoints is not None:
+            return name in self._clients
+        if name == BASELINE and self.reference is not None:
+            return True
+        return self._engine is not None and self._engine.method_name == name and self._engine.alive
+
     def _check_cpu(self) -> None:
         """A profile whose engines need a CPU feature (native bf16) skips every engine on a CPU without it."""
         from specgate.machine import missing_cpu_flags

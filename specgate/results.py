@@ -57,6 +57,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
         f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - session.started:.0f} s",
     ]
     lines += diagnosis(session)
+    lines += time_lines(session)
     for r in host.records.values():
         if plan.endpoints is not None:
             state = f"endpoint {plan.endpoints[r.method]}" if r.method in plan.endpoints else "no endpoint given"
@@ -89,6 +90,18 @@ def summary_lines(session, outcomes=()) -> list[str]:
     if boots:
         lines.append(f"  warning: booted more than once: {boots} (tests reordered, or an engine was lost)")
     return lines
+
+
+def time_lines(session) -> list[str]:
+    """Where the run's time went: engine boots, each gate's tests (scenarios and canaries apart), the rest."""
+    if not session.spent:
+        return []
+    total = time.monotonic() - session.started
+    order = ["boots", "equivalence", "acceptance", "speedup", "memory", "lifecycle"]
+    parts = sorted(session.spent.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
+    rest = total - sum(session.spent.values())
+    return [f"time: {', '.join(f'{name} {spent:.0f} s' for name, spent in parts)}, other {max(0.0, rest):.0f} s "
+            f"(prompts, endpoint test, results; total {total:.0f} s)"]
 
 
 def header_lines(session) -> list[str]:
@@ -241,6 +254,7 @@ def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines
         "notes": header_lines(session),
         "prompts": prompt_record(session),
         "engines": engines(session),
+        "time_spent_s": {k: round(v, 1) for k, v in session.spent.items()},
         "outcomes": [asdict(o) for o in outcomes],
         "summary_lines": summary_lines,
     }

@@ -15,6 +15,7 @@ No pytest in here; plugin.py adapts it, and tests drive it directly with specgat
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,7 +31,7 @@ from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, Structur
 from specgate.checks.speedup import SpeedupCheck
 from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
-from specgate.profile import BASELINE, Method, Profile
+from specgate.profile import BASELINE, SCENARIOS, Method, Profile
 from specgate.prompts import PromptInputs
 from specgate.scenarios import ScenarioRuns
 
@@ -92,6 +93,7 @@ class GateSession:
             "preemption": PreemptionCheck(ctx, self.store, self.scenarios, plan.inputs),
         })
         self.judgements: dict[tuple[str, str, str], Judgement] = {}
+        self.spent: dict[str, float] = {}  # where the run's time went: boots, each gate, scenarios, canaries
         self.started, self.started_wall = time.monotonic(), time.time()
         self.interrupted = ""  # "interrupted at <test> (SIGTERM)" when the run was stopped
 
@@ -106,11 +108,27 @@ class GateSession:
         if gate in OWN_ENGINE:
             return
         if not (method == BASELINE and self.store.reference_ready):
-            self.store.engine(method)
+            with self._timed("boots" if not self.host.alive(method) else self._bucket(gate, method)):
+                self.store.engine(method)
+
+    def _bucket(self, gate: str, method: str) -> str:
+        """Where a test's time is counted: its gate, 'canaries' for a canary's, 'scenario: <name>'."""
+        if method != BASELINE and self.profile.methods[method].canary_of:
+            return "canaries"
+        return f"scenario: {gate}" if gate in SCENARIOS else gate
+
+    @contextlib.contextmanager
+    def _timed(self, bucket: str):
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self.spent[bucket] = self.spent.get(bucket, 0.0) + time.monotonic() - started
 
     def judge(self, gate: str, method: str, param=None, **options) -> Judgement:
         """Run `gate`'s check for (method, test parameter); the judgement is kept for the results."""
-        judgement = self.checks[gate].judge(method, key_of(gate, method, param), **options)
+        with self._timed(self._bucket(gate, method)):
+            judgement = self.checks[gate].judge(method, key_of(gate, method, param), **options)
         self.judgements[(method, gate, judgement.key)] = judgement
         return judgement
 

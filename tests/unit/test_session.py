@@ -362,3 +362,15 @@ def test_a_profile_needing_a_cpu_flag_this_machine_lacks_skips_every_engine_sayi
                                             r"has none of the flags no_such_flag_here"):
         s.boot("good")
     assert not s.host.engines_booted
+
+
+def test_the_summary_says_where_the_time_went(profile, tmp_path):
+    s = session(profile, tmp_path, "good", "worse")
+    s.boot("good")
+    s.judge("acceptance", "good", CATEGORY)
+    s.boot("worse")
+    s.judge("acceptance", "worse", CATEGORY)  # a canary: counted apart
+    line = next(x for x in s.summary_lines() if x.startswith("time: "))
+    assert line.startswith("time: boots ") and "acceptance " in line and "canaries " in line and "total " in line
+    assert set(s.spent) == {"boots", "acceptance", "canaries"}
+    s.release_all()
