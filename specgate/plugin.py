@@ -321,7 +321,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not any(gates.values()):
         return
     plan = run_plan(config)
-    if off := [item for item, gate in gates.items() if gate and not _scenario_runs(plan, gate[0], method_of(item))]:
+    if off := [item for item, gate in gates.items() if gate and not _runs_here(plan, gate[0], method_of(item))]:
         config.hook.pytest_deselected(items=off)
         items[:] = [item for item in items if item not in off]
         gates = {item: gates[item] for item in items}
@@ -352,17 +352,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
 
 
-def _scenario_runs(plan, gate: str, method: str) -> bool:
-    """A scenario's tests run for the profile's methods when its `[scenarios.<gate>]` table is there;
-    not for canaries (deliberately worse configurations of one gate) and, but for the structured
-    scenario's reference, not for the baseline engine. Every other gate test runs."""
-    if gate not in SCENARIOS:
+def _runs_here(plan, gate: str, method: str) -> bool:
+    """Whether the run has this gate test. A canary (a deliberately worse configuration) runs the gates it
+    is a canary for, its absolute floors' acceptance, and equivalence and lifecycle as every engine does:
+    its other gates would judge a configuration nobody serves. A scenario runs where the profile has its
+    `[scenarios.<gate>]` table, for the methods (the baseline engine only as the structured scenario's
+    reference)."""
+    spec = plan.profile.methods.get(method)
+    if gate in SCENARIOS:
+        if gate not in plan.profile.scenarios.enabled:
+            return False
+        return gate == "structured" if method == BASELINE else not spec.canary_of
+    if spec is None or not spec.canary_of:
         return True
-    if gate not in plan.profile.scenarios.enabled:
-        return False
-    if method == BASELINE:
-        return gate == "structured"
-    return not plan.profile.methods[method].canary_of
+    return gate in ("equivalence", "lifecycle", *spec.canary_of) or (gate == "acceptance" and bool(spec.floors))
 
 
 def _booter(config: pytest.Config):
