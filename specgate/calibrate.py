@@ -2,12 +2,13 @@
 
     specgate calibrate --profile P [--runs N] [--methods a,b] [--slowdown 0.074] [--write]
 
-Repeated gate runs (speedup and lifecycle) of the profile's methods next to a deliberately slower copy
+Repeated gate runs (speedup, equivalence, lifecycle) of the profile's methods next to a deliberately slower copy
 of each (every drafting call also sleeps `--slowdown` of a step, `canary_of = { speedup = ... }`):
 the first run stores baselines in a scratch directory (SPECGATE_BASELINES_DIR: the checkout's
 baselines are never touched, whatever happens to the calibration), the next N are judged. From them,
 per method: the smallest speedup_rtol, geomean_rtol and draft_cost_tol with no false alarm in the A/A
-runs (plus a margin), and how many of the slowed copy's runs each then catches, per level. It ends
+runs (plus a margin), and how many of the slowed copy's runs each then catches, per level; for a
+tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs' honest near-ties. It ends
 with that table and the TOML of `baselines/<profile>/<hardware>.tolerance.toml`, which `--write` puts
 there: a run on this machine then holds the methods to it (specgate.tolerances). First week on a new
 runner: `pytest -m gpu --update-baselines`, `specgate calibrate --write`, commit both.
@@ -32,6 +33,8 @@ from specgate.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, 
 from specgate.errors import SpecgateError
 
 SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
+# the speed tests, the engines' lifecycle, and greedy equivalence (its honest near-ties set the tie-aware rule)
+CALIBRATED_TESTS = "speedup or lifecycle or test_method_reproduces or test_baseline_engine_produces"
 
 
 class CalibrationError(SpecgateError):
@@ -97,6 +100,40 @@ def shortfall(stored: float | None, high: float | None) -> float:
     return 0.0 if not stored or high is None else max(0.0, 1 - high / stored)
 
 
+@dataclass
+class Divergences:
+    """One method's greedy divergences in the calibration's runs (all honest: nothing changed between them)."""
+
+    compared: int = 0
+    gaps: list[list[float]] = field(default_factory=list)  # per run: the baseline's logprob gap at each divergence
+    gapless: int = 0  # divergences whose token was not in the baseline's top-k: no margin forgives them
+
+
+def read_divergences(judged: list[Path]) -> dict[str, Divergences]:
+    out: dict[str, Divergences] = defaultdict(Divergences)
+    for run in judged:
+        rows = [r for r in json.loads((run / "measurements.json").read_text(encoding="utf-8")) if r["gate"] == "equivalence"]
+        for method in dict.fromkeys(r["method"] for r in rows):
+            mine = {r["metric"]: r["value"] for r in rows if r["method"] == method and r["position"] is None}
+            if "compared" not in mine or method.endswith(SLOWED):
+                continue
+            gaps = [r["value"] for r in rows if r["method"] == method and r["metric"] == "logprob_gap"]
+            d = out[method]
+            d.compared = int(mine["compared"])
+            d.gaps.append(gaps)
+            d.gapless += int(mine.get("diverged", 0) + mine.get("forgiven", 0)) - len(gaps)
+    return dict(out)
+
+
+def suggest_rule(divergences: dict[str, Divergences]) -> dict[str, float]:
+    """The tie-aware rule's margin and forgiven share from the A/A runs' honest divergences."""
+    gaps = [g for d in divergences.values() for run in d.gaps for g in run]
+    margin = tolerances.suggest_margin(gaps)
+    most = max((sum(g <= margin for g in run) for d in divergences.values() for run in d.gaps), default=0)
+    compared = min((d.compared for d in divergences.values() if d.compared), default=0)
+    return {"logprob_margin": margin, "max_forgiven_share": tolerances.suggest_forgiven_share(most, compared)}
+
+
 def suggest(cells: dict, names: list[str]) -> dict[str, dict[str, float]]:
     """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs."""
     out = {}
@@ -151,13 +188,28 @@ def report(cells: dict, names: list[str], suggested: dict, runs: int, slowdown: 
     return lines
 
 
+def equivalence_lines(divergences: dict[str, Divergences], rule: dict[str, float]) -> list[str]:
+    """Each method's honest greedy divergences in the A/A runs and, for a tie-aware profile, the rule they give."""
+    lines = ["", "greedy divergences in the A/A runs (all honest: the same build each run):"]
+    for method, d in divergences.items():
+        gaps = sorted(g for run in d.gaps for g in run)
+        most = max((len(run) for run in d.gaps), default=0)
+        lines.append(f"  {method}: at most {most} of {d.compared} prompts in a run; gaps (nats) "
+                     f"{', '.join(f'{g:g}' for g in gaps[:12]) or 'none'}{' ...' if len(gaps) > 12 else ''}"
+                     + (f"; {d.gapless} outside the baseline's top-k (no margin forgives them)" if d.gapless else ""))
+    if rule:
+        lines.append(f"  tie-aware rule: logprob_margin {rule['logprob_margin']:g} (twice the largest gap), "
+                     f"max_forgiven_share {rule['max_forgiven_share']:g} (one near-tie more than the worst run)")
+    return lines
+
+
 def _level(key: str) -> int:
     return int(key.split("=", 1)[1]) if key.startswith("C=") else 0
 
 
 def run_gate(root: Path, profile_path: Path, methods: list[str], out: Path, scratch: Path, update: bool) -> float:
     """One gate run of the speedup and lifecycle tests; its wall time. CalibrationError when it wrote no results."""
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", "speedup or lifecycle",
+    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", CALIBRATED_TESTS,
            "--specgate-profile", str(profile_path), "--specgate-methods", ",".join(methods), "--specgate-out", str(out),
            "--benchmark-disable", *(["--update-baselines"] if update else [])]
     started = time.monotonic()
@@ -217,13 +269,15 @@ def main(args: argparse.Namespace) -> int:
         print(f"calibrate: run {i} of {args.runs} ({wall:.0f} s)", flush=True)
     cells = read_runs(out / "update", judged)
     suggested = suggest(cells, names)
+    divergences = read_divergences(judged)
+    rule = suggest_rule(divergences) if profile.equivalence.mode == "tie-aware" else {}
     hardware = hardware_key(*detect_device(profile.hardware))
     target = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware))
     text = tolerances.render(
         [f"specgate calibrate --profile {profile.name} --runs {args.runs} --slowdown {args.slowdown:g} on {hardware}, "
          f"{time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in {args.runs} A/A runs, plus a margin",
-         f"(results: {out})"], {}, suggested)
-    lines = report(cells, names, suggested, args.runs, args.slowdown)
+         f"(results: {out})"], {}, suggested, rule)
+    lines = report(cells, names, suggested, args.runs, args.slowdown) + equivalence_lines(divergences, rule)
     (out / "calibration.md").write_text("\n".join(lines) + "\n\n```toml\n" + text + "```\n", encoding="utf-8")
     print("\n".join(lines))
     print(f"\n{target}:\n{text}")

@@ -106,3 +106,27 @@ def test_the_gate_says_when_an_interrupted_calibration_left_baselines_aside(tmp_
     (tmp_path / "baselines" / "cpu-tiny.kept").mkdir(parents=True)
     store = BaselineStore(tmp_path, load_profile(find_profile("cpu-tiny", ROOT), ROOT), "cpu-x-2c")
     assert any("cpu-tiny.kept holds baselines an interrupted calibration moved aside" in line for line in store.header())
+
+
+def test_the_tie_aware_rule_comes_from_the_honest_near_ties_of_the_aa_runs(tmp_path):
+    def eq(method, compared, diverged, forgiven, gaps):
+        rows = [{"gate": "equivalence", "method": method, "key": "greedy", "metric": m, "value": v, "position": None}
+                for m, v in (("compared", compared), ("diverged", diverged), ("forgiven", forgiven))]
+        return rows + [{"gate": "equivalence", "method": method, "key": "greedy", "metric": "logprob_gap", "value": g,
+                        "position": i} for i, g in enumerate(gaps)]
+
+    runs = [run(tmp_path / "r1", eq("ngram", 60, 1, 0, [0.03125]) + eq("mtp", 60, 2, 3, [0.03125, 0.03125, 0, 0, 0])),
+            run(tmp_path / "r2", eq("ngram", 60, 1, 0, [0.03125]) + eq("mtp", 60, 2, 2, [0.03125, 0.03125, 0, 0]))]
+    divergences = calibrate.read_divergences(runs)
+    assert divergences["mtp"].gaps[0] == [0.03125, 0.03125, 0, 0, 0] and divergences["mtp"].gapless == 0
+    rule = calibrate.suggest_rule(divergences)
+    assert rule == {"logprob_margin": 0.0625, "max_forgiven_share": 0.1}  # mtp's 5 of 60, plus one: 6 / 60
+    assert "mtp: at most 5 of 60 prompts in a run" in "\n".join(calibrate.equivalence_lines(divergences, rule))
+
+
+def test_the_tolerance_file_may_set_the_tie_aware_rule(tmp_path):
+    profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
+    held = tolerances.apply(profile, _file(tmp_path, "[equivalence]\nlogprob_margin = 0.25\nmax_forgiven_share = 0.15\n"))
+    assert (held.equivalence.logprob_margin, held.equivalence.max_forgiven_share, held.equivalence.mode) == (0.25, 0.15, "tie-aware")
+    with pytest.raises(ProfileError, match=r"\[equivalence\] holds mode"):
+        tolerances.apply(profile, _file(tmp_path, '[equivalence]\nmode = 1\n'))
