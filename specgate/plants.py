@@ -17,6 +17,10 @@ PLANTS = {
     "verify_emits_draft": (
         "verification emits the draft token at the first rejected position instead of the target's",
         "greedy equivalence (tie-aware must not forgive it as bf16 noise)"),
+    "accept_one_less_every_8th": (
+        "every 8th verified request-step keeps one token less than it accepted (the token is emitted again by "
+        "the next step): greedy output unchanged, mean acceptance length a few percent lower (vLLM #26191: -3.7 %)",
+        "the acceptance gate"),
     "resume_corrupts_last_token": (
         "a request resumed after preemption continues from a wrong last token (the worker's copy of its "
         "output is off by one in the last position)",
@@ -37,7 +41,8 @@ def install(worker, name: str) -> bool:
     runner = worker.model_runner
     if not hasattr(runner, "_update_states") or not hasattr(runner, "rejection_sampler"):
         return False  # not V1's runner
-    return {"verify_emits_draft": _verify_emits_draft, "resume_corrupts_last_token": _resume_corrupts_last_token,
+    return {"verify_emits_draft": _verify_emits_draft, "accept_one_less_every_8th": _accept_one_less,
+            "resume_corrupts_last_token": _resume_corrupts_last_token,
             "ngram_late_after_cached_prefix": _ngram_late_after_cached_prefix,
             "grammar_mask_ignores_drafts": _grammar_mask_ignores_drafts}[name](runner)
 
@@ -56,6 +61,24 @@ def _verify_emits_draft(runner) -> bool:
             if 0 < emitted <= n:  # a draft was rejected at position emitted - 1: emit the draft there
                 tokens[row, emitted - 1] = drafts[start + emitted - 1]
             start += n
+        return out
+
+    sampler.forward = planted
+    return True
+
+
+def _accept_one_less(runner) -> bool:
+    sampler = runner.rejection_sampler
+    forward, seen = sampler.forward, [0]
+
+    def planted(metadata, draft_probs, logits, sampling_metadata):
+        out = forward(metadata, draft_probs, logits, sampling_metadata)
+        tokens = out.sampled_token_ids
+        for row in range(tokens.shape[0]):
+            emitted = int((tokens[row] >= 0).sum())
+            seen[0] += 1
+            if emitted >= 2 and seen[0] % 8 == 0:  # its tokens are all the target's: one fewer leaves the text as it is
+                tokens[row, emitted - 1] = -1
         return out
 
     sampler.forward = planted

@@ -63,7 +63,7 @@ class AcceptanceCheck:
         self.drift = DriftCheck(ctx)
 
     def judge(self, method: str, key: str, **_) -> Judgement:
-        ctx, tol = self.ctx, self.ctx.profile.tolerance
+        ctx, tol = self.ctx, self.ctx.tolerance(method, self.gate)
         category, _, temp = key.partition("@T")
         temperature = float(temp) if temp else 0.0
         if temperature and (broken := vllm_compat.sampled_verification_broken()):
@@ -82,11 +82,10 @@ class AcceptanceCheck:
         against_baseline = failed(acceptance_floors(result, stored, tol.acceptance_rtol, tol.position_rtol, {}, source))
         against_floors = [] if ref != method else failed(acceptance_floors(result, None, 0.0, 0.0, floors))
         drift_rows, drifted = self.drift.judge(method, self.gate, key, j.record)
-        j.rows = self._rows(j.record, stored or {}, floors) + drift_rows
+        j.rows = self._rows(tol, j.record, stored or {}, floors) + drift_rows
         return ctx.decide(j, stored, against_floors + drifted, against_baseline)
 
-    def _rows(self, values: dict, base: dict, floors: dict[str, float]) -> list[Row]:
-        tol = self.ctx.profile.tolerance
+    def _rows(self, tol, values: dict, base: dict, floors: dict[str, float]) -> list[Row]:
         rows = []
         for metric, rtol in (("mean_acceptance_length", tol.acceptance_rtol), ("acceptance_rate", None)):
             if metric in values:

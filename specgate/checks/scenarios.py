@@ -45,7 +45,7 @@ class PreemptionCheck:
         self.ctx, self.store, self.runs, self.inputs = ctx, store, runs, inputs
 
     def judge(self, method: str, key: str, **_) -> Judgement:
-        profile, rtol = self.ctx.profile, self.ctx.profile.tolerance.acceptance_rtol
+        profile, rtol = self.ctx.profile, self.ctx.tolerance(method).acceptance_rtol
         unpressured = _merged(self.store.category_runs(method).values()).mean_acceptance_length
         run = self.runs.preemption(method)
         prompts = self.inputs.tokenized()
@@ -133,7 +133,7 @@ class StructuredCheck:
         self.ctx, self.runs = ctx, runs
 
     def judge(self, method: str, key: str, **_) -> Judgement:
-        profile, tol = self.ctx.profile, self.ctx.profile.tolerance
+        profile, tol = self.ctx.profile, self.ctx.tolerance(method)
         inputs = self.runs.structured_inputs()
         prompts = inputs.tokenized()
         batch = self.runs.structured(method)
