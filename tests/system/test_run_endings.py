@@ -13,7 +13,7 @@ import pytest
 
 from .nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 
-pytestmark = skip_without_vllm_cpu()
+pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, skip_without_vllm_cpu()]
 EXIT_WITHIN_S = 30  # a stop "within seconds": the teardown stops an engine in ~5 s, a server in ~10 s
 CENSUS_S = {signal.SIGINT: 10, signal.SIGTERM: 10, signal.SIGKILL: 30}
 

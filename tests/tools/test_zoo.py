@@ -35,6 +35,7 @@ def _stream_corpus(torch, train):
     return corpus
 
 
+@pytest.mark.needs_vllm
 def test_repeat_windows_hold_each_passage_then_itself():
     torch = pytest.importorskip("torch")
     from tools.zoo import train
@@ -51,6 +52,7 @@ def test_repeat_windows_hold_each_passage_then_itself():
         assert train.REPEAT_LEN[0] <= half <= train.REPEAT_LEN[1]
 
 
+@pytest.mark.needs_vllm
 def test_a_stream_added_for_the_drafters_gets_its_share_and_leaves_the_target_corpus_alone():
     torch = pytest.importorskip("torch")
     from tools.zoo import train
@@ -72,6 +74,7 @@ def test_a_stream_added_for_the_drafters_gets_its_share_and_leaves_the_target_co
     assert torch.equal(rows, again)
 
 
+@pytest.mark.needs_vllm
 def test_generation_prompts_are_one_bos_then_a_window_of_the_asked_length():
     torch = pytest.importorskip("torch")
     from tools.zoo import train
@@ -187,6 +190,7 @@ def test_the_target_schedule_holds_the_peak_lr_for_its_stable_share_then_decays_
     assert _schedule(2999, 3000, stable=0.75) == pytest.approx(0.1, abs=1e-5) == _schedule(2999, 3000)
 
 
+@pytest.mark.needs_vllm
 def test_a_held_peak_is_part_of_the_recorded_rebuild_command_and_must_leave_steps_to_decay(capsys):
     from tools.zoo import train
 
@@ -207,6 +211,7 @@ def test_card_rebuilds_with_the_recorded_command(zoo_copy):
     assert f"Rebuild: `{REBUILD} --target-steps 1200` (seeded" in render(zoo_copy)
 
 
+@pytest.mark.needs_vllm
 def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token():
     torch = pytest.importorskip("torch")
     from tools.zoo.train import unlikelihood
@@ -223,6 +228,7 @@ def test_unlikelihood_penalises_repeating_the_context_but_never_the_next_token()
     assert unlikelihood(confident([5, 5, 6]), inputs, targets) > 5  # repeats the context where it does not repeat
 
 
+@pytest.mark.needs_vllm
 def test_mtp_only_needs_the_zoo_whose_drafters_it_keeps(capsys):
     from tools.zoo import train
 
@@ -264,6 +270,7 @@ def test_retraining_the_mtp_layer_forgets_only_its_own_measurements(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.needs_vllm
 def test_bf16_training_is_refused_on_a_cpu_that_would_emulate_it(capsys, monkeypatch, tmp_path):
     from tools.zoo import train
 
@@ -278,6 +285,7 @@ def test_bf16_training_is_refused_on_a_cpu_that_would_emulate_it(capsys, monkeyp
     assert "no native bf16" in err and "--precision float32" in err
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("flags, native", [("fpu avx2 avx512f", False), ("fpu avx2 avx512f avx512_bf16", True)])
 def test_native_bf16_falls_back_to_the_cpu_flags_without_torchs_private_helpers(monkeypatch, flags, native):
     import platform

@@ -45,6 +45,7 @@ class FakeEngine:
         self.machine.alive.remove(self.method.name)
 
 
+@pytest.mark.needs_vllm
 def test_measure_pairs_each_method_round_with_a_baseline_round_so_drift_cancels(monkeypatch, tmp_path):
     pytest.importorskip("transformers")
     import specgate.engine

@@ -19,6 +19,8 @@ from specgate.prompts import (
     word_shape_score,
 )
 
+pytestmark = pytest.mark.needs_vllm  # the target's transformers tokenizer (imports torch)
+
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "unit" / "data"
 QUALITATIVE = DATA / "speed_bench" / "qualitative.jsonl"

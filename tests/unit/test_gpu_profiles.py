@@ -146,6 +146,7 @@ def test_model_references_are_hub_ids(name):
     assert "zoo:" not in text
 
 
+@pytest.mark.needs_vllm
 @pytest.mark.parametrize("name", GPU_PROFILES)
 def test_every_key_is_one_vllm_accepts(name, vllm_schema):
     p = load(name)
@@ -212,6 +213,7 @@ def test_the_8b_and_mtp_profiles_fit_one_gpu():
         assert "H100" in p.description
 
 
+@pytest.mark.needs_vllm
 def test_mlp_speculator_is_skipped_with_vllms_own_refusal(vllm_schema):
     """vLLM 0.32 keeps MLPSpeculator out of its registry; the profile mirrors cpu-tiny's expected
     boot error, and the pattern matches the message vLLM's registry actually raises."""

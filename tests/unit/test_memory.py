@@ -3,7 +3,6 @@
 from pathlib import Path
 
 import pytest
-import torch
 
 from specgate import memory, vllm_compat
 from specgate.checks.memory import ceilings, consistency_problem
@@ -57,8 +56,10 @@ def test_measured_and_analytic_weights_must_agree():
     assert problem and "holds more than the checkpoint" in problem
 
 
+@pytest.mark.needs_vllm
 def test_a_hub_drafter_is_sized_from_its_files_in_the_hugging_face_cache(monkeypatch):
     import huggingface_hub
+    import torch
 
     profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
     cached = {"yuhuili/EAGLE-LLaMA3.1-Instruct-8B": ROOT / "fixtures" / "zoo" / "eagle"}  # a stand-in checkpoint
@@ -125,91 +126,13 @@ def test_device_memory_falls_back_to_the_whole_device_when_nvml_cannot_see_our_p
     assert memory.overhead(spec, base, 0, 0).device_bytes is None  # never a difference across two sources
 
 
-# -- the drafter's weights over tensor-parallel ranks, with fake workers -------------------------------
-# Stand-ins for vLLM's layers, by the class names vllm_compat.parameter_shard reads: each holds this
-# rank's part of its parameters, tagged as vLLM's own are (output_dim / input_dim).
-class _Layer(torch.nn.Module):
-    def __init__(self, rank: int, tp: int, **params):
-        super().__init__()
-        self.tp_rank, self.tp_size = rank, tp
-        for name, (shape, dims) in params.items():
-            p = torch.nn.Parameter(torch.full(shape, float(rank + 1)), requires_grad=False)
-            for dim, axis in dims.items():
-                setattr(p, dim, axis)
-            self.register_parameter(name, p)
+# -- the drafter's weights over tensor-parallel ranks, with fake workers (tests/unit/tp_workers.py) ----
 
 
-class ReplicatedLinear(_Layer): ...
-
-
-class ColumnParallelLinear(_Layer): ...
-
-
-class QKVParallelLinear(ColumnParallelLinear): ...
-
-
-class RowParallelLinear(_Layer): ...
-
-
-class VocabParallelEmbedding(_Layer): ...
-
-
-class FusedMoE(_Layer): ...
-
-
-class RMSNorm(torch.nn.Module):
-    def __init__(self, size: int):
-        super().__init__()
-        self.weight = torch.nn.Parameter(torch.ones(size), requires_grad=False)
-
-
-WEIGHT = {"output_dim": 0, "input_dim": 1}
-
-
-def _eagle3_rank(rank: int, tp: int, embed: torch.nn.Module, **extra) -> torch.nn.Module:
-    """One rank's EAGLE-3 head at hidden size 8: fc whole on every rank, attention and MLP split, the
-    target's embedding taken over by identity (vLLM's _maybe_share_embeddings)."""
-    head = torch.nn.Module()
-    head.fc = ReplicatedLinear(rank, tp, weight=((8, 24), WEIGHT))  # tp_size is the world's, as in vLLM
-    head.qkv_proj = QKVParallelLinear(rank, tp, weight=((16 // tp, 8), WEIGHT))
-    head.o_proj = RowParallelLinear(rank, tp, weight=((8, 8 // tp), WEIGHT), bias=((8,), {"output_dim": 0}))
-    head.norm = RMSNorm(8)
-    head.embed_tokens = embed
-    for name, module in extra.items():
-        setattr(head, name, module)
-    return head
-
-
-def _workers(tp: int, **extra) -> list:
-    """TP ranks' workers as vLLM's V1 runner shows them to worker.drafter_shards."""
-    from types import SimpleNamespace
-
-    out = []
-    for rank in range(tp):
-        target = torch.nn.Module()
-        target.embed_tokens = VocabParallelEmbedding(rank, tp, weight=((32 // tp, 8), WEIGHT))
-        drafter = _eagle3_rank(rank, tp, target.embed_tokens, **{k: v(rank) for k, v in extra.items()})
-        runner = SimpleNamespace(drafter=SimpleNamespace(model=drafter), model=target, propose_draft_token_ids=None)
-        out.append(SimpleNamespace(model_runner=runner))
-    return out
-
-
-def _reading(monkeypatch, workers):
-    from specgate import engine as engine_module
-    from specgate import worker
-    from specgate.engine import Engine
-
-    eng = object.__new__(Engine)
-    eng.children_before_boot, eng.client = set(), None
-    monkeypatch.setattr(engine_module.procs, "children", set)
-    monkeypatch.setattr(engine_module, "device_bytes", lambda pids: (None, "process"))
-    monkeypatch.setattr(engine_module.compat, "kv_capacity_tokens", lambda client: 1000)
-    monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [fn(w) if w else None for w in workers])
-    assert worker.drafter_shards  # what memory_reading sends
-    return eng.memory_reading()
-
-
+@pytest.mark.needs_vllm  # torch
 def test_a_replicated_layer_at_tp_4_is_counted_once_and_split_ones_summed_over_the_ranks(monkeypatch):
+    from .tp_workers import _reading, _workers
+
     four = _reading(monkeypatch, _workers(4))
     fc, qkv, o_weight, o_bias, norm = 8 * 24, 16 * 8, 8 * 8, 8, 8  # whole-model element counts
     assert four.drafter_weight_bytes == (fc + qkv + o_weight + o_bias + norm) * 4
@@ -219,8 +142,12 @@ def test_a_replicated_layer_at_tp_4_is_counted_once_and_split_ones_summed_over_t
     assert _reading(monkeypatch, _workers(1)).drafter_weight_bytes == four.drafter_weight_bytes  # TP 1: the same head
 
 
+@pytest.mark.needs_vllm  # torch
 def test_a_shared_embedding_is_counted_on_neither_side(monkeypatch, tmp_path):
+    import torch
     from safetensors.torch import save_file
+
+    from .tp_workers import _reading, _workers
 
     reading = _reading(monkeypatch, _workers(4))
     assert reading.drafter_shared == ("embed_tokens.weight",)  # the target's, by identity: not measured
@@ -232,7 +159,10 @@ def test_a_shared_embedding_is_counted_on_neither_side(monkeypatch, tmp_path):
     assert memory.checkpoint_params(tmp_path, exclude=("model.embed_tokens.weight",)) == 8 * 24 + 8  # vLLM's name
 
 
+@pytest.mark.needs_vllm  # torch
 def test_a_rank_without_a_drafter_record_or_an_unknown_split_leaves_the_figure_unmeasured(monkeypatch):
+    from .tp_workers import WEIGHT, FusedMoE, QKVParallelLinear, _reading, _workers
+
     workers = _workers(2)
     assert _reading(monkeypatch, [workers[0], None]).drafter_weight_bytes is None  # never a partial sum
     moe = _reading(monkeypatch, _workers(2, experts=lambda rank: FusedMoE(rank, 2, w13=((4, 8), WEIGHT))))
@@ -245,7 +175,10 @@ def test_a_rank_without_a_drafter_record_or_an_unknown_split_leaves_the_figure_u
         vllm_compat.parameter_shard(replicas, replicas.weight)
 
 
+@pytest.mark.needs_vllm  # torch
 def test_a_bin_or_pt_only_head_is_sized_and_an_unreadable_one_is_not_computed(tmp_path):
+    import torch
+
     bin_head, pt_head, broken, empty = (tmp_path / n for n in ("bin", "pt", "broken", "empty"))
     for d in (bin_head, pt_head, broken, empty):
         d.mkdir()
@@ -258,8 +191,10 @@ def test_a_bin_or_pt_only_head_is_sized_and_an_unreadable_one_is_not_computed(tm
     assert memory.checkpoint_params(broken) is None and memory.checkpoint_params(empty) is None  # never 0
 
 
+@pytest.mark.needs_vllm  # torch
 def test_the_checkpoint_figure_of_a_bin_only_hub_head_gates_and_an_unreadable_one_says_why(monkeypatch, tmp_path):
     import huggingface_hub
+    import torch
 
     profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
     (tmp_path / "config.json").write_text((ROOT / "fixtures" / "zoo" / "eagle" / "config.json").read_text())
@@ -271,9 +206,11 @@ def test_the_checkpoint_figure_of_a_bin_only_hub_head_gates_and_an_unreadable_on
     assert memory.drafter_footprint(profile, profile.methods["eagle"], ROOT)[0] is None
 
 
+@pytest.mark.needs_vllm  # torch
 def test_measured_and_checkpoint_figures_agree_when_the_engine_shares_the_targets_embedding(tmp_path):
     """Through the session: the checkpoint holds an embedding vLLM took from the target, which the
     worker reported as shared; the checkpoint figure leaves it out too, so the two agree."""
+    import torch
     from safetensors.torch import save_file
 
     from specgate.checks import Verdict

@@ -9,6 +9,10 @@ from .fakes import ROOT, fake_profile
 
 pytest_plugins = ["pytester"]
 
+# A test with gate_dir / speed_dir runs whole gates in child pytest processes: a gate tokenizes its
+# prompts with the target's transformers tokenizer, and transformers imports torch (about 10 s a run
+# on 2 cores). Those are marked needs_vllm; runs that stop before the first engine are not.
+
 PROFILE = fake_profile("""
 [equivalence]
 mode = "exact"
@@ -67,6 +71,7 @@ def run(pytester, *args):
     )
 
 
+@pytest.mark.needs_vllm
 def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_method(gate_dir):
     result = run(gate_dir)
     # baseline: reference + lifecycle; good: equivalence + lifecycle; wrong: only lifecycle passes.
@@ -82,6 +87,7 @@ def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_met
     result.stdout.fnmatch_lines(["*60 of 60 prompts diverge*", "*and 50 more*"])
 
 
+@pytest.mark.needs_vllm
 def test_method_subset_runs_only_those_engines(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good")
     assert result.parseoutcomes().get("passed") == 5, result.stdout.str()
@@ -102,6 +108,7 @@ def baseline_file(pytester):
     return files[0] if files else None
 
 
+@pytest.mark.needs_vllm
 def test_update_baselines_writes_then_an_unchanged_rerun_passes(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good", "--update-baselines")
     result.assert_outcomes(passed=4 + 5 + 2)
@@ -114,12 +121,14 @@ def test_update_baselines_writes_then_an_unchanged_rerun_passes(gate_dir):
     assert path.read_text() == stored  # a plain run never writes
 
 
+@pytest.mark.needs_vllm
 def test_update_is_refused_when_a_correctness_test_failed(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good,wrong", "--update-baselines")
     result.stdout.fnmatch_lines(["*refusing to write baselines: 1 correctness test(s) failed*test_method_reproduces_baseline_greedy_output*wrong*"])
     assert baseline_file(gate_dir) is None
 
 
+@pytest.mark.needs_vllm
 def test_a_memory_consistency_failure_names_both_figures_and_blocks_no_update(gate_dir, monkeypatch):
     # the worker reports 3 MiB of drafter weights for a method whose checkpoint holds none (ngram)
     script(monkeypatch, good={"drafter_mib": 3.0})
@@ -132,6 +141,7 @@ def test_a_memory_consistency_failure_names_both_figures_and_blocks_no_update(ga
     assert "code_continuation" in baseline_file(gate_dir).read_text()
 
 
+@pytest.mark.needs_vllm
 def test_missing_baseline_fails_under_strict(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good", "--specgate-strict")
     result.assert_outcomes(passed=5, failed=6)
@@ -149,6 +159,7 @@ def speed_dir(gate_dir):
     return gate_dir
 
 
+@pytest.mark.needs_vllm
 def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monkeypatch):
     first = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or lifecycle")
     first.assert_outcomes(passed=2 + 2 + 1 + 2)  # speedup at C=1 and C=4 for baseline and good, good's summary; 2 lifecycles
@@ -162,6 +173,7 @@ def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monke
     slowed.stdout.fnmatch_lines(["*method 'good', C=1: speedup 1.19 ?1.19, 1.19? (n=5) is below the floor 1.42 (stored 1.67*"])
 
 
+@pytest.mark.needs_vllm
 def test_speedup_gate_judges_coarsely_on_another_machine_and_says_so(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[tolerance]\nmachine_rtol = 0.35\n")
@@ -180,6 +192,7 @@ def test_speedup_gate_judges_coarsely_on_another_machine_and_says_so(speed_dir, 
     run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=2, failed=3)
 
 
+@pytest.mark.needs_vllm
 def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[tolerance]\nmachine_rtol = 0.35\n")
@@ -199,6 +212,7 @@ def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir
     assert ratio > 1.5
 
 
+@pytest.mark.needs_vllm
 def test_a_measurement_the_machine_disturbed_is_neither_judged_nor_stored(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
     profile.write_text(profile.read_text() + "[speedup]\ninterleave_baseline = true\n[tolerance]\nmachine_rtol = 0.35\n")
@@ -209,6 +223,7 @@ def test_a_measurement_the_machine_disturbed_is_neither_judged_nor_stored(speed_
     assert "good" not in json.loads(baseline_file(speed_dir).read_text())["methods"]
 
 
+@pytest.mark.needs_vllm
 def test_results_directory_holds_table_report_and_outcomes(speed_dir):
     out = speed_dir.path / "out"
     result = run(speed_dir, "--specgate-methods", "good", "--specgate-out", str(out))
@@ -224,6 +239,7 @@ def test_results_directory_holds_table_report_and_outcomes(speed_dir):
     assert "speedup" in (out / "summary.md").read_text()
 
 
+@pytest.mark.needs_vllm
 def test_two_xdist_workers_keep_methods_together_and_merge_baselines(speed_dir):
     out = speed_dir.path / "out"
     args = ("--specgate-methods", "good,also_good", "--update-baselines", "--specgate-out", str(out))
@@ -240,6 +256,7 @@ def test_two_xdist_workers_keep_methods_together_and_merge_baselines(speed_dir):
     assert all("speedup" in stored[m] and "acceptance" in stored[m] for m in ("good", "also_good"))
 
 
+@pytest.mark.needs_vllm
 def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir):
     run(gate_dir, "--specgate-methods", "good", "--update-baselines")
     path = baseline_file(gate_dir)
@@ -279,6 +296,7 @@ def test_a_malformed_specgate_marker_stops_collection_naming_the_test(gate_dir):
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
+@pytest.mark.needs_vllm
 def test_an_engine_that_stops_producing_is_stopped_with_its_stacks_and_the_next_method_runs(gate_dir, monkeypatch):
     gate_dir.makefile(".toml", stalling=fake_profile("""
 [engine]
@@ -303,3 +321,18 @@ speculative_config = { method = "ngram", num_speculative_tokens = 3 }
     assert outcomes["test_method_reproduces_baseline_greedy_output[fine]"] == "passed"  # the next method ran
     stacks = (out / "engines" / "stuck.stacks").read_text()
     assert "--- fake EngineCore (pid" in stacks and "<module>" in stacks, stacks  # its Python stack, whichever way
+
+
+@pytest.mark.parametrize("built_for, cpu_only", [
+    ("cuda: Optional[str] = None\nhip: Optional[str] = None\nxpu: Optional[str] = None", True),
+    ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\nxpu: Optional[str] = None", False),
+    ("cuda = None\nhip = '6.2.41133'", False),
+    ("cuda = None", False),  # cannot be told: torch is imported and asked
+])
+def test_a_cpu_only_torch_is_told_from_its_version_file_without_importing_it(tmp_path, built_for, cpu_only):
+    from specgate.plugin import _torch_is_cpu_only_build
+
+    version_py = tmp_path / "version.py"
+    version_py.write_text("from typing import Optional\n__version__ = '2.13.0'\n" + built_for + "\n")
+    assert _torch_is_cpu_only_build(version_py) is cpu_only
+    assert _torch_is_cpu_only_build(tmp_path / "missing.py") is False

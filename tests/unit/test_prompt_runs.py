@@ -55,6 +55,7 @@ def session(tmp_path):
     s.release_all()
 
 
+@pytest.mark.needs_vllm
 def test_the_speedup_gate_loads_its_own_set_and_acceptance_keeps_the_qualitative_one(session):
     for method in ("baseline", "good"):
         session.judge("speedup", method, 1)
@@ -64,6 +65,7 @@ def test_the_speedup_gate_loads_its_own_set_and_acceptance_keeps_the_qualitative
     assert len(session.plan.inputs.tokenized()) == 11 and all(p.id.startswith("qualitative/") for p in session.plan.inputs.tokenized())
 
 
+@pytest.mark.needs_vllm
 def test_summary_and_run_json_name_each_sets_source_per_category_counts_ids_and_skips(session, tmp_path):
     session.judge("equivalence", "baseline")
     for method in ("baseline", "good"):
@@ -84,6 +86,7 @@ def test_summary_and_run_json_name_each_sets_source_per_category_counts_ids_and_
     assert record["speedup"]["max_prompt_tokens"] == 992
 
 
+@pytest.mark.needs_vllm
 def test_the_draw_is_the_same_in_every_run(tmp_path):
     ids = []
     for _ in range(2):
@@ -103,6 +106,7 @@ def test_a_fallback_is_said_in_the_summary_notes_and_collects_the_fallbacks_cate
     assert note in results.run_metadata(s, [], time.time(), lines)["notes"]
 
 
+@pytest.mark.needs_vllm
 def test_the_report_takes_eleven_categories(session, tmp_path):
     """The acceptance heatmap, per-position curves and the per-category table read categories from the data."""
     from specgate import report

@@ -102,6 +102,7 @@ def test_duplicate_ids_are_rejected(tmp_path):
         load_prompt_set(path)
 
 
+@pytest.mark.needs_vllm
 def test_tokenize_applies_chat_template_once_and_prepends_bos_to_raw_text():
     from transformers import AutoTokenizer
 

@@ -8,6 +8,8 @@ from specgate.testing import FakeScript, fake_session
 
 from .fakes import fake_profile
 
+pytestmark = pytest.mark.needs_vllm  # fake gate sessions: a boot tokenizes with the target's transformers tokenizer (imports torch)
+
 PROFILE = fake_profile("""
 concurrency = [1, 4]
 [methods.good]

@@ -38,6 +38,7 @@ speculative_config = { method = "ngram", num_speculative_tokens = 2 }
     return load_profile(path, tmp_path)
 
 
+@pytest.mark.needs_vllm
 def test_a_method_this_vllm_does_not_offer_is_skipped_naming_the_release_and_what_it_offers(profile, tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_compat, "speculative_methods", lambda: ("draft_model", "eagle3", "mtp"))
     monkeypatch.setattr(vllm_compat, "release", lambda: "vLLM 0.33.0")
@@ -50,6 +51,7 @@ def test_a_method_this_vllm_does_not_offer_is_skipped_naming_the_release_and_wha
     assert session.host.records["good"].skipped_reason == str(skip.value)
 
 
+@pytest.mark.needs_vllm
 def test_a_boot_failure_is_said_in_full_once_then_in_one_line(profile, tmp_path):
     script = FakeScript.from_dict({"methods": {"good": {"boot_error": "TypeError: Cannot inspect kernel parameters"}}})
     session = fake_session(profile, tmp_path, script, methods=["good"])
@@ -61,6 +63,7 @@ def test_a_boot_failure_is_said_in_full_once_then_in_one_line(profile, tmp_path)
     assert str(later.value).startswith("not judged: the engine for method 'good' did not boot (TypeError: Cannot inspect")
 
 
+@pytest.mark.needs_vllm
 def test_every_speculative_method_failing_while_the_baseline_runs_is_one_diagnosis(profile, tmp_path):
     error = "TypeError: Cannot inspect kernel parameters for function"
     script = FakeScript.from_dict({"methods": {m: {"boot_error": error} for m in ("good", "other")}})
@@ -88,6 +91,7 @@ def _dead_engine(tmp_path, log_text: str, exitcode: int) -> Engine:
     return Engine(method, client, None, log, 1.0, 0, 0, set(), processes={4242: "VLLM::EngineCore_DP0"})
 
 
+@pytest.mark.needs_vllm
 def test_a_killed_engine_says_which_process_died_and_how(tmp_path):
     from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -99,6 +103,7 @@ def test_a_killed_engine_says_which_process_died_and_how(tmp_path):
     assert died.reason == "EngineDeadError: EngineCore_DP0 (pid 4242) was killed by signal 9 (SIGKILL)"
 
 
+@pytest.mark.needs_vllm
 def test_a_crash_at_the_first_verification_step_quotes_vllms_own_error(tmp_path):
     from vllm.v1.engine.exceptions import EngineDeadError
 
@@ -157,6 +162,7 @@ def test_kernel_override_launches_like_triton_over_a_positional_implementation()
     assert calls == [((1, 2, 3), {"BLOCK": 8}), ((1, 2, 3), {})]
 
 
+@pytest.mark.needs_vllm
 def test_suffix_without_arctic_inference_is_skipped_saying_how_to_get_it(tmp_path, monkeypatch):
     import importlib.util
 
@@ -169,6 +175,7 @@ def test_suffix_without_arctic_inference_is_skipped_saying_how_to_get_it(tmp_pat
         fake_session(profile, tmp_path).boot("suffix")
 
 
+@pytest.mark.needs_vllm
 def test_sampled_acceptance_is_skipped_naming_the_cpu_bug_while_the_probe_finds_it(profile, tmp_path, monkeypatch):
     from specgate.checks import key_of
 
