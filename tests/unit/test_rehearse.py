@@ -29,7 +29,7 @@ def test_a_rehearsal_writes_the_usual_results_with_the_old_release_as_baseline(t
     assert run["rehearsal"] == {"from": "0.31.0", "to": "0.32.0"}
     assert [o["change"] for o in run["outcomes"]] == ["worse", "unchanged", "error"]
     summary = paths["summary"].read_text()
-    assert "| ngram | doc_prose | **fail** | 2 (baseline 2.26, floor 2.15) |" in summary
+    assert "| ngram | doc_prose | **fail** | 2 ≥ 2.15 | acceptance floor: 2.26 → 2 (-11.5%), floor 2.15 |" in summary
     assert "'baseline' is vLLM 0.31.0" in summary and "server 'eagle' exited with 1" in summary
 
 
