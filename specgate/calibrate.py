@@ -29,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate import tolerances
-from specgate.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, detect_device, hardware_key, kept_aside
+from specgate.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, kept_aside
 from specgate.errors import SpecgateError
+from specgate.machine import detect_device, hardware_key
 
 SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
 # the speed tests, the engines' lifecycle, and greedy equivalence (its honest near-ties set the tie-aware rule)

@@ -318,7 +318,7 @@ def releases(rows: list[Row]) -> list[tuple[int, str, str]]:
 
 # -- the command ---------------------------------------------------------------------------------------
 def main(args: argparse.Namespace) -> int:
-    from specgate.baselines import detect_device, hardware_key
+    from specgate.machine import detect_device, hardware_key
     from specgate.profile import find_profile, load_profile
     from specgate.report import history as page
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import scaleout
+from specgate import machine, scaleout
 from specgate.checks import GATES, key_of
 from specgate.errors import EngineBootError, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE, SCENARIOS
@@ -167,58 +167,17 @@ def _selects_gate(config: pytest.Config) -> bool:
     return bool(re.search(r"(?<!not )\bgpu\b", config.getoption("markexpr", "") or ""))
 
 
-def _cuda_available() -> bool:
-    if _torch_is_cpu_only_build():
-        return False  # without importing torch (seconds): every `pytest` run with the profile `auto` asks
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def _torch_is_cpu_only_build(version_py: Path | None = None) -> bool:
-    """True when the installed torch is a CPU-only build (its `torch/version.py` names no CUDA, HIP or
-    XPU toolkit), read without importing torch; False when that cannot be told."""
-    import ast
-    import importlib.util
-
-    try:
-        if version_py is None:
-            spec = importlib.util.find_spec("torch")
-            if spec is None or not spec.submodule_search_locations:
-                return False
-            version_py = Path(spec.submodule_search_locations[0]) / "version.py"
-        tree = ast.parse(version_py.read_text())
-    except (OSError, SyntaxError, ValueError, ImportError):
-        return False
-    built_for = {}
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if isinstance(target, ast.Name) and target.id in ("cuda", "hip", "xpu") and node.value is not None:
-            built_for[target.id] = ast.literal_eval(node.value) if isinstance(node.value, ast.Constant) else "?"
-    return {"cuda", "hip"} <= set(built_for) and not any(built_for.values())
-
-
-def _torch_build() -> str:
-    try:
-        import torch
-    except ImportError:
-        return "torch is not installed"
-    return f"torch {torch.__version__}, built for CUDA {torch.version.cuda}" if torch.version.cuda else f"torch {torch.__version__}, a CPU-only build"
-
-
 def _profile_name(config: pytest.Config) -> str:
     name = config.getoption("--specgate-profile")
     if name != "auto":
         return name
     gpu_profile = os.environ.get(GPU_PROFILE_ENV)
-    if not _cuda_available():
+    if not machine.cuda_available():
         if gpu_profile:
             # a GPU runner whose driver or torch build lost CUDA must not pass on the toy CPU profile
             raise pytest.UsageError(
                 f"${GPU_PROFILE_ENV}={gpu_profile} asks for a GPU profile, but torch sees no CUDA device here "
-                f"({_torch_build()}); fix the runner's NVIDIA driver or install the CUDA build of vLLM "
+                f"({machine.torch_build()}); fix the runner's NVIDIA driver or install the CUDA build of vLLM "
                 f"(README, 'With a GPU'), or unset ${GPU_PROFILE_ENV} to run the CPU profile cpu-tiny."
             )
         return "cpu-tiny"
@@ -270,9 +229,9 @@ def _calibrated(profile, root: Path):
     """The profile with this machine's calibrated tolerances over its own, where `specgate calibrate`
     wrote some (baselines/<profile>/<hardware>.tolerance.toml)."""
     from specgate import tolerances
-    from specgate.baselines import baseline_path, detect_device, hardware_key
+    from specgate.baselines import baseline_path
 
-    hardware = hardware_key(*detect_device(profile.hardware))
+    hardware = machine.hardware_key(*machine.detect_device(profile.hardware))
     return tolerances.apply(profile, tolerances.path_for(baseline_path(root, profile.baselines_name, hardware)))
 
 

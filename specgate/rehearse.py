@@ -192,7 +192,7 @@ class Rehearsal:
 
         from specgate import report
 
-        from specgate.baselines import detect_device, hardware_key
+        from specgate.machine import detect_device, hardware_key
 
         run = {"run_id": self.out.name, "profile": self.profile.name, "profile_path": str(self.profile.path),
                "hardware": hardware_key(*detect_device(self.profile.hardware)),

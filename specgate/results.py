@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from specgate import baselines
+from specgate import baselines, machine
 from specgate.profile import BASELINE
 
 
@@ -235,8 +235,8 @@ def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]
 
 
 def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines: list[str]) -> dict[str, Any]:
-    device, count = baselines.detect_device(session.profile.hardware)
-    prov = baselines.provenance(session.plan.root, device, count)
+    device, count = machine.detect_device(session.profile.hardware)
+    prov = machine.provenance(session.plan.root, device, count)
     now = _dt.datetime.now(_dt.timezone.utc)
     return {
         "run_id": session.plan.out_dir.name,
@@ -297,9 +297,9 @@ def _write(session, table, run: dict[str, Any], measured: dict) -> dict[str, Pat
     paths["run"] = out / "run.json"
     paths["run"].write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
     if measured:
-        device, count = baselines.detect_device(session.profile.hardware)
+        device, count = machine.detect_device(session.profile.hardware)
         empty = baselines.BaselineFile(out / "baselines.json", session.profile.name, session.baselines.hardware, {})
-        baselines.write_atomic(baselines.merge(empty, measured, baselines.provenance(session.plan.root, device, count)))
+        baselines.write_atomic(baselines.merge(empty, measured, machine.provenance(session.plan.root, device, count)))
         paths["baselines"] = out / "baselines.json"
     paths.update(report.write_report(out, table, run))
     return paths

@@ -100,6 +100,6 @@ class DriftCheck:
 
 
 def _running_vllm() -> str:
-    from specgate.baselines import _module_version
+    from specgate import machine
 
-    return str(_module_version("vllm"))
+    return str(machine.module_version("vllm"))

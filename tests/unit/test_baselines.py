@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from specgate import baselines
+from specgate import baselines, machine
 from specgate.acceptance import AcceptanceResult, SpecCounters
 from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import BaselineError
@@ -100,9 +100,9 @@ def test_values_measured_as_none_are_left_out_so_the_file_loads_again(tmp_path):
 
 
 def test_hardware_keys_separate_devices():
-    assert baselines.hardware_key("NVIDIA H100 80GB HBM3", 1) == "nvidia-h100-80gb-hbm3-x1"
-    assert baselines.hardware_key("NVIDIA A100-SXM4-80GB", 4) == "nvidia-a100-sxm4-80gb-x4"
-    assert baselines.hardware_key("cpu", 2).startswith("cpu-") and baselines.hardware_key("cpu", 2).endswith("-2c")
+    assert machine.hardware_key("NVIDIA H100 80GB HBM3", 1) == "nvidia-h100-80gb-hbm3-x1"
+    assert machine.hardware_key("NVIDIA A100-SXM4-80GB", 4) == "nvidia-a100-sxm4-80gb-x4"
+    assert machine.hardware_key("cpu", 2).startswith("cpu-") and machine.hardware_key("cpu", 2).endswith("-2c")
 
 
 def result(drafts, accepted, per_pos):

@@ -8,7 +8,7 @@ import warnings
 
 import pytest
 
-from specgate import baselines, history
+from specgate import history, machine
 from specgate.checks import Verdict
 from specgate.checks.drift import DriftWarning
 from specgate.profile import load_profile
@@ -48,7 +48,7 @@ def load(root, extra=""):
 
 
 def run(profile, root, accepted, vllm, monkeypatch, update=False, methods=("good",)):
-    monkeypatch.setattr(baselines, "_module_version", lambda module: vllm if module == "vllm" else "2.13.0")
+    monkeypatch.setattr(machine, "module_version", lambda module: vllm if module == "vllm" else "2.13.0")
     script = FakeScript.from_dict({"methods": {m: {"accepted": accepted} for m in methods}})
     session = fake_session(profile, root, script, methods=list(methods), update_baselines=update, hardware="cpu-test-2c")
     judged = {m: session.judge("acceptance", m, CATEGORY) for m in methods}

@@ -330,9 +330,9 @@ speculative_config = { method = "ngram", num_speculative_tokens = 3 }
     ("cuda = None", False),  # cannot be told: torch is imported and asked
 ])
 def test_a_cpu_only_torch_is_told_from_its_version_file_without_importing_it(tmp_path, built_for, cpu_only):
-    from specgate.plugin import _torch_is_cpu_only_build
+    from specgate.machine import torch_is_cpu_only_build
 
     version_py = tmp_path / "version.py"
     version_py.write_text("from typing import Optional\n__version__ = '2.13.0'\n" + built_for + "\n")
-    assert _torch_is_cpu_only_build(version_py) is cpu_only
-    assert _torch_is_cpu_only_build(tmp_path / "missing.py") is False
+    assert torch_is_cpu_only_build(version_py) is cpu_only
+    assert torch_is_cpu_only_build(tmp_path / "missing.py") is False
