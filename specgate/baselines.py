@@ -24,6 +24,7 @@ from typing import Any
 
 from specgate import machine
 from specgate.errors import BaselineError
+from specgate.formatting import num
 from specgate.machine import detect_device, hardware_key, provenance
 
 SCHEMA = 1
@@ -241,11 +242,7 @@ def upgrade_line(old: BaselineFile, new: BaselineFile) -> str:
 
 def _diff_row(c: Change) -> tuple[str, ...]:
     rel = "new" if c.old is None else "removed" if c.new is None else "-" if c.relative is None else f"{c.relative:+.1%}"
-    return (c.method, c.kind, c.key, c.field, _num(c.old), _num(c.new), rel)
-
-
-def _num(x: float | None) -> str:
-    return "-" if x is None else f"{x:.4g}"
+    return (c.method, c.kind, c.key, c.field, num(c.old), num(c.new), rel)
 
 
 # Figures that belong to the machine, not to the model + vLLM: judged only against this machine's own
@@ -280,7 +277,6 @@ class BaselineStore:
         self.path = baseline_path(self.root, self.name, self.hardware)
         self._file: BaselineFile | None = None
         self._others: list[BaselineFile] | None = None
-        self._history = None
         self.borrowed: dict[str, set[str]] = {}  # gate -> files of other machines used for this run
 
     @property
@@ -311,14 +307,6 @@ class BaselineStore:
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
         return self.file().entry(method, kind, key)
 
-    def history(self):
-        """The git history of this profile's baseline files (every machine's), read once (history.History)."""
-        if self._history is None:
-            from specgate import history
-
-            self._history = history.read(self.root, self.name)
-        return self._history
-
     def source(self, method: str) -> str:
         return self.file().source(method)
 
@@ -345,16 +333,13 @@ class BaselineStore:
         return MACHINE_FIGURES | (DEVICE_KV_FIGURES if self.profile.hardware == "cuda" else set())
 
     def header(self) -> list[str]:
-        """What the summary says once: other machines' baselines used by this run; drift not judged;
-        baselines an interrupted calibration left aside."""
+        """What the summary says once: baselines an interrupted calibration left aside; other machines'
+        baselines used by this run."""
         lines = []
         if kept := kept_aside(self.root, self.name):
             lines.append(f"{kept} holds baselines an interrupted calibration moved aside: this run judged "
                          f"{self.path.parent} without them; `specgate calibrate --profile {self.profile.name}` puts them "
                          "back where nothing took their place")
-        if self.profile.tolerance.drift_rtol and self._history is not None and not self._history.usable:
-            lines.append(f"drift (tolerance.drift_rtol {self.profile.tolerance.drift_rtol}) not judged: "
-                         f"{self._history.problem}")
         if not self.borrowed:
             return lines
         files = sorted(set().union(*self.borrowed.values()))

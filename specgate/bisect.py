@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from specgate.errors import SpecgateError
+from specgate.formatting import num
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 RUN_GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")
@@ -197,14 +198,8 @@ def figure_name(row: dict) -> str:
 def describe_figure(row: dict) -> str:
     bound = row.get("bound")
     word = "ceiling" if row.get("gate") == "memory" else "floor"
-    return (f"{figure_name(row)}: {_num(row.get('baseline'))} -> {_num(row.get('value'))}"
-            + (f" ({word} {_num(bound)})" if bound is not None else ""))
-
-
-def _num(x) -> str:
-    if x is None:
-        return "-"
-    return f"{x:.4g}" if isinstance(x, float) else str(x)
+    return (f"{figure_name(row)}: {num(row.get('baseline'))} -> {num(row.get('value'))}"
+            + (f" ({word} {num(bound)})" if bound is not None else ""))
 
 
 def _tail(path: Path, n: int = 12) -> str:
@@ -418,8 +413,8 @@ class Bisection:
         for fig in moved[:6]:
             before = previous.get(figure_name(fig), fig.get("baseline"))
             word = "ceiling" if fig["gate"] == "memory" else "floor"
-            out.append(f"  moved: {figure_name(fig)}: {prev} {_num(before)} -> {self.labels[hi]} {_num(fig['value'])} "
-                       f"(reference {self.good} {_num(fig.get('baseline'))}, {word} {_num(fig.get('bound'))})")
+            out.append(f"  moved: {figure_name(fig)}: {prev} {num(before)} -> {self.labels[hi]} {num(fig['value'])} "
+                       f"(reference {self.good} {num(fig.get('baseline'))}, {word} {num(fig.get('bound'))})")
         if len(moved) > 6:
             out.append(f"  ... and {len(moved) - 6} more figures past their bounds (see {first.results})")
         return out

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from specgate.errors import SpecgateError
 from specgate.memory import NOT_WEIGHTS
+from specgate.models import HUB_ID
 
 ALLOW = ("*.json", "*.safetensors", "*.model", "*.tiktoken", "*.txt", "tokenizer*", "*.jinja")
 IGNORE = ("original/*", "*.pth", "consolidated*")
@@ -44,9 +45,7 @@ def hub_models(profile, methods) -> list[str]:
     for m in methods:
         sc = m.speculative_config or {}
         refs += [sc.get("model"), sc.get("tokenizer"), m.engine_kwargs.get("model"), m.engine_kwargs.get("tokenizer")]
-    from specgate.profile import _HUB_ID
-
-    return list(dict.fromkeys(r for r in refs if r and not r.startswith("zoo:") and _HUB_ID.match(r) and not Path(r).exists()))
+    return list(dict.fromkeys(r for r in refs if r and not r.startswith("zoo:") and HUB_ID.match(r) and not Path(r).exists()))
 
 
 def offered(methods) -> list:

@@ -10,6 +10,7 @@ tool `python -m tools.zoo.train` (fixtures/zoo/MODEL_CARD.md); nothing here impo
 from __future__ import annotations
 
 import json
+import re
 import sys
 import struct
 from pathlib import Path
@@ -30,6 +31,8 @@ ZOO_MODELS = {
 REBUILD = "python -m tools.zoo.train"
 # mtp_target/ holds this symlink to ../target/model.safetensors (its main weights, stored once).
 TARGET_LINK = "target.safetensors"
+# What a hub id looks like (`org/name`); a reference that does not is a local path.
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 def zoo_dir(root: Path | str) -> Path:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import ProfileError
+from specgate.models import HUB_ID
 
 # Methods that draft from the prompt/history and load no drafter weights.
 MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
@@ -787,9 +788,6 @@ def _check_method(check: _Checker, key: str, kind: str) -> None:
         raise check.fail(key, f"is {kind!r}, which {release()} does not offer{hint}; it offers: {', '.join(offered)}.")
 
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
 def _check_model_ref(check: _Checker, key: str, ref: Any, root: Path) -> str:
     """Accept `zoo:NAME`, an existing local path, or a hub id `org/name`; return the normalised ref."""
     if not isinstance(ref, str) or not ref:
@@ -806,7 +804,7 @@ def _check_model_ref(check: _Checker, key: str, ref: Any, root: Path) -> str:
     local = Path(ref).expanduser()
     if not local.is_absolute():
         local = root / local
-    looks_local = ref.startswith(("/", ".", "~")) or local.exists() or not _HUB_ID.match(ref)
+    looks_local = ref.startswith(("/", ".", "~")) or local.exists() or not HUB_ID.match(ref)
     if looks_local:
         if not local.exists():
             raise check.fail(

@@ -34,6 +34,7 @@ from pathlib import Path
 
 from specgate import enginelog, stats
 from specgate.errors import SpecgateError
+from specgate.formatting import num
 from specgate.profile import BASELINE
 
 UNCHANGED, BETTER, WORSE = "unchanged", "better", "worse"
@@ -211,13 +212,9 @@ class Rehearsal:
         out = [head, f"  (in the tables, 'baseline' is vLLM {self.old[0]} and the measured value vLLM {self.new[0]})"]
         for o in self.outcomes:
             row = next((r for r in self.rows if (r["method"], r["gate"], r["key"]) == (o["method"], o["gate"], o["key"])), None)
-            figures = f"{_num(row['baseline'])} -> {_num(row['value'])}" if row else ""
+            figures = f"{num(row['baseline'])} -> {num(row['value'])}" if row else ""
             out.append(f"  {o['method']:<16} {o['gate']:<11} {o['key']:<18} {figures:<22} {o['message']}")
         return out
-
-
-def _num(x) -> str:
-    return "-" if x is None else f"{x:.4g}" if isinstance(x, float) else str(x)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -107,7 +107,7 @@ def time_lines(session) -> list[str]:
 def header_lines(session) -> list[str]:
     """What the reader must know before the numbers: baselines from other machines, coarse speed
     judgements, baselines from another vLLM."""
-    lines = list(session.baselines.header())
+    lines = session.header()
     if session.profile.tolerance_file:
         lines.append(f"tolerances calibrated on this machine (specgate calibrate) held over the profile's: "
                      f"{session.profile.tolerance_file}")

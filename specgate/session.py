@@ -6,6 +6,7 @@
         host.EngineHost                 boot / keep / stop engines (or endpoint clients)
         measurements.MeasurementStore   every measurement, once per method
         baselines.BaselineStore         the stored file, missing entries, the locked write
+        history.History                 the git history of the baseline files, read once (the drift check's)
         checks.*                        one check per gate: measure -> compare -> Judgement
         scenarios.ScenarioRuns          the scenarios' measurements (preemption, prefix soak, structured)
     results.summary_lines(session)      the terminal summary
@@ -28,7 +29,9 @@ from specgate.checks.equivalence import EquivalenceCheck
 from specgate.checks.lifecycle import LifecycleCheck
 from specgate.checks.memory import MemoryCheck
 from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
+from specgate.checks.drift import DRIFTING
 from specgate.checks.speedup import SpeedupCheck
+from specgate.history import History, read
 from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
@@ -77,8 +80,10 @@ class GateSession:
         self.host = EngineHost(plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave)
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
         self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
+        self._history: History | None = None
         ctx = Context(plan.profile, self.baselines, plan.strict, plan.update_baselines,
-                      runner_of=lambda name: self.host.records[name].runner, measured_now=self._measured_now)
+                      runner_of=lambda name: self.host.records[name].runner, measured_now=self._measured_now,
+                      history=self.history)
         self.checks = {
             "equivalence": EquivalenceCheck(ctx, self.store, plan.inputs),
             "acceptance": AcceptanceCheck(ctx, self.store),
@@ -96,6 +101,21 @@ class GateSession:
         self.spent: dict[str, float] = {}  # where the run's time went: boots, each gate, scenarios, canaries
         self.started, self.started_wall = time.monotonic(), time.time()
         self.interrupted = ""  # "interrupted at <test> (SIGTERM)" when the run was stopped
+
+    def history(self) -> History:
+        """The git history of this profile's baseline files (every machine's), read once, on first use."""
+        if self._history is None:
+            self._history = read(self.plan.root, self.baselines.name)
+        return self._history
+
+    def header(self) -> list[str]:
+        """What the summary says once about the stored baselines: the store's notes (baselines set aside,
+        other machines' files used) and, when the run judges drift, why it could not."""
+        lines = self.baselines.header()
+        drift_rtol = self.profile.tolerance.drift_rtol
+        if drift_rtol and {gate for gate, _ in DRIFTING} & self.selection.gates and not (history := self.history()).usable:
+            lines.append(f"drift (tolerance.drift_rtol {drift_rtol}) not judged: {history.problem}")
+        return lines
 
     def _measured_now(self, method: str, gate: str, key: str) -> dict | None:
         judgement = self.judgements.get((method, gate, key))

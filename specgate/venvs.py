@@ -66,9 +66,9 @@ def build(root: Path, venv: Path, hardware: str, release: str | None = None, req
 def offered_methods(python: Path) -> tuple[str, ...]:
     """The `speculative_config.method` values the vLLM in `python`'s venv accepts (read from its
     source, as vllm_compat does for the installed one); () when it cannot tell."""
-    from specgate.vllm_compat import _literal_from_source
+    from specgate.vllm_compat import literal_from_source
 
     venv = Path(python).parent.parent
     for source in sorted(venv.glob("lib/python*/site-packages/vllm/config/speculative.py")):
-        return tuple(dict.fromkeys(_literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
+        return tuple(dict.fromkeys(literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
     return ()

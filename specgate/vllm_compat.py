@@ -291,11 +291,11 @@ def release() -> str:
     return "vLLM (not installed)"
 
 
-def _literal_values(tp) -> list[str]:
+def literal_values(tp) -> list[str]:
     args = typing.get_args(tp)
     if not args:
         return [tp] if isinstance(tp, str) else []
-    return [v for a in args for v in _literal_values(a)]
+    return [v for a in args for v in literal_values(a)]
 
 
 @functools.cache
@@ -306,7 +306,7 @@ def speculative_methods() -> tuple[str, ...]:
     import sys
 
     if "vllm.config.speculative" in sys.modules:
-        return tuple(dict.fromkeys(_literal_values(load("vllm.config.speculative:SpeculativeMethod"))))
+        return tuple(dict.fromkeys(literal_values(load("vllm.config.speculative:SpeculativeMethod"))))
     import importlib.util
 
     try:
@@ -316,10 +316,10 @@ def speculative_methods() -> tuple[str, ...]:
     if spec is None or not spec.submodule_search_locations:
         return ()
     source = Path(list(spec.submodule_search_locations)[0]) / "config" / "speculative.py"
-    return tuple(dict.fromkeys(_literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
+    return tuple(dict.fromkeys(literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
 
 
-def _literal_from_source(text: str, name: str) -> list[str]:
+def literal_from_source(text: str, name: str) -> list[str]:
     """The strings of `name = Literal[...]` in a module's source, following names of other
     Literal aliases assigned in the same module."""
     import ast

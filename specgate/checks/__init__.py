@@ -112,8 +112,8 @@ class NoBaseline(Exception):
 
 @dataclass
 class Context:
-    """What every check needs besides its measurements: the profile, the stored baselines and the
-    run's policy flags."""
+    """What every check needs besides its measurements: the profile, the stored baselines, their git
+    history and the run's policy flags. The session builds it; no check reaches for anything else."""
 
     profile: Profile
     baselines: Any  # baselines.BaselineStore
@@ -122,6 +122,7 @@ class Context:
 
     runner_of: Any = None  # name -> the model runner its engine used ('v1' / 'v2'), when known
     measured_now: Any = None  # (method, gate, key) -> the record this run judged for it, if any
+    history: Any = None  # () -> history.History of the profile's baseline files, read once (the drift check's)
 
     def lookup(self, name: str, gate: str, key: str):
         """What `name`'s figures are held to (baselines.Stored, or None): its stored baseline; for a

@@ -45,7 +45,7 @@ class DriftCheck:
         failures are issued as DriftWarning and not returned."""
         if not self.enabled or self.ctx.reference(method, gate) != method:  # a canary is meant to be worse
             return [], []
-        history = self.ctx.baselines.history()
+        history = self.ctx.history()
         if not history.usable:
             return [], []
         points = self._points(history, method)

@@ -18,7 +18,8 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.report.data import COLUMNS, ResultsError, fmt, headline, load_run, normalize, write_tables
+from specgate.formatting import fmt
+from specgate.report.data import COLUMNS, ResultsError, headline, load_run, normalize, write_tables
 from specgate.report.page import report_html
 from specgate.report.plots import (PLOTS, plot_acceptance_heatmap, plot_divergence_gaps, plot_memory,
                                    plot_position_curves, plot_speedup, render_plots)

@@ -26,6 +26,7 @@ import pandas as pd
 
 from specgate.checks import Verdict
 from specgate.errors import SpecgateError
+from specgate.formatting import fmt, present
 from specgate.profile import BASELINE
 
 COLUMNS = ("method", "gate", "key", "concurrency", "position", "metric", "value", "baseline", "bound",
@@ -103,60 +104,44 @@ def _read_json(path: Path, hint: str) -> Any:
 # ---------------------------------------------------------------- formatting
 
 
-def _present(x: Any) -> bool:
-    return x is not None and not (isinstance(x, float) and math.isnan(x))
-
-
-def fmt(x: Any) -> str:
-    """Three significant digits, thousands grouped, whole numbers (counts) without a decimal point."""
-    if not _present(x):
-        return "–"
-    x = float(x)
-    if x == int(x):
-        return f"{int(x):,}"
-    if abs(x) >= 1000:
-        return f"{x:,.0f}"
-    return f"{x:#.3g}".rstrip(".")  # 2.40, not 2.4: columns of numbers line up by eye
-
-
 def _bound_word(gate: str) -> str:
     return "ceiling" if gate == "memory" else "floor"
 
 
 def headline(row: Mapping[str, Any]) -> str:
     """'2.41 [2.30, 2.52] (baseline 2.43, floor 2.31)': the value with what it was judged against."""
-    if not _present(row["value"]) and row.get("unit") and isinstance(row["unit"], str):
+    if not present(row["value"]) and row.get("unit") and isinstance(row["unit"], str):
         return row["unit"]  # a figure this run could not take says why; a label (the runner) is its unit
     text = fmt(row["value"])
-    if _present(row["ci_low"]) and _present(row["ci_high"]):
+    if present(row["ci_low"]) and present(row["ci_high"]):
         text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
     against = []
-    if _present(row["baseline"]):
+    if present(row["baseline"]):
         against.append(f"baseline {fmt(row['baseline'])}")
-    if _present(row["bound"]):
+    if present(row["bound"]):
         against.append(f"{_bound_word(row['gate'])} {fmt(row['bound'])}")
     return text + (f" ({', '.join(against)})" if against else "")
 
 
-def _verdict_of(outcome: dict) -> str:
+def verdict_of(outcome: dict) -> str:
     """A test outcome's verdict ('' when pytest reported something else)."""
     verdict = Verdict.from_outcome(str(outcome.get("outcome")))
     return verdict.value if verdict else ""
 
 
-def _ordered(values: Iterable[str], first: str = BASELINE_METHOD) -> list[str]:
+def ordered(values: Iterable[str], first: str = BASELINE_METHOD) -> list[str]:
     seen = list(dict.fromkeys(v for v in values if v != ""))
     return ([first] if first in seen else []) + [v for v in seen if v != first]
 
 
-def _one_line(message: str) -> str:
+def one_line(message: str) -> str:
     text = " ".join(str(message).split())
     return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
 
 
 
 
-def _short(metric: str) -> str:
+def metric_label(metric: str) -> str:
     """'peak_process_mib' -> 'peak process': the unit is printed after the number."""
     for suffix in ("_mib", "_tokens", "_ms", "_s"):
         metric = metric.removesuffix(suffix)

@@ -11,7 +11,8 @@ from typing import Any
 import pandas as pd
 
 from specgate.checks import GATES, worst
-from specgate.report.data import _ordered, _present, _verdict_of, fmt
+from specgate.formatting import fmt, present
+from specgate.report.data import ordered, verdict_of
 
 # Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
 COMPACT = {
@@ -45,12 +46,12 @@ def is_ceiling(metric: str, gate: str) -> bool:
 
 def cell(row: dict[str, Any]) -> str:
     """'1.09 [0.81, 1.53] ≥ 0.79': a figure, its interval and the bound it was held to."""
-    if not _present(row["value"]):
+    if not present(row["value"]):
         return row["unit"] if isinstance(row.get("unit"), str) and row["unit"] else "–"
     text = fmt(row["value"])
-    if _present(row["ci_low"]) and _present(row["ci_high"]):
+    if present(row["ci_low"]) and present(row["ci_high"]):
         text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
-    if _present(row["bound"]):
+    if present(row["bound"]):
         text += f" {'≤' if is_ceiling(row['metric'], row['gate']) else '≥'} {fmt(row['bound'])}"
     return text
 
@@ -59,30 +60,30 @@ def moved_words(row: dict[str, Any]) -> str:
     """'speedup floor: 1.22 → 0.89 (-27.0 %), floor 1.04': what a failing figure did."""
     name, ceiling = CHECKS.get(row["metric"], (row["metric"].replace("_", " "), is_ceiling(row["metric"], row["gate"])))
     what = f"{fmt(row['value'])}"
-    if _present(row["baseline"]) and _present(row["value"]):
+    if present(row["baseline"]) and present(row["value"]):
         change = f" ({(row['value'] - row['baseline']) / row['baseline']:+.1%})" if row["baseline"] else ""
         what = f"{fmt(row['baseline'])} → {fmt(row['value'])}{change}"
-    where = f" at position {int(row['position'])}" if _present(row["position"]) else ""
+    where = f" at position {int(row['position'])}" if present(row["position"]) else ""
     return f"{name}{where}: {what}, {'ceiling' if ceiling else 'floor'} {fmt(row['bound'])}"
 
 
 def decided(group: list[dict], verdict: str) -> str:
     """Which check decided a row: the failing figures in words; for a pass, the checks that held."""
     if verdict in ("fail", "error"):
-        failing = [r for r in group if _present(r["bound"]) and _present(r["value"]) and _broke(r)]
+        failing = [r for r in group if present(r["bound"]) and present(r["value"]) and _broke(r)]
         if failing:
             return "; ".join(moved_words(r) for r in failing[:3]) + (f"; and {len(failing) - 3} more" if len(failing) > 3 else "")
         return "see below"
     if verdict == "skip":
         return "not judged: see below"
-    held = list(dict.fromkeys(CHECKS.get(r["metric"], (r["metric"],))[0] for r in group if _present(r["bound"])))
+    held = list(dict.fromkeys(CHECKS.get(r["metric"], (r["metric"],))[0] for r in group if present(r["bound"])))
     return ", ".join(held) if held else "–"
 
 
 def _broke(row: dict) -> bool:
     if is_ceiling(row["metric"], row["gate"]):
         return row["value"] > row["bound"] + 1e-6
-    limit = row["ci_high"] if _present(row.get("ci_high")) and row["metric"] in ("speedup", "geomean_speedup") else row["value"]
+    limit = row["ci_high"] if present(row.get("ci_high")) and row["metric"] in ("speedup", "geomean_speedup") else row["value"]
     return limit < row["bound"] - 1e-6
 
 
@@ -90,7 +91,7 @@ def tables(table: pd.DataFrame, run: dict[str, Any]) -> list[tuple[str, list[str
     """(gate, header, [(verdict, cells)]) for summary.md: one row per method and key."""
     outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
     out = []
-    for gate in _ordered(list(GATES) + list(table["gate"]), first=""):
+    for gate in ordered(list(GATES) + list(table["gate"]), first=""):
         rows = table[table["gate"] == gate]
         gate_outcomes = [o for o in outcomes if o.get("gate") == gate]
         if rows.empty and not gate_outcomes:
@@ -105,10 +106,10 @@ def tables(table: pd.DataFrame, run: dict[str, Any]) -> list[tuple[str, list[str
             groups.setdefault((str(o.get("method", "")), str(o.get("key", ""))), [])
         for (method, key), group in groups.items():
             verdict = worst(r["verdict"] for r in group) or worst(
-                _verdict_of(o) for o in gate_outcomes if o.get("method") == method and o.get("key") == key)
+                verdict_of(o) for o in gate_outcomes if o.get("method") == method and o.get("key") == key)
             cells = []
             for metric, _ in shown:
-                hit = sorted((r for r in group if r["metric"] == metric), key=lambda r: _present(r["position"]))
+                hit = sorted((r for r in group if r["metric"] == metric), key=lambda r: present(r["position"]))
                 cells.append(cell(hit[0]) if hit else "–")
             own = next((r for r in group if r["metric"] == "throughput_tok_s"), None)
             if gate == "speedup" and cells and cells[0] == "–" and own is not None:

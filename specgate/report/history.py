@@ -1,27 +1,28 @@
 """The history page of a profile's baselines (`specgate history`): history.md (the updates, then each
 gate's headline figure per method and update) and history.html with one plot per headline figure
 (a line per method over the updates, each vLLM release change marked). specgate/history.py reads
-and picks the figures; this module only lays them out."""
+the history and picks the figures, the command (cli/history.py) builds the table's rows (label, date,
+hardware, method, vllm, figures, stored, subject); this module only lays them out."""
 
 from __future__ import annotations
 
 import html
 from pathlib import Path
 
-from specgate.history import HEADLINES, Row
-from specgate.report.data import fmt
+from specgate.formatting import fmt
+from specgate.history import HEADLINES
 from specgate.report.page import CSS, png_uri
 
 
-def _labels(rows: list[Row]) -> list[str]:
+def _labels(rows: list) -> list[str]:
     return list(dict.fromkeys(r.label for r in rows))
 
 
-def _series_name(row: Row, machines: int) -> str:
+def _series_name(row, machines: int) -> str:
     return row.method + (f" ({row.hardware})" if machines > 1 else "")
 
 
-def markdown(profile: str, hardware: str, rows: list[Row], problem: str = "") -> str:
+def markdown(profile: str, hardware: str, rows: list, problem: str = "") -> str:
     labels = _labels(rows)
     lines = [f"# Baseline history: {profile} ({hardware})", ""]
     if problem:
@@ -49,7 +50,7 @@ def markdown(profile: str, hardware: str, rows: list[Row], problem: str = "") ->
     return "\n".join(lines) + "\n"
 
 
-def plot(all_rows: list[Row], releases: list[tuple[int, str, str]]):
+def plot(all_rows: list, releases: list[tuple[int, str, str]]):
     """One panel per headline figure: a line per method (and machine) over the updates; results
     directories hollow; a dashed line where the vLLM that measured the update changed."""
     from specgate.report.plots import pyplot
@@ -105,7 +106,7 @@ def plot(all_rows: list[Row], releases: list[tuple[int, str, str]]):
     return fig
 
 
-def write(out: Path, profile: str, hardware: str, rows: list[Row], releases: list[tuple[int, str, str]],
+def write(out: Path, profile: str, hardware: str, rows: list, releases: list[tuple[int, str, str]],
           problem: str = "") -> dict[str, Path]:
     """history.md, history.html and plots/history.png in `out`."""
     from specgate.report.plots import DPI, pyplot

@@ -12,8 +12,9 @@ from typing import Any
 import pandas as pd
 
 from specgate.report import glance, plots
-from specgate.report.data import fmt, normalize
-from specgate.report.tables import _gate_tables, moved_rows, sweeps, title_line, totals
+from specgate.formatting import fmt
+from specgate.report.data import normalize
+from specgate.report.tables import gate_tables, moved_rows, sweeps, title_line, totals
 
 # ---------------------------------------------------------------- report.html
 
@@ -60,8 +61,8 @@ def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, 
                                                                         "this run", "change")) + "</tr>" + "".join(
             "<tr>" + "".join(f"<td>{esc(fmt(c) if isinstance(c, float) else str(c))}</td>" for c in row) + "</tr>"
             for row in moved) + "</table>" if moved else "<p class='none'>Every figure with a stored baseline came out the same.</p>")
-    gate_tables = _gate_tables(table, run)
-    failures = [(gt.gate, v, m, where) for gt in gate_tables for v, m, where in gt.notes if v in ("fail", "error")]
+    per_gate = gate_tables(table, run)
+    failures = [(gt.gate, v, m, where) for gt in per_gate for v, m, where in gt.notes if v in ("fail", "error")]
     if failures:  # what a reader opened the report for, before any plot
         parts.append("<h2>What did not pass</h2><ul class='notes'>" + "".join(
             f"<li><b>{esc(v)}</b> {esc(gate)} · {esc(', '.join(where))}: {esc(m)}</li>"
@@ -82,10 +83,10 @@ def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, 
             plt.close(fig)
         parts.append(f"<img alt='{esc(heading)}' src='{uri}'>")
     parts.append("<h2>Results per gate</h2>")
-    if not gate_tables:
+    if not per_gate:
         parts.append("<p class='none'>No measurements were recorded in this run.</p>")
     compact = {gate: (header, body) for gate, header, body in glance.tables(table, run)}
-    for gt in gate_tables:
+    for gt in per_gate:
         parts.append(f"<h3>{esc(gt.gate)}</h3>")
         if gt.gate in compact:  # the verdicts at a glance (click a column to sort), then every figure per method
             header, body = compact[gt.gate]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from specgate.report.data import BASELINE_METHOD, _ordered, _present, _short, fmt, normalize
+from specgate.formatting import fmt, present
+from specgate.report.data import BASELINE_METHOD, metric_label, normalize, ordered
 
 DPI = 110  # 1650 px wide for four panels: sharp in a browser, ~100 KB per plot
 _MEMORY_PANELS = (("static_mib_measured", "drafter weights (MiB)"), ("kv_tokens_lost", "KV-cache tokens lost"),
@@ -43,7 +44,7 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
     plt = pyplot()
     import numpy as np
 
-    methods, cats = _ordered(rows["method"]), _ordered(rows["key"], first="")
+    methods, cats = ordered(rows["method"]), ordered(rows["key"], first="")
     cells = {(r["method"], r["key"]): r for r in rows.to_dict("records")}
     acc = table[(table["gate"] == "acceptance") & table["verdict"].isin(("fail", "error"))]
     failed = set(zip(acc["method"], acc["key"]))  # the mean length or any per-position rate failed
@@ -61,7 +62,7 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
                 continue
             row = cells[m, c]
             base = row["baseline"]
-            delta = f"Δ {row['value'] - base:+.2f}" if _present(base) else "no baseline"
+            delta = f"Δ {row['value'] - base:+.2f}" if present(base) else "no baseline"
             shade = image.cmap(image.norm(row["value"]))
             ink = "white" if 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.55 else "black"
             ax.text(j, i - 0.13, f"{row['value']:.2f}", ha="center", va="center", fontsize=10, fontweight="bold",
@@ -113,7 +114,7 @@ def plot_position_curves(table: pd.DataFrame):
     if rows.empty:
         return None
     plt = pyplot()
-    methods, cats = _ordered(rows["method"]), _ordered(rows["key"], first="")
+    methods, cats = ordered(rows["method"]), ordered(rows["key"], first="")
     palette = plt.get_cmap("tab10" if len(cats) <= 10 else "tab20")  # SPEED-Bench has 11 categories
     colors = {c: palette(i % palette.N) for i, c in enumerate(cats)}
     fig, axes, spare = _grid(plt, len(methods))
@@ -176,7 +177,7 @@ def plot_speedup(table: pd.DataFrame):
     if speed.empty:
         return None
     plt = pyplot()
-    methods = _ordered(speed["method"])
+    methods = ordered(speed["method"])
     fig, axes, spare = _grid(plt, len(methods))
     for ax, method in zip(axes, methods):
         s = speed[speed["method"] == method].sort_values("c")
@@ -205,7 +206,7 @@ def plot_speedup(table: pd.DataFrame):
             ax.plot(exp["c"], exp["value"], color="#2ca02c", linestyle=":", linewidth=1.4)
         ax.axhline(1.0, color="black", linewidth=0.8, alpha=0.5)
         cross = table[(table["gate"] == "speedup") & (table["method"] == method) & (table["metric"] == "crossover_concurrency")]
-        if not cross.empty and _present(cross.iloc[0]["value"]):
+        if not cross.empty and present(cross.iloc[0]["value"]):
             ax.axvline(float(cross.iloc[0]["value"]), color="#ff7f00", linestyle="-.", linewidth=1.2)
             ax.text(float(cross.iloc[0]["value"]), ax.get_ylim()[1], " crossover", color="#ff7f00", fontsize=8, va="top")
         ax.set_xscale("log", base=2)
@@ -238,7 +239,7 @@ def plot_memory(table: pd.DataFrame):
     plt = pyplot()
     from matplotlib.ticker import FuncFormatter
 
-    methods = _ordered(rows[rows["metric"].isin([m for m, _ in panels])]["method"])
+    methods = ordered(rows[rows["metric"].isin([m for m, _ in panels])]["method"])
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.2, 0.42 * len(methods) + 1.9),
                              sharey=True, squeeze=False)
     for ax, (metric, label) in zip(axes[0], panels):
@@ -250,15 +251,15 @@ def plot_memory(table: pd.DataFrame):
             row = hit.iloc[0]
             failed = row["verdict"] in ("fail", "error")
             ax.barh(i, row["value"], color="#fc9272" if failed else "#6baed6", height=0.6)
-            right = max(float(row[c]) for c in ("value", "bound") if _present(row[c]))  # label clear of the ceiling
+            right = max(float(row[c]) for c in ("value", "bound") if present(row[c]))  # label clear of the ceiling
             ax.text(right, i, f"  {fmt(row['value'])}", va="center", fontsize=8,
                     color="#b00000" if failed else "#333333", fontweight="bold" if failed else "normal")
-            if _present(row["baseline"]):
+            if present(row["baseline"]):
                 ax.plot([row["baseline"]] * 2, [i - 0.38, i + 0.38], color="black", linewidth=2, zorder=4)
-            if _present(row["bound"]):
+            if present(row["bound"]):
                 ax.plot([row["bound"]] * 2, [i - 0.42, i + 0.42], color="#b2182b", linewidth=2, linestyle=(0, (2, 1)),
                         zorder=5)
-            top = max([top] + [float(row[c]) for c in ("value", "baseline", "bound") if _present(row[c])])
+            top = max([top] + [float(row[c]) for c in ("value", "baseline", "bound") if present(row[c])])
         ax.set_title(label, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         ax.set_xlim(0, top * 1.25 or 1.0)
@@ -272,7 +273,7 @@ def plot_memory(table: pd.DataFrame):
                plt.Line2D([], [], color="#b2182b", linewidth=2, linestyle=(0, (2, 1)), label="ceiling")]
     bottom = _legend(fig, [], handles, ncol=4)
     engine = table[(table["gate"] == "memory") & (table["method"] == BASELINE_METHOD)]
-    sub = ", ".join(f"{_short(r['metric'])} {fmt(r['value'])} {r['unit']}".strip() for _, r in engine.iterrows())
+    sub = ", ".join(f"{metric_label(r['metric'])} {fmt(r['value'])} {r['unit']}".strip() for _, r in engine.iterrows())
     fig.suptitle("Memory overhead per method vs the baseline engine" + (f"\n(baseline engine: {sub})" if sub else ""),
                  fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 1))
@@ -286,7 +287,7 @@ def plot_divergence_gaps(table: pd.DataFrame):
     if rows.empty:
         return None
     plt = pyplot()
-    methods = _ordered(rows["method"])
+    methods = ordered(rows["method"])
     fig, ax = plt.subplots(figsize=(7.5, 0.45 * len(methods) + 1.8))
     for i, method in enumerate(methods):
         gaps = rows[rows["method"] == method]["value"]
@@ -315,7 +316,7 @@ def plot_prefix_soak(table: pd.DataFrame):
     if rows.empty:
         return None
     plt = pyplot()
-    methods = _ordered(rows["method"])
+    methods = ordered(rows["method"])
     fig, axes, spare = _grid(plt, len(methods))
     for ax, method in zip(axes, methods):
         mrows = rows[rows["method"] == method]

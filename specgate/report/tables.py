@@ -13,8 +13,8 @@ import pandas as pd
 
 from specgate.checks import GATES, worst
 from specgate.report import glance
-from specgate.report.data import (VERDICTS, _one_line, _ordered, _present, _short, _verdict_of, fmt, headline,
-                                  normalize)
+from specgate.formatting import fmt, present
+from specgate.report.data import VERDICTS, headline, metric_label, normalize, one_line, ordered, verdict_of
 
 
 # Headline columns per gate: (metric, header). Metrics not listed here still get a column.
@@ -55,15 +55,15 @@ class _GateTable:
 def _key_order(by_key: dict[str, list[dict]]) -> list[str]:
     """Keys as measured; concurrency levels (C=1, C=4, C=16) in numeric order."""
     keys = list(by_key)
-    conc = {k: [r["concurrency"] for r in rows if _present(r["concurrency"])] for k, rows in by_key.items()}
+    conc = {k: [r["concurrency"] for r in rows if present(r["concurrency"])] for k, rows in by_key.items()}
     if all(conc.values()):
         keys.sort(key=lambda k: conc[k][0])
     return keys
 
 
-def _gate_tables(table: pd.DataFrame, run: dict[str, Any]) -> list[_GateTable]:
+def gate_tables(table: pd.DataFrame, run: dict[str, Any]) -> list[_GateTable]:
     outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
-    gates = _ordered(list(GATES) + list(table["gate"]) + [str(o.get("gate", "")) for o in outcomes], first="")
+    gates = ordered(list(GATES) + list(table["gate"]) + [str(o.get("gate", "")) for o in outcomes], first="")
     result = []
     for gate in gates:
         rows = table[table["gate"] == gate]
@@ -79,7 +79,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
     known = [m for m, _ in _HEADLINES.get(gate, [])]
     labels = dict(_HEADLINES.get(gate, []))
     metrics = [m for m in known if m in set(rows["metric"])]
-    metrics += [m for m in _ordered(rows["metric"], first="") if m not in known and m not in _PER_ITEM]
+    metrics += [m for m in ordered(rows["metric"], first="") if m not in known and m not in _PER_ITEM]
     has_positions = "position_rate" in set(rows["metric"])
     out.header = ["method", "key", "verdict"] + [_label(rows, m, labels) for m in metrics]
     out.header += ["per-position rates"] if has_positions else []
@@ -91,27 +91,27 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
     records: dict[str, dict[str, list[dict]]] = {}  # method -> key -> rows; plain dicts are fast to scan
     for rec in rows.to_dict("records"):
         records.setdefault(rec["method"], {}).setdefault(rec["key"], []).append(rec)
-    for method in _ordered(records):
+    for method in ordered(records):
         for key in _key_order(records[method]):
             group = records[method][key]
             verdict = worst(r["verdict"] for r in group)
             line = []
             for metric in metrics:
                 hit = [r for r in group if r["metric"] == metric]
-                hit.sort(key=lambda r: _present(r["position"]))  # the row without a position first
+                hit.sort(key=lambda r: present(r["position"]))  # the row without a position first
                 line.append(headline(hit[0]) if hit else "–")
             if has_positions:
                 pos = sorted((r for r in group if r["metric"] == "position_rate"), key=lambda r: r["position"])
                 line.append(" / ".join(fmt(r["value"]) for r in pos) or "–")
             matching = [o for o in outcomes if o.get("method") == method and o.get("key") == key]
             if not verdict and matching:
-                verdict = worst(_verdict_of(o) for o in matching)
+                verdict = worst(verdict_of(o) for o in matching)
             messages = [r["message"] for r in group if r["verdict"] in ("fail", "error", "skip") and r["message"]]
             if not messages:
                 messages = [str(o.get("message") or "") for o in matching
-                            if _verdict_of(o) in ("fail", "error", "skip")]
+                            if verdict_of(o) in ("fail", "error", "skip")]
             if not metrics and not has_positions:
-                line.append(_one_line(messages[0]) if messages else "")
+                line.append(one_line(messages[0]) if messages else "")
             for message in dict.fromkeys(m for m in messages if m):
                 notes.setdefault((verdict if verdict in ("fail", "error", "skip") else "fail", message), []).append(
                     f"{method} / {key}" if key else method)
@@ -120,7 +120,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         # a test that covers the whole method (no key): its message only when the table has none
         if method not in noted:
             for o in outcomes:
-                verdict = _verdict_of(o)
+                verdict = verdict_of(o)
                 if o.get("method") == method and not o.get("key") and o.get("message") and verdict in (
                         "fail", "error", "skip"):
                     notes.setdefault((verdict, str(o["message"])), []).append(method)
@@ -132,11 +132,11 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         method, key = str(o.get("method", "")), str(o.get("key", ""))
         if (method, key) in measured or (not key and method in measured_methods):
             continue
-        verdict = _verdict_of(o)
+        verdict = verdict_of(o)
         message = str(o.get("message") or "")
         blank = ["–"] * (len(out.header) - 3)
         if blank and not metrics and not has_positions:
-            blank[-1] = _one_line(message)
+            blank[-1] = one_line(message)
         cells.append((method, key, verdict, blank))
         measured.add((method, key))
         if message and verdict in ("fail", "error", "skip"):
@@ -157,14 +157,14 @@ def _label(rows: pd.DataFrame, metric: str, labels: dict[str, str]) -> str:
     if metric in labels:
         return labels[metric]
     units = [u for u in rows.loc[rows["metric"] == metric, "unit"] if u and not u.startswith("not measured")]
-    return f"{_short(metric)} ({units[0]})" if units else metric.replace("_", " ")
+    return f"{metric_label(metric)} ({units[0]})" if units else metric.replace("_", " ")
 
 
 def totals(table: pd.DataFrame, run: dict[str, Any]) -> dict[str, int]:
     """Counts per verdict: from the test outcomes when run.json has them, else from the table."""
     outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
     if outcomes:
-        verdicts = [_verdict_of(o) for o in outcomes]
+        verdicts = [verdict_of(o) for o in outcomes]
     else:
         heads = table[table["verdict"] != ""]
         verdicts = [worst(g["verdict"]) for _, g in heads.groupby(["method", "gate", "key"], sort=False)]
@@ -174,7 +174,7 @@ def totals(table: pd.DataFrame, run: dict[str, Any]) -> dict[str, int]:
 def judged_line(outcomes: list[dict]) -> str:
     """'judged 26 of 127 checks (26 passed, 0 failed); 101 skipped, mostly (88): <reason>' so that a
     mostly-skipped green run cannot be mistaken for a full pass."""
-    verdicts = [_verdict_of(o) for o in outcomes]
+    verdicts = [verdict_of(o) for o in outcomes]
     judged = sum(v in ("pass", "fail", "error") for v in verdicts)
     skips = [o for o, v in zip(outcomes, verdicts) if v == "skip"]
     skipped = [str(o.get("message") or "") for o in skips]
@@ -228,7 +228,7 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
         else:
             lines.append("Every figure with a stored baseline came out the same.")
         lines.append("")
-    notes = {gt.gate: gt.notes for gt in _gate_tables(table, run)}
+    notes = {gt.gate: gt.notes for gt in gate_tables(table, run)}
     compact = glance.tables(table, run)
     if not compact:
         lines += ["No measurements were recorded in this run.", ""]
@@ -246,7 +246,7 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
         lines.append("")
         gate_notes = notes.get(gate, [])
         for verdict, message, where in gate_notes:
-            lines.append(f"- **{verdict}** {', '.join(where)}: {_one_line(message)}")
+            lines.append(f"- **{verdict}** {', '.join(where)}: {one_line(message)}")
         if gate_notes:
             lines.append("")
     for family, header, body in sweeps(table):
@@ -268,7 +268,7 @@ def sweeps(table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
     speedup per level) and a last row naming the best k per level, this run's and the stored one's."""
     out = []
     families: dict[str, dict[int, str]] = {}
-    for method in _ordered(table["method"]):
+    for method in ordered(table["method"]):
         if hit := _sweep_family(method):
             families.setdefault(hit[0], {})[hit[1]] = method
     for family, by_k in families.items():
@@ -288,7 +288,7 @@ def sweeps(table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
                 if not hit.empty:
                     for which, col in (("now", "value"), ("stored", "baseline")):
                         v = hit.iloc[0][col]
-                        if _present(v) and v > best.get((which, c), (None, -1.0))[1]:
+                        if present(v) and v > best.get((which, c), (None, -1.0))[1]:
                             best[(which, c)] = (k, float(v))
             body.append(cells)
         body.append(["best k", "", "", *(f"k={best[('now', c)][0]}" + (f" (stored: k={best[('stored', c)][0]})"
@@ -303,11 +303,11 @@ def moved_rows(table: pd.DataFrame, rtol: float = 0.005) -> list[tuple]:
     its stored baseline by more than `rtol` (per-position rates named by position)."""
     out = []
     for r in table.to_dict("records"):
-        if not (_present(r["baseline"]) and _present(r["value"])):
+        if not (present(r["baseline"]) and present(r["value"])):
             continue
         base, value = float(r["baseline"]), float(r["value"])
         change = (value - base) / abs(base) if base else (0.0 if value == base else math.inf)
         if abs(change) > rtol:
-            figure = r["metric"] + (f"[{int(r['position'])}]" if _present(r["position"]) else "")
+            figure = r["metric"] + (f"[{int(r['position'])}]" if present(r["position"]) else "")
             out.append((r["method"], r["gate"], r["key"], figure, base, value, f"{change:+.1%}"))
     return out

@@ -81,7 +81,7 @@ def test_the_scheduler_counters_keep_their_names(source):
 def test_the_methods_this_vllm_offers_are_read_from_it(source):
     if source is not None:
         text = (source / "vllm" / "config" / "speculative.py").read_text(encoding="utf-8")
-        offered = vllm_compat._literal_from_source(text, "SpeculativeMethod")
+        offered = vllm_compat.literal_from_source(text, "SpeculativeMethod")
     else:
         offered = vllm_compat.speculative_methods()
     assert {"ngram", "draft_model", "eagle", "eagle3"} <= set(offered), offered

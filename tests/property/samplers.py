@@ -145,7 +145,7 @@ def rules_offered(source) -> list[str]:
     from specgate import vllm_compat
 
     text = (source / "vllm" / "config" / "speculative.py").read_text(encoding="utf-8")
-    return vllm_compat._literal_from_source(text, "RejectionSampleMethod")
+    return vllm_compat.literal_from_source(text, "RejectionSampleMethod")
 
 
 def _no_gpu_v2() -> str:

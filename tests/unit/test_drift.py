@@ -9,6 +9,7 @@ import warnings
 import pytest
 
 from specgate import history, machine
+from specgate.cli import history as cli_history
 from specgate.checks import Verdict
 from specgate.checks.drift import DriftWarning
 from specgate.profile import load_profile
@@ -129,20 +130,20 @@ def test_without_git_or_in_a_shallow_clone_drift_is_not_judged_and_the_summary_s
     git(repo, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
     judged, session = run(load(shallow), shallow, 1.75, "0.32.0", monkeypatch)
     assert judged["good"].verdict is Verdict.PASS  # the latest baseline alone: 2.75 against 2.833 x 0.95
-    assert any("drift (tolerance.drift_rtol 0.08) not judged: this is a shallow clone" in line for line in session.baselines.header())
+    assert any("drift (tolerance.drift_rtol 0.08) not judged: this is a shallow clone" in line for line in session.header())
     shutil.rmtree(repo / ".git")
     with warnings.catch_warnings():
         warnings.simplefilter("error", DriftWarning)
         judged, session = run(load(repo), repo, 1.85, "0.32.0", monkeypatch)
     assert judged["good"].verdict is Verdict.PASS
-    assert any("not judged" in line and "not a git checkout" in line for line in session.baselines.header())
+    assert any("not judged" in line and "not a git checkout" in line for line in session.header())
 
 
 def test_the_history_table_lists_each_update_with_its_vllm_and_marks_the_release_changes(repo):
     h = history.read(repo, "fake")
-    rows = history.table(h)
+    rows = cli_history.table(h)
     assert [(r.vllm, round(r.figures["acceptance"], 2)) for r in rows] == [("0.29.0", 3.0), ("0.30.0", 2.92), ("0.31.0", 2.83)]
-    assert [(old, new) for _, old, new in history.releases(rows)] == [("0.29.0", "0.30.0"), ("0.30.0", "0.31.0")]
+    assert [(old, new) for _, old, new in cli_history.releases(rows)] == [("0.29.0", "0.30.0"), ("0.30.0", "0.31.0")]
 
 
 def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_after_the_updates(repo, capsys, monkeypatch):

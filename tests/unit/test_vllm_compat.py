@@ -22,7 +22,7 @@ SpeculativeMethod = Literal["ngram", "draft_model", "suffix", EagleModelTypes, N
 
 
 def test_the_method_list_is_read_from_vllms_source_following_its_aliases():
-    methods = vllm_compat._literal_from_source(SOURCE, "SpeculativeMethod")
+    methods = vllm_compat.literal_from_source(SOURCE, "SpeculativeMethod")
     assert methods == ["ngram", "draft_model", "suffix", "eagle", "eagle3", "deepseek_mtp", "mtp", "ngram_gpu"]
 
 

@@ -1,0 +1,64 @@
+"""The `specgate` command: work on a run's results and on stored baselines without booting engines.
+
+    specgate report RESULTS_DIR            regenerate summary.md, report.html and plots/ of a run
+    specgate baselines diff A B            what moved from A to B (baseline files or results dirs)
+    specgate matrix DIR                    the vLLM release matrix table (ci/vllm-matrix.sh's results)
+    specgate rehearse --from A --to B      two vLLM releases side by side on this machine (exit 1: worse)
+    specgate calibrate --profile NAME      the speed gate's tolerances measured on this machine
+    specgate bisect --good A --bad B       the first release between A and B that fails the gate
+    specgate history [RESULTS_DIR ...]     every stored update of a baseline file over time (table, plots)
+    specgate download --profile NAME       fetch a profile's hub models ahead of the gate
+
+Each command is one module with `add_parser(commands)` and `main(args) -> exit code`, named in
+`COMMANDS`; importing them is cheap (pandas, matplotlib, torch and vLLM load inside `main`).
+
+Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
+`baselines diff` exits 0 whether or not values differ, like `diff --stat`; with `--exit-code` it
+exits 1 when they differ, like `git diff --exit-code`, for scripts that branch on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from specgate.errors import SpecgateError
+
+EXIT_OK, EXIT_DIFFERENT, EXIT_USAGE = 0, 1, 2
+# command -> the module that defines it, in the order `specgate --help` lists them
+COMMANDS = {
+    "report": "specgate.cli.report",
+    "baselines": "specgate.cli.baselines",
+    "matrix": "specgate.cli.matrix",
+    "rehearse": "specgate.rehearse",
+    "calibrate": "specgate.calibrate",
+    "bisect": "specgate.bisect",
+    "history": "specgate.cli.history",
+    "download": "specgate.download",
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specgate", description="Reports and baselines of the specgate speculative-decoding gate.")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module in COMMANDS.values():
+        importlib.import_module(module).add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the `specgate` console script; returns the exit code."""
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # --help or a usage error; argparse has printed it
+        return int(exc.code or 0) if isinstance(exc.code, int) else EXIT_USAGE
+    try:
+        return importlib.import_module(COMMANDS[args.command]).main(args)
+    except SpecgateError as exc:
+        print(f"specgate: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:  # unreadable or unwritable results: say which file, no traceback
+        print(f"specgate: {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_USAGE

@@ -1,0 +1,134 @@
+"""`specgate history`: every committed update of a profile's baselines over time, as a table (each
+update with the vLLM that measured each method, each gate's headline figure per method) and its page
+(history.md, history.html with plots, laid out by report/history.py), with gate runs' results
+directories after the stored updates.
+
+    specgate history [--profile P] [--hardware KEY|all] [RESULTS_DIR ...] [--out DIR]
+
+The history itself is read by specgate.history (also what the drift check reads).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from specgate.baselines import baselines_dir
+from specgate.errors import SpecgateError
+from specgate.history import History, headlines, read
+from specgate.machine import detect_device, hardware_key
+
+
+class HistoryError(SpecgateError):
+    """Raised when `specgate history` has nothing to read: the message names the file and the fix."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One line of the history table: an update (or a results directory) and one method in it."""
+
+    label: str  # 'abc1234' or a results directory's name
+    date: str
+    hardware: str
+    method: str
+    vllm: str
+    figures: dict[str, float]
+    stored: bool  # a committed update (else a run given on the command line)
+    subject: str = ""
+
+
+def table(history: History, runs: list[Path] = ()) -> list[Row]:
+    """The history table: every measurement in the history (an update that re-measured nothing: one row
+    without a method), then each results directory's run."""
+    rows = []
+    for update in history.updates:
+        these = [p for p in history.points if p.update is update and p.method != "baseline"]
+        rows += [Row(update.short, update.date[:10], p.hardware, p.method, p.vllm, headlines(p.values), True, update.subject)
+                 for p in these] or [Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)]
+    for run in runs:
+        rows += _run_rows(Path(run))
+    return rows
+
+
+def _run_rows(run: Path) -> list[Row]:
+    """A results directory's measurements (its baselines.json and run.json), as rows of the table."""
+    path = run / "baselines.json"
+    if not path.is_file():
+        raise HistoryError(f"{run} has no baselines.json; give the results directory of a gate run "
+                           f"(results/<run-id>/, written by `pytest -m gpu`).")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        meta = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise HistoryError(f"{path} (or run.json next to it) is not valid JSON ({exc}); rerun the gate to recreate it.") from None
+    out = []
+    for method, entry in sorted(data.get("methods", {}).items()):
+        if method == "baseline":
+            continue
+        prov = entry.get("provenance", {})
+        date = str(meta.get("started") or prov.get("date") or "")[:10]
+        out.append(Row(run.name, date, str(data.get("hardware")), method, str(prov.get("vllm") or meta.get("vllm")),
+                       headlines(entry), False))
+    return out
+
+
+def releases(rows: list[Row]) -> list[tuple[int, str, str]]:
+    """(index of the first row of a release, previous vLLM, new vLLM) wherever the vLLM changed between
+    consecutive updates (rows grouped by label in order)."""
+    labels = list(dict.fromkeys(r.label for r in rows))
+    per_label = {lab: sorted({r.vllm for r in rows if r.label == lab and r.method}) for lab in labels}
+    out, previous = [], None
+    for i, lab in enumerate(labels):
+        now = ", ".join(per_label[lab])
+        if not now:  # an update that re-measured nothing
+            continue
+        if previous is not None and now != previous:
+            out.append((i, previous, now))
+        previous = now
+    return out
+
+
+def main(args: argparse.Namespace) -> int:
+    from specgate.profile import find_profile, load_profile
+    from specgate.report import history as page
+
+    root = Path(args.root).resolve()
+    profile = load_profile(find_profile(args.profile, root), root)
+    if args.hardware == "all":
+        hardware = None
+    elif args.hardware:
+        hardware = args.hardware
+    else:
+        here = hardware_key(*detect_device(profile.hardware))
+        hardware = here if (baselines_dir(root) / profile.name / f"{here}.json").is_file() else None
+    history = read(root, profile.name, hardware)
+    if history.top is None:
+        raise HistoryError(f"no history to read: {history.problem}. `specgate history` reads the git history of "
+                           f"{baselines_dir(root) / profile.name}; run it in a git clone of the project.")
+    rows = table(history, args.runs)
+    if not rows:
+        raise HistoryError(f"no committed update of {baselines_dir(root) / profile.name}"
+                           f"{'/' + hardware + '.json' if hardware else ''} and no results directory given: nothing to show. "
+                           f"Commit a baseline file (pytest -m gpu --update-baselines) first.")
+    out = Path(args.out or root / "results" / f"history-{profile.name}")
+    paths = page.write(out, profile.name, hardware or "every machine", rows, releases(rows), history.problem)
+    print(Path(paths["markdown"]).read_text(encoding="utf-8"), end="")
+    print(f"history: {paths['markdown']}, {paths['html']}")
+    return 0
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser(
+        "history", help="every committed update of a profile's baselines over time: table and plots",
+        description="Read the git history of baselines/<profile>/<hardware>.json (each committed update: date, "
+                    "revision, the vLLM that measured each method) and the results directories given, and write a "
+                    "history table and plots (each gate's headline figure per method over the updates, vLLM "
+                    "releases marked) to history.md and history.html.")
+    p.add_argument("runs", nargs="*", type=Path, metavar="RESULTS_DIR", help="gate runs to add after the stored updates")
+    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+    p.add_argument("--hardware", default="", metavar="KEY|all",
+                   help="one machine's file (default: this machine's when it has one, else every machine's)")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write (default results/history-<profile>)")
+    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
