@@ -45,6 +45,7 @@ from pathlib import Path
 
 from specgate.errors import SpecgateError
 from specgate.formatting import num
+from specgate.run_record import DIED, Engine, Outcome, read
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 RUN_GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")
@@ -174,6 +175,7 @@ class Step:
     results: str = ""
     figures: list[dict] = field(default_factory=list)  # the figures that failed: method gate key metric value baseline bound
     failed_gates: list[str] = field(default_factory=list)
+    diagnosis: str = ""  # a step whose engine died after it booted: the run's diagnosis, or which engine died how
 
 
 def _moved(row: dict) -> bool:
@@ -210,49 +212,58 @@ def _tail(path: Path, n: int = 12) -> str:
 
 
 def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path | None = None) -> Step:
-    """Good, bad or skip for one gate run's results directory (run.json, measurements.json)."""
+    """Good, bad or skip for one gate run's results directory (its run record, measurements.json). A bad
+    step's reason leads with what the run record's verdict leads with: the first correctness failure or
+    engine death, in the order they happened (an engine that died after greedy outputs had already
+    changed is the second thing said, not the first)."""
     out = Path(out)
     label = out.name
     if not (out / "run.json").is_file():
         return Step(label, SKIP, f"the gate run wrote no run.json (it crashed before the end); its log {log} ends: "
                                  + " / ".join(_tail(log, 4).splitlines()) if log else "the gate run wrote no run.json")
-    run = json.loads((out / "run.json").read_text(encoding="utf-8"))
-    engines = run.get("engines") or {}
-    base = engines.get("baseline") or {}
-    if base.get("boot_error") or base.get("died"):
-        how = "did not boot" if base.get("boot_error") else "died"
-        return Step(label, SKIP, f"vLLM's baseline engine (no speculation) {how}: {base.get('boot_error') or base.get('died')}")
-    diagnosis = next((line for line in run.get("summary_lines", []) if str(line).startswith("speculative decoding is broken")), "")
-    died = [(m, engines[m]["died"]) for m in methods if (engines.get(m) or {}).get("died")]
-    if died:
-        reason = diagnosis or "; ".join(f"method {m}'s engine died after it booted: {why}" for m, why in died)
-        return Step(label, BAD, f"broken: {reason}", failed_gates=list(RUN_GATES))
-    no_boot = {m: engines[m]["boot_error"] for m in methods
-               if (engines.get(m) or {}).get("boot_error") and not engines[m].get("skipped")}
+    run = read(out)
+    base = run.engines.get("baseline") or Engine()
+    if base.boot_error or base.died:
+        how = "did not boot" if base.boot_error else "died"
+        return Step(label, SKIP, f"vLLM's baseline engine (no speculation) {how}: {base.boot_error or base.died}")
+    no_boot = {m: e.boot_error for m, e in run.engines.items() if m in methods and e.boot_error and not e.skipped}
     gates = set(chase or RUN_GATES) | {"equivalence"}
-    outcomes = [o for o in run.get("outcomes", []) if o.get("method") in methods and o.get("gate") in gates]
-    failed = [o for o in outcomes if o.get("outcome") in ("failed", "error") and o.get("method") not in no_boot]
-    if failed:
-        rows = []
-        if (out / "measurements.json").is_file():
-            rows = json.loads((out / "measurements.json").read_text(encoding="utf-8"))
-        bad = {(o["method"], o["gate"]) for o in failed}
-        figures = [r for r in rows if r.get("verdict") in ("fail", "error") and (r.get("method"), r.get("gate")) in bad and _moved(r)]
-        figures.sort(key=lambda r: r.get("position") is not None)  # headline figures before per-position rates
-        figures = [{k: r.get(k) for k in ("method", "gate", "key", "metric", "position", "value", "baseline", "bound",
-                                          "ci_low", "ci_high")} for r in figures]
-        said = "; ".join(describe_figure(f) for f in figures[:3]) or (
-            f"{failed[0]['method']} / {failed[0]['gate']}: " + str(failed[0].get("message") or "").splitlines()[0][:300]
-            if failed[0].get("message") else f"{failed[0]['nodeid']} {failed[0]['outcome']}")
-        more = f" (and {len(figures) - 3} more)" if len(figures) > 3 else ""
-        return Step(label, BAD, said + more, figures=figures, failed_gates=sorted({o["gate"] for o in failed}))
+    outcomes = [o for o in run.outcomes if o.method in methods and o.gate in gates]
+    failed = [o for o in run.failures(methods, gates) if o.method not in no_boot]
+    died = run.death_line(methods)
+    if died or failed:
+        figures = _failed_figures(out, failed)
+        lead = run.lead(methods, gates)
+        diagnosis = run.diagnosis or died
+        if lead is None or lead.cause == DIED:
+            reason = f"broken: {diagnosis}"
+        else:
+            said = "; ".join(describe_figure(f) for f in figures[:3]) or lead.line()
+            reason = said + (f" (and {len(figures) - 3} more)" if len(figures) > 3 else "")
+            reason += f"; after that, broken: {diagnosis}" if died else ""
+        failed_gates = list(RUN_GATES) if died else sorted({o.gate for o in failed})
+        return Step(label, BAD, reason, figures=figures, failed_gates=failed_gates, diagnosis=diagnosis if died else "")
     if no_boot:
         return Step(label, SKIP, "; ".join(f"method {m}'s engine did not boot: {why}" for m, why in no_boot.items()))
-    if any(o.get("outcome") == "passed" for o in outcomes if o.get("gate") in (chase or RUN_GATES)):
-        judged = sum(o.get("outcome") == "passed" for o in outcomes)
+    if any(o.outcome == "passed" for o in outcomes if o.gate in (chase or RUN_GATES)):
+        judged = sum(o.outcome == "passed" for o in outcomes)
         return Step(label, GOOD, f"{judged} checks of {', '.join(sorted(gates))} passed against the reference's figures")
-    skipped = [str(o.get("message") or "").splitlines()[0] for o in outcomes if o.get("outcome") == "skipped"]
+    skipped = [o.message.splitlines()[0] for o in outcomes if o.outcome == "skipped" and o.message]
     return Step(label, SKIP, "nothing judged: " + (skipped[0][:300] if skipped else "no test of the chased gates ran"))
+
+
+def _failed_figures(out: Path, failed: list[Outcome]) -> list[dict]:
+    """The figures past their bounds of the failed (method, gate)s, from the step's measurements.json:
+    those of correctness failures first, headline figures before per-position rates."""
+    rows = []
+    if (out / "measurements.json").is_file():
+        rows = json.loads((out / "measurements.json").read_text(encoding="utf-8"))
+    bad = {(o.method, o.gate) for o in failed if not o.cause}
+    correctness = {(o.method, o.gate) for o in failed if o.correctness}
+    figures = [r for r in rows if r.get("verdict") in ("fail", "error") and (r.get("method"), r.get("gate")) in bad and _moved(r)]
+    figures.sort(key=lambda r: ((r.get("method"), r.get("gate")) not in correctness, r.get("position") is not None))
+    return [{k: r.get(k) for k in ("method", "gate", "key", "metric", "position", "value", "baseline", "bound",
+                                   "ci_low", "ci_high")} for r in figures]
 
 
 # -- the search -------------------------------------------------------------------------------------
@@ -406,8 +417,8 @@ class Bisection:
                        f"tested (skip): " + "; ".join(f"{self.labels[i]}: {self.steps[self.labels[i]].reason}" for i in skipped))
         else:
             out.append(f"first bad: {self.labels[hi]} (previous good: {prev})")
-        if first.reason.startswith("broken: "):
-            out.append(f"  diagnosis: {first.reason.removeprefix('broken: ')}")
+        if first.diagnosis:
+            out.append(f"  diagnosis: {first.diagnosis}")
         previous = self._figures(prev)
         moved = [f for f in first.figures if _moved(f)]
         for fig in moved[:6]:

@@ -11,7 +11,8 @@
     │   └── EngineStalled          a running engine made no progress for stall_timeout_s: what it
     │                              was doing, where its stacks are; its processes were stopped
     ├── EndpointError              (endpoint.py) a --specgate-endpoint server is unreachable or not vLLM
-    ├── ResultsError               (report.py) a results directory is missing or corrupt
+    ├── ResultsError               a results directory, its measurements or its run record (run.json) is
+    │                              missing, corrupt or of another schema
     └── NotMeasurable              this run cannot measure it (e.g. memory of a remote server): a skip
 
 Every message is one paragraph naming the file or option at fault and what to do about it, so the
@@ -87,6 +88,11 @@ class EngineStalled(EngineDied):
     its processes were stopped after their stacks were written next to its log."""
 
     happened = "was stopped for making no progress"
+
+
+class ResultsError(SpecgateError):
+    """Raised when a results directory, its measurements table or its run.json is missing, corrupt, or
+    of a schema this specgate does not read; the message names the file and what to do."""
 
 
 class NotMeasurable(SpecgateError):

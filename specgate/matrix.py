@@ -1,21 +1,21 @@
 """The vLLM release matrix as one table: release x gate -> pass / fail / skip, with the diagnosis.
 
 ci/vllm-matrix.sh (and the CI workflow specgate-vllm-matrix.yml) run, per release, the suite's own
-tests (`tests.xml`, JUnit) and a short gate (`gate/run.json`) into `<matrix dir>/<release>/`;
-`specgate matrix DIR` reads them back:
+tests (`tests.xml`, JUnit) and a short gate (`gate/run.json`, its run record) into
+`<matrix dir>/<release>/`; `specgate matrix DIR` reads them back:
 
     | release | vLLM | suite tests | equivalence | acceptance | speedup | memory | lifecycle | diagnosis |
 """
 
 from __future__ import annotations
 
-import json
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
 from specgate.checks import GATES
 from specgate.errors import SpecgateError
+from specgate.run_record import RunRecord, read
 
 _SHORT = {"passed": "pass", "failed": "fail", "error": "error", "skipped": "skip"}
 
@@ -37,10 +37,10 @@ def _tests_cell(path: Path) -> str:
         f", {totals['skipped']} skipped" if totals["skipped"] else "")
 
 
-def _gate_cells(run: dict) -> dict[str, str]:
+def _gate_cells(run: RunRecord) -> dict[str, str]:
     cells = {}
     for gate in GATES:
-        counts = Counter(_SHORT.get(o["outcome"], o["outcome"]) for o in run.get("outcomes", []) if o.get("gate") == gate)
+        counts = Counter(_SHORT.get(o.outcome, o.outcome) for o in run.outcomes if o.gate == gate)
         if not counts:
             cells[gate] = "–"
             continue
@@ -50,15 +50,10 @@ def _gate_cells(run: dict) -> dict[str, str]:
     return cells
 
 
-def _diagnosis(run: dict) -> str:
-    """The run's own diagnosis line, else the first failure's first line, else ''."""
-    for line in run.get("summary_lines", []):
-        if line.startswith("speculative decoding is broken"):
-            return line
-    for o in run.get("outcomes", []):
-        if o.get("outcome") in ("failed", "error") and o.get("message"):
-            return f"{o['method']} / {o['gate']}: {o['message'].splitlines()[0][:300]}"
-    return ""
+def _diagnosis(run: RunRecord) -> str:
+    """The run's own diagnosis (speculative decoding broken in this vLLM), else its verdict: the first
+    correctness failure or engine death, else the first failure; '' when nothing failed."""
+    return run.diagnosis or run.verdict()
 
 
 def rows(matrix_dir: Path) -> list[dict[str, str]]:
@@ -73,8 +68,8 @@ def rows(matrix_dir: Path) -> list[dict[str, str]]:
             row.update(tests="not run", diagnosis="setup failed: " + (release / "setup.failed").read_text().strip()[:300])
             row.update({g: "not run" for g in GATES})
         elif (release / "gate" / "run.json").is_file():
-            run = json.loads((release / "gate" / "run.json").read_text(encoding="utf-8"))
-            row.update(_gate_cells(run), vllm=str(run.get("vllm_release") or run.get("vllm") or ""), diagnosis=_diagnosis(run))
+            run = read(release / "gate" / "run.json")
+            row.update(_gate_cells(run), vllm=str(run.vllm_release or run.vllm or ""), diagnosis=_diagnosis(run))
         else:
             row.update({g: "no results" for g in GATES})
             row["diagnosis"] = "the gate wrote no run.json (see gate.log)"

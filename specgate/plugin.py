@@ -15,14 +15,17 @@ import datetime as _dt
 import json
 import os
 import re
+import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from specgate import machine, scaleout
 from specgate.checks import GATES, key_of
-from specgate.errors import EngineBootError, NotMeasurable, SpecgateError
+from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE, SCENARIOS
+from specgate.run_record import DIED, NO_BOOT, Outcome
 
 _PLAN_KEY = pytest.StashKey["object"]()
 _SESSION_KEY = pytest.StashKey["object"]()
@@ -32,6 +35,7 @@ _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 _WORKERS_KEY = pytest.StashKey[list]()
 _RUN_KEY = pytest.StashKey["RunLife"]()
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
+CAUSE = "specgate_cause"  # a test's user property: why its check could not judge (run_record.Outcome.cause)
 DEFAULT_STAGE = 50
 MARKERS = (
     "gpu: boots an inference engine (real vLLM); the gate itself",
@@ -402,20 +406,26 @@ def gate(request: pytest.FixtureRequest):
     session.release_all()
 
 
-def _guard(gate, fn, *args, **kwargs):
+def _guard(gate, node: pytest.Item, fn, *args, **kwargs):
     """Run a session call; what cannot be measured is a skip, a boot failure a skip (expected by the
     profile) or a one-paragraph failure, any other SpecgateError a failure without a traceback. The
     skip or failure is raised outside the except block, so pytest says it once (no "During handling
-    of the above exception")."""
+    of the above exception"). An engine that died or did not boot is noted on the test (the run
+    record's Outcome.cause): its failure is no verdict of its check."""
+    cause = ""
     try:
         return fn(*args, **kwargs)
     except NotMeasurable as exc:
         skip = failure = str(exc) or type(exc).__name__
     except EngineBootError as exc:
-        skip = gate.host.expected_boot_failure(exc.method, exc)
+        skip, cause = gate.host.expected_boot_failure(exc.method, exc), NO_BOOT
         failure = str(exc) if exc.repeat else f"{exc}\n--- engine log tail ---\n{exc.log_tail}"
+    except EngineDied as exc:
+        skip, failure, cause = None, str(exc), DIED
     except SpecgateError as exc:
         skip, failure = None, str(exc)
+    if cause:
+        node.user_properties.append((CAUSE, cause))
     if skip:
         pytest.skip(skip)
     pytest.fail(failure, pytrace=False)
@@ -427,10 +437,10 @@ def judge(gate, request: pytest.FixtureRequest):
     boots during setup, so a boot failure shows as an error of this method's tests and nowhere else;
     a judgement with nothing to compare against skips here, saying why."""
     gate_name, _ = gate_of(request.node)
-    _guard(gate, gate.boot, method_of(request.node), gate_name)
+    _guard(gate, request.node, gate.boot, method_of(request.node), gate_name)
 
     def judge_(method: str, param=None, **options):
-        judgement = _guard(gate, gate.judge, gate_name, method, param, **options)
+        judgement = _guard(gate, request.node, gate.judge, gate_name, method, param, **options)
         if judgement.verdict.value == "skip":
             pytest.skip(judgement.message)
         return judgement
@@ -512,8 +522,6 @@ class OutcomeRecorder:
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        from specgate.results import Outcome
-
         described = self.items.get(report.nodeid)
         if described is None:
             return
@@ -531,7 +539,10 @@ class OutcomeRecorder:
             return
         if report.nodeid in self.outcomes and outcome == "passed":
             return
-        self.outcomes[report.nodeid] = Outcome(report.nodeid, *described, outcome, message)
+        cause = dict(report.user_properties).get(CAUSE, "") if outcome in ("failed", "error") else ""
+        self.outcomes[report.nodeid] = Outcome(report.nodeid, *described, outcome, message,
+                                               correctness="correctness" in report.keywords, cause=cause,
+                                               at=round(getattr(report, "start", 0.0) or time.time(), 3))
 
 
 def _failure_text(text: str, limit: int = 4000) -> str:
@@ -577,7 +588,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     payload = {
         "worker": scaleout.worker_id(),
         "lines": lines,
-        "outcomes": [o.__dict__ for o in outcomes],
+        "outcomes": [asdict(o) for o in outcomes],
         "table": measurement_table(gs.judgements.values()).to_json(orient="records"),
         "measured": gs.measured,
         "started": gs.started_wall,
@@ -615,7 +626,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
 
 def _summarize_workers(terminalreporter, config: pytest.Config, workers: list[dict]) -> None:
     """Controller of an xdist run: every worker's summary and baseline update, one combined report."""
-    from specgate.results import Outcome, write_combined
+    from specgate.results import write_combined
     from specgate.session import GateSession
 
     terminalreporter.section("specgate")

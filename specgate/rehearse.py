@@ -26,7 +26,7 @@ got worse.
 from __future__ import annotations
 
 import argparse
-import json
+import datetime as _dt
 import shutil
 import time
 from dataclasses import replace
@@ -36,6 +36,7 @@ from specgate import enginelog, stats
 from specgate.errors import SpecgateError
 from specgate.formatting import num
 from specgate.profile import BASELINE
+from specgate.run_record import REHEARSAL, Engine, Outcome, RunRecord
 
 UNCHANGED, BETTER, WORSE = "unchanged", "better", "worse"
 
@@ -58,7 +59,8 @@ class Rehearsal:
         self.methods = methods
         self.inputs = PromptInputs(profile, root)
         self.rows: list[dict] = []
-        self.outcomes: list[dict] = []
+        self.outcomes: list[Outcome] = []
+        self.engines: dict[str, Engine] = {}  # '<method>@<release>' -> the server that served it
 
     # -- one method ------------------------------------------------------------------------------
     def run_method(self, method) -> None:
@@ -70,6 +72,8 @@ class Rehearsal:
         with Server(self.old[1], profile, method, self.root, logs / f"{method.name}-{self.old[0]}.log") as old_server, \
                 Server(self.new[1], profile, method, self.root, logs / f"{method.name}-{self.new[0]}.log") as new_server:
             old, new = Endpoint(f"{method.name}@{self.old[0]}", old_server.url), Endpoint(f"{method.name}@{self.new[0]}", new_server.url)
+            for release, _ in (self.old, self.new):
+                self.engines[f"{method.name}@{release}"] = Engine(vllm=release, boots=1)
             try:
                 self._greedy(method, old, new)
                 self._speed(method, old, new)
@@ -160,17 +164,18 @@ class Rehearsal:
         self.rows.append({"method": method, "gate": gate, "key": key, "metric": metric, "value": new, "baseline": old,
                           "bound": bound, "ci_low": ci[0], "ci_high": ci[1], "concurrency": concurrency,
                           "verdict": table_verdict, "message": text, "unit": ""})
-        self.outcomes.append({"nodeid": f"rehearse::{method}::{gate}::{key}", "method": method, "gate": gate, "key": key,
-                              "outcome": "failed" if verdict == WORSE else "passed", "message": text, "change": verdict})
+        self.outcomes.append(Outcome(f"rehearse::{method}::{gate}::{key}", method, gate, key,
+                                     "failed" if verdict == WORSE else "passed", text, correctness=gate == "equivalence",
+                                     change=verdict, at=time.time()))
 
     def fail_method(self, method: str, error: Exception) -> None:
-        self.outcomes.append({"nodeid": f"rehearse::{method}", "method": method, "gate": "lifecycle", "key": "",
-                              "outcome": "error", "message": str(error), "change": "error"})
+        self.outcomes.append(Outcome(f"rehearse::{method}", method, "lifecycle", "", "error", str(error), change="error",
+                                     at=time.time()))
 
     def skip_method(self, method: str, why: str) -> None:
         """A method that cannot run here, as the gate skips it: its expected refusal, or not offered."""
-        self.outcomes.append({"nodeid": f"rehearse::{method}", "method": method, "gate": "lifecycle", "key": "",
-                              "outcome": "skipped", "message": why, "change": "skipped"})
+        self.outcomes.append(Outcome(f"rehearse::{method}", method, "lifecycle", "", "skipped", why, change="skipped",
+                                     at=time.time()))
 
     def cannot_run(self, method, error: Exception | None = None) -> str | None:
         """Why `method` does not run on one of the two releases, as the gate would skip it: a method
@@ -192,18 +197,19 @@ class Rehearsal:
         import pandas as pd
 
         from specgate import report
-
         from specgate.machine import detect_device, hardware_key
 
-        run = {"run_id": self.out.name, "profile": self.profile.name, "profile_path": str(self.profile.path),
-               "hardware": hardware_key(*detect_device(self.profile.hardware)),
-               "rehearsal": {"from": self.old[0], "to": self.new[0]}, "vllm": f"{self.old[0]} -> {self.new[0]}",
-               "started": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)), "wall_s": round(time.time() - started),
-               "outcomes": self.outcomes, "summary_lines": self.lines()}
+        run = RunRecord(
+            kind=REHEARSAL, run_id=self.out.name, profile=self.profile.name, profile_path=str(self.profile.path),
+            hardware=hardware_key(*detect_device(self.profile.hardware)),
+            rehearsal={"from": self.old[0], "to": self.new[0]}, vllm=f"{self.old[0]} -> {self.new[0]}",
+            started=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)),
+            finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), wall_s=round(time.time() - started),
+            engines=self.engines, outcomes=self.outcomes, summary_lines=self.lines(),
+        )
         table = pd.DataFrame(self.rows)
         paths = report.write_tables(self.out, table)
-        paths["run"] = self.out / "run.json"
-        paths["run"].write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+        paths["run"] = run.write(self.out / "run.json")
         paths.update(report.write_report(self.out, table, run))
         return paths
 
@@ -211,9 +217,9 @@ class Rehearsal:
         head = f"rehearsal {self.old[0]} -> {self.new[0]} (profile {self.profile.name}): method / gate / key: old -> new, verdict"
         out = [head, f"  (in the tables, 'baseline' is vLLM {self.old[0]} and the measured value vLLM {self.new[0]})"]
         for o in self.outcomes:
-            row = next((r for r in self.rows if (r["method"], r["gate"], r["key"]) == (o["method"], o["gate"], o["key"])), None)
+            row = next((r for r in self.rows if (r["method"], r["gate"], r["key"]) == (o.method, o.gate, o.key)), None)
             figures = f"{num(row['baseline'])} -> {num(row['value'])}" if row else ""
-            out.append(f"  {o['method']:<16} {o['gate']:<11} {o['key']:<18} {figures:<22} {o['message']}")
+            out.append(f"  {o.method:<16} {o.gate:<11} {o.key:<18} {figures:<22} {o.message}")
         return out
 
 
@@ -249,7 +255,7 @@ def main(args: argparse.Namespace) -> int:
     for line in rehearsal.lines():
         print(line)
     print(f"results: {paths['summary']}, {paths['html']} ({time.time() - started:.0f} s)")
-    return 1 if any(o["change"] in (WORSE, "error") for o in rehearsal.outcomes) else 0
+    return 1 if any(o.change in (WORSE, "error") for o in rehearsal.outcomes) else 0
 
 
 def add_parser(commands) -> None:

@@ -1,35 +1,22 @@
-"""A run's outcome as data: the measurements table, run.json and baselines.json in results/<run-id>/,
-and the terminal summary.
+"""A run's outcome as data: the measurements table, the run record (run.json) and baselines.json in
+results/<run-id>/, and the terminal summary.
 
 The checks recorded every figure with the baseline and bound it was judged against (Judgement.rows);
 this module only flattens them into the tidy table report.py renders, so a report can be rebuilt
-from disk. The plugin adds each test's outcome (Outcome) to run.json.
+from disk. The plugin hands over each test's outcome (run_record.Outcome) for the run record.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import io
-import json
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from specgate import baselines, machine
 from specgate.profile import BASELINE
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """One gate test's result as pytest reported it."""
-
-    nodeid: str
-    method: str
-    gate: str
-    key: str
-    outcome: str  # passed | failed | skipped | error
-    message: str = ""
+from specgate.run_record import GATE, Engine, Outcome, RunRecord
 
 
 def measurement_table(judgements):
@@ -48,7 +35,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
     ran = [r for r in host.records.values() if r.boot_s and r.method != BASELINE]
     failed = [r for r in host.records.values() if r.boot_error]
     lines = [f"{session.interrupted}: the run stopped there; what it measured until then follows"] if session.interrupted else []
-    lines += [judged_line([o.__dict__ if hasattr(o, "__dict__") else o for o in outcomes])] if outcomes else []
+    lines += [judged_line(list(outcomes))] if outcomes else []
     lines += header_lines(session)
     lines += [
         f"profile {session.profile.name} ({session.profile.path}); results in {plan.out_dir}",
@@ -184,15 +171,14 @@ def diagnosis(session) -> list[str]:
     ]
 
 
-def engines(session) -> dict[str, dict]:
-    """Per method: boots, runner, how the engine ended (for run.json)."""
-    out = {}
-    for name, r in session.host.records.items():
-        out[name] = {"boots": r.boots, "boot_s": [round(x, 2) for x in r.boot_s], "runner": r.runner or None,
-                     "boot_error": r.boot_error.reason if r.boot_error else None,
-                     "died": r.died.reason if r.died else None, "skipped": r.skipped_reason,
-                     "longest_idle_s": round(r.longest_idle_s, 2)}
-    return out
+def engines(session) -> dict[str, Engine]:
+    """Per method: the vLLM that served it, its model runner, its boots and how it ended (for run.json)."""
+    served_by = None if session.plan.endpoints is not None else vllm_release()
+    return {name: Engine(vllm=served_by if r.boots else None, runner=r.runner or None, boots=r.boots,
+                         boot_s=[round(x, 2) for x in r.boot_s], boot_error=r.boot_error.reason if r.boot_error else None,
+                         died=r.died.reason if r.died else None, skipped=r.skipped_reason,
+                         longest_idle_s=round(r.longest_idle_s, 2))
+            for name, r in session.host.records.items()}
 
 
 def _across_runners(session, method: str) -> str:
@@ -234,30 +220,37 @@ def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]
     return lines
 
 
-def run_metadata(session, outcomes: list[Outcome], started: float, summary_lines: list[str]) -> dict[str, Any]:
+def run_record(session, outcomes: list[Outcome], started: float, summary_lines: list[str]) -> RunRecord:
+    """The run's record (run.json): what ran, every test's outcome in the order they happened, the
+    diagnosis, the summary."""
     device, count = machine.detect_device(session.profile.hardware)
     prov = machine.provenance(session.plan.root, device, count)
     now = _dt.datetime.now(_dt.timezone.utc)
-    return {
-        "run_id": session.plan.out_dir.name,
-        "interrupted": session.interrupted or None,
-        "profile": session.profile.name,
-        "profile_path": str(session.profile.path),
-        "hardware": session.baselines.hardware,
-        "started": _dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
-        "finished": now.isoformat(timespec="seconds"),
-        "vllm": prov["vllm"],
-        "torch": prov["torch"],
-        "git_revision": prov["git_revision"],
-        "vllm_release": vllm_release(),
-        "baselines": {"file": str(session.baselines.path), "upgrade": session.baselines.upgrade()},
-        "notes": header_lines(session),
-        "prompts": prompt_record(session),
-        "engines": engines(session),
-        "time_spent_s": {k: round(v, 1) for k, v in session.spent.items()},
-        "outcomes": [asdict(o) for o in outcomes],
-        "summary_lines": summary_lines,
-    }
+    ordered = sorted(outcomes, key=lambda o: o.at if o.at is not None else float("inf"))  # stable: pytest's order
+    return RunRecord(
+        kind=GATE,
+        run_id=session.plan.out_dir.name,
+        interrupted=session.interrupted,
+        profile=session.profile.name,
+        profile_path=str(session.profile.path),
+        hardware=session.baselines.hardware,
+        started=_dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
+        finished=now.isoformat(timespec="seconds"),
+        wall_s=round(now.timestamp() - started, 1),
+        vllm=prov["vllm"],
+        torch=prov["torch"],
+        git_revision=prov["git_revision"],
+        vllm_release=vllm_release(),
+        baselines_file=str(session.baselines.path),
+        upgrade=session.baselines.upgrade(),
+        notes=header_lines(session),
+        prompts=prompt_record(session),
+        engines=engines(session),
+        time_spent_s={k: round(v, 1) for k, v in session.spent.items()},
+        outcomes=ordered,
+        diagnosis=next(iter(diagnosis(session)), ""),
+        summary_lines=summary_lines,
+    )
 
 
 def vllm_release() -> str:
@@ -270,7 +263,7 @@ def write_run(session, outcomes: list[Outcome], started: float, summary_lines: l
     """measurements.csv/.json, run.json, baselines.json (this run alone, in the stored format, for
     `specgate baselines diff`), summary.md and report.html in the session's output directory."""
     table = measurement_table(session.judgements.values())
-    return _write(session, table, run_metadata(session, outcomes, started, summary_lines), session.measured)
+    return _write(session, table, run_record(session, outcomes, started, summary_lines), session.measured)
 
 
 def write_combined(session, workers: list[dict], outcomes: list[Outcome], summary_lines: list[str]) -> dict[str, Path]:
@@ -285,17 +278,16 @@ def write_combined(session, workers: list[dict], outcomes: list[Outcome], summar
             for kind, entries in kinds.items():
                 measured.setdefault(method, {}).setdefault(kind, {}).update(entries)
     started = min(w["started"] for w in workers)
-    return _write(session, table, run_metadata(session, outcomes, started, summary_lines), measured)
+    return _write(session, table, run_record(session, outcomes, started, summary_lines), measured)
 
 
-def _write(session, table, run: dict[str, Any], measured: dict) -> dict[str, Path]:
+def _write(session, table, run: RunRecord, measured: dict) -> dict[str, Path]:
     from specgate import report
 
     out = session.plan.out_dir
     out.mkdir(parents=True, exist_ok=True)
     paths = report.write_tables(out, table)
-    paths["run"] = out / "run.json"
-    paths["run"].write_text(json.dumps(run, indent=2) + "\n", encoding="utf-8")
+    paths["run"] = run.write(out / "run.json")
     if measured:
         device, count = machine.detect_device(session.profile.hardware)
         empty = baselines.BaselineFile(out / "baselines.json", session.profile.name, session.baselines.hardware, {})

@@ -19,6 +19,7 @@ from specgate.baselines import baselines_dir
 from specgate.errors import SpecgateError
 from specgate.history import History, headlines, read
 from specgate.machine import detect_device, hardware_key
+from specgate.run_record import read as read_record
 
 
 class HistoryError(SpecgateError):
@@ -60,16 +61,17 @@ def _run_rows(run: Path) -> list[Row]:
                            f"(results/<run-id>/, written by `pytest -m gpu`).")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        meta = json.loads((run / "run.json").read_text(encoding="utf-8")) if (run / "run.json").is_file() else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise HistoryError(f"{path} (or run.json next to it) is not valid JSON ({exc}); rerun the gate to recreate it.") from None
+        raise HistoryError(f"{path} is not valid JSON ({exc}); rerun the gate to recreate it.") from None
+    record = read_record(run) if (run / "run.json").is_file() else None
+    started, vllm = (record.started, record.vllm) if record else ("", None)
     out = []
     for method, entry in sorted(data.get("methods", {}).items()):
         if method == "baseline":
             continue
         prov = entry.get("provenance", {})
-        date = str(meta.get("started") or prov.get("date") or "")[:10]
-        out.append(Row(run.name, date, str(data.get("hardware")), method, str(prov.get("vllm") or meta.get("vllm")),
+        date = str(started or prov.get("date") or "")[:10]
+        out.append(Row(run.name, date, str(data.get("hardware")), method, str(prov.get("vllm") or vllm),
                        headlines(entry), False))
     return out
 

@@ -24,10 +24,12 @@ from typing import Any
 
 import pandas as pd
 
+from specgate import run_record
 from specgate.checks import Verdict
-from specgate.errors import SpecgateError
+from specgate.errors import ResultsError
 from specgate.formatting import fmt, present
 from specgate.profile import BASELINE
+from specgate.run_record import Outcome, RunRecord
 
 COLUMNS = ("method", "gate", "key", "concurrency", "position", "metric", "value", "baseline", "bound",
            "ci_low", "ci_high", "unit", "verdict", "message", "basis")
@@ -36,11 +38,6 @@ _NUMBER = ("concurrency", "position", "value", "baseline", "bound", "ci_low", "c
 BASELINE_METHOD = BASELINE
 VERDICTS = tuple(v.value for v in Verdict)
 _MESSAGE_CHARS = 1000  # per message in summary.md; the full text stays in measurements.json
-
-
-class ResultsError(SpecgateError):
-    """Raised when a results directory, its measurements table or its run.json is missing or corrupt."""
-
 
 
 # ---------------------------------------------------------------- the table on disk
@@ -69,12 +66,11 @@ def write_tables(run_dir: Path, table: pd.DataFrame) -> dict[str, Path]:
     return paths
 
 
-def load_run(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """(measurements table, run.json) of a results directory; ResultsError naming the file when
+def load_run(run_dir: Path) -> tuple[pd.DataFrame, RunRecord]:
+    """(measurements table, run record) of a results directory; ResultsError naming the file when
     something is missing or unreadable."""
     run_dir = Path(run_dir)
-    hint = ("a results directory is what a gate run writes (results/<run-id>/ or --specgate-out); "
-            "rerun the gate to recreate it")
+    hint = run_record.HINT
     if not run_dir.is_dir():
         raise ResultsError(f"results directory {run_dir} does not exist or is not a directory; {hint}.")
     records = _read_json(run_dir / "measurements.json", hint)
@@ -85,9 +81,7 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
     if missing:
         raise ResultsError(f"{run_dir / 'measurements.json'} has rows without {', '.join(missing)}; "
                            f"it was not written by specgate's write_tables; {hint}.")
-    run = _read_json(run_dir / "run.json", hint)
-    if not isinstance(run, dict):
-        raise ResultsError(f"{run_dir / 'run.json'} is not a JSON object; {hint}.")
+    run = run_record.read(run_dir / "run.json", hint)
     return normalize(pd.DataFrame(records, columns=None if records else list(COLUMNS))), run
 
 
@@ -123,9 +117,9 @@ def headline(row: Mapping[str, Any]) -> str:
     return text + (f" ({', '.join(against)})" if against else "")
 
 
-def verdict_of(outcome: dict) -> str:
+def verdict_of(outcome: Outcome) -> str:
     """A test outcome's verdict ('' when pytest reported something else)."""
-    verdict = Verdict.from_outcome(str(outcome.get("outcome")))
+    verdict = Verdict.from_outcome(outcome.outcome)
     return verdict.value if verdict else ""
 
 

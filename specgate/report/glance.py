@@ -13,6 +13,7 @@ import pandas as pd
 from specgate.checks import GATES, worst
 from specgate.formatting import fmt, present
 from specgate.report.data import ordered, verdict_of
+from specgate.run_record import RunRecord
 
 # Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
 COMPACT = {
@@ -87,13 +88,13 @@ def _broke(row: dict) -> bool:
     return limit < row["bound"] - 1e-6
 
 
-def tables(table: pd.DataFrame, run: dict[str, Any]) -> list[tuple[str, list[str], list[tuple[str, list[str]]]]]:
+def tables(table: pd.DataFrame, run: RunRecord) -> list[tuple[str, list[str], list[tuple[str, list[str]]]]]:
     """(gate, header, [(verdict, cells)]) for summary.md: one row per method and key."""
-    outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
+    outcomes = run.outcomes
     out = []
     for gate in ordered(list(GATES) + list(table["gate"]), first=""):
         rows = table[table["gate"] == gate]
-        gate_outcomes = [o for o in outcomes if o.get("gate") == gate]
+        gate_outcomes = [o for o in outcomes if o.gate == gate]
         if rows.empty and not gate_outcomes:
             continue
         shown = [(m, h) for m, h in COMPACT.get(gate, []) if m in set(rows["metric"])]
@@ -103,10 +104,10 @@ def tables(table: pd.DataFrame, run: dict[str, Any]) -> list[tuple[str, list[str
         for rec in rows.to_dict("records"):
             groups.setdefault((rec["method"], rec["key"]), []).append(rec)
         for o in gate_outcomes:  # a test that measured nothing (a boot failure, a skip) still has its row
-            groups.setdefault((str(o.get("method", "")), str(o.get("key", ""))), [])
+            groups.setdefault((o.method, o.key), [])
         for (method, key), group in groups.items():
             verdict = worst(r["verdict"] for r in group) or worst(
-                verdict_of(o) for o in gate_outcomes if o.get("method") == method and o.get("key") == key)
+                verdict_of(o) for o in gate_outcomes if o.method == method and o.key == key)
             cells = []
             for metric, _ in shown:
                 hit = sorted((r for r in group if r["metric"] == metric), key=lambda r: present(r["position"]))

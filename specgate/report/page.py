@@ -14,6 +14,7 @@ import pandas as pd
 from specgate.report import glance, plots
 from specgate.formatting import fmt
 from specgate.report.data import normalize
+from specgate.run_record import RunRecord
 from specgate.report.tables import gate_tables, moved_rows, sweeps, title_line, totals
 
 # ---------------------------------------------------------------- report.html
@@ -42,19 +43,20 @@ def png_uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, Path] | None = None) -> str:
+def report_html(table: pd.DataFrame, run: RunRecord, plot_files: dict[str, Path] | None = None) -> str:
     """The self-contained report: title, plots (embedded PNGs), the summary tables and messages."""
     table = normalize(table)
     esc = html.escape
     counts = totals(table, run)
     state = "fail" if counts["fail"] or counts["error"] else "pass"
     parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-             f"<title>specgate {esc(str(run.get('run_id') or ''))}</title><style>{CSS}</style></head><body>",
+             f"<title>specgate {esc(run.run_id)}</title><style>{CSS}</style></head><body>",
              f"<h1 class='{state}'>specgate: {esc(title_line(table, run))}</h1>"]
-    about = [f"{k} {run[k]}" for k in ("torch", "git_revision", "started", "finished", "profile_path") if run.get(k)]
+    about = [f"{k} {getattr(run, k)}" for k in ("torch", "git_revision", "started", "finished", "profile_path")
+             if getattr(run, k)]
     if about:
         parts.append(f"<p class='meta'>{esc(' · '.join(map(str, about)))}</p>")
-    if upgrade := (run.get("baselines") or {}).get("upgrade"):
+    if upgrade := run.upgrade:
         moved = moved_rows(table)
         parts.append(f"<h2>{esc(upgrade.replace(' -> ', ' → '))}</h2>")
         parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in ("method", "gate", "key", "figure", "baseline",
@@ -101,8 +103,8 @@ def report_html(table: pd.DataFrame, run: dict[str, Any], plot_files: dict[str, 
     for family, header, body in sweeps(table):
         parts.append(f"<h2>Draft-length sweep: {esc(family)}</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header)
                      + "</tr>" + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
-    if run.get("summary_lines"):
-        parts.append("<h2>Session</h2><pre>" + esc("\n".join(map(str, run["summary_lines"]))) + "</pre>")
+    if run.summary_lines:
+        parts.append("<h2>Session</h2><pre>" + esc("\n".join(map(str, run.summary_lines))) + "</pre>")
     parts.append(f"<script>{SORT}</script></body></html>")
     return "\n".join(parts) + "\n"
 

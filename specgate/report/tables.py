@@ -14,6 +14,7 @@ import pandas as pd
 from specgate.checks import GATES, worst
 from specgate.report import glance
 from specgate.formatting import fmt, present
+from specgate.run_record import Outcome, RunRecord
 from specgate.report.data import VERDICTS, headline, metric_label, normalize, one_line, ordered, verdict_of
 
 
@@ -61,13 +62,13 @@ def _key_order(by_key: dict[str, list[dict]]) -> list[str]:
     return keys
 
 
-def gate_tables(table: pd.DataFrame, run: dict[str, Any]) -> list[_GateTable]:
-    outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
-    gates = ordered(list(GATES) + list(table["gate"]) + [str(o.get("gate", "")) for o in outcomes], first="")
+def gate_tables(table: pd.DataFrame, run: RunRecord) -> list[_GateTable]:
+    outcomes = run.outcomes
+    gates = ordered(list(GATES) + list(table["gate"]) + [o.gate for o in outcomes], first="")
     result = []
     for gate in gates:
         rows = table[table["gate"] == gate]
-        gate_outcomes = [o for o in outcomes if o.get("gate") == gate]
+        gate_outcomes = [o for o in outcomes if o.gate == gate]
         if rows.empty and not gate_outcomes:
             continue
         result.append(_gate_table(gate, rows, gate_outcomes))
@@ -103,12 +104,12 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
             if has_positions:
                 pos = sorted((r for r in group if r["metric"] == "position_rate"), key=lambda r: r["position"])
                 line.append(" / ".join(fmt(r["value"]) for r in pos) or "–")
-            matching = [o for o in outcomes if o.get("method") == method and o.get("key") == key]
+            matching = [o for o in outcomes if o.method == method and o.key == key]
             if not verdict and matching:
                 verdict = worst(verdict_of(o) for o in matching)
             messages = [r["message"] for r in group if r["verdict"] in ("fail", "error", "skip") and r["message"]]
             if not messages:
-                messages = [str(o.get("message") or "") for o in matching
+                messages = [o.message for o in matching
                             if verdict_of(o) in ("fail", "error", "skip")]
             if not metrics and not has_positions:
                 line.append(one_line(messages[0]) if messages else "")
@@ -121,19 +122,19 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         if method not in noted:
             for o in outcomes:
                 verdict = verdict_of(o)
-                if o.get("method") == method and not o.get("key") and o.get("message") and verdict in (
+                if o.method == method and not o.key and o.message and verdict in (
                         "fail", "error", "skip"):
-                    notes.setdefault((verdict, str(o["message"])), []).append(method)
+                    notes.setdefault((verdict, o.message), []).append(method)
 
     # tests that produced no measurement at all (an engine that did not boot, a skip before measuring)
     measured = {(m, k) for m, k, _, _ in cells}
     measured_methods = {m for m, _ in measured}
     for o in outcomes:
-        method, key = str(o.get("method", "")), str(o.get("key", ""))
+        method, key = o.method, o.key
         if (method, key) in measured or (not key and method in measured_methods):
             continue
         verdict = verdict_of(o)
-        message = str(o.get("message") or "")
+        message = o.message
         blank = ["–"] * (len(out.header) - 3)
         if blank and not metrics and not has_positions:
             blank[-1] = one_line(message)
@@ -160,9 +161,9 @@ def _label(rows: pd.DataFrame, metric: str, labels: dict[str, str]) -> str:
     return f"{metric_label(metric)} ({units[0]})" if units else metric.replace("_", " ")
 
 
-def totals(table: pd.DataFrame, run: dict[str, Any]) -> dict[str, int]:
+def totals(table: pd.DataFrame, run: RunRecord) -> dict[str, int]:
     """Counts per verdict: from the test outcomes when run.json has them, else from the table."""
-    outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
+    outcomes = run.outcomes
     if outcomes:
         verdicts = [verdict_of(o) for o in outcomes]
     else:
@@ -171,20 +172,20 @@ def totals(table: pd.DataFrame, run: dict[str, Any]) -> dict[str, int]:
     return {v: sum(1 for x in verdicts if x == v) for v in VERDICTS}
 
 
-def judged_line(outcomes: list[dict]) -> str:
+def judged_line(outcomes: list[Outcome]) -> str:
     """'judged 26 of 127 checks (26 passed, 0 failed); 101 skipped, mostly (88): <reason>' so that a
     mostly-skipped green run cannot be mistaken for a full pass."""
     verdicts = [verdict_of(o) for o in outcomes]
     judged = sum(v in ("pass", "fail", "error") for v in verdicts)
     skips = [o for o, v in zip(outcomes, verdicts) if v == "skip"]
-    skipped = [str(o.get("message") or "") for o in skips]
+    skipped = [o.message for o in skips]
     text = (f"judged {judged} of {len(outcomes)} checks ({verdicts.count('pass')} passed, "
             f"{verdicts.count('fail') + verdicts.count('error')} failed)")
     if not skipped:
         return text + "; none skipped"
 
     def shape(o, m: str) -> str:  # the reason without its method, key, names and numbers
-        for word in (str(o.get("key") or ""), str(o.get("method") or "")):
+        for word in (o.key, o.method):
             m = m.replace(word, "#") if word else m
         return re.sub(r"'[^']*'|\d+(?:\.\d+)?", "#", m)[:90]
 
@@ -194,30 +195,30 @@ def judged_line(outcomes: list[dict]) -> str:
     return text + f"; {len(skipped)} skipped, mostly ({shapes.count(main)}): {example[:240]}"
 
 
-def title_line(table: pd.DataFrame, run: dict[str, Any]) -> str:
+def title_line(table: pd.DataFrame, run: RunRecord) -> str:
     counts = totals(table, run)
     words = {"pass": "passed", "fail": "failed", "skip": "skipped",
              "error": "error" if counts["error"] == 1 else "errors"}
     count_text = ", ".join(f"{counts[v]} {words[v]}" for v in VERDICTS)
-    about = [f"run {run.get('run_id') or '?'}", f"profile {run.get('profile') or '?'}",
-             f"hardware {run.get('hardware') or '?'}", f"vLLM {run.get('vllm') or '?'}"]
+    about = [f"run {run.run_id or '?'}", f"profile {run.profile or '?'}", f"hardware {run.hardware or '?'}",
+             f"vLLM {run.vllm or '?'}"]
     return f"{'FAILED' if counts['fail'] or counts['error'] else 'passed'}: {count_text} · {' · '.join(about)}"
 
 
-def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
+def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
     """summary.md: one line of totals, then per gate a table and the messages of what did not pass."""
     table = normalize(table)
     lines = [f"# specgate: {title_line(table, run)}", ""]
-    outcomes = [o for o in run.get("outcomes", []) if isinstance(o, dict)]
+    outcomes = run.outcomes
     if outcomes:
         lines += [f"**{judged_line(outcomes)}**", ""]
-    notes = [n for n in run.get("notes", []) if not n.startswith("baselines: ")]  # the upgrade: below
+    notes = [n for n in run.notes if n != run.upgrade]  # the upgrade: below
     if notes:
         lines += [f"- {n}" for n in notes] + [""]
-    about = [f"{k} {run[k]}" for k in ("torch", "git_revision", "started", "finished") if run.get(k)]
+    about = [f"{k} {getattr(run, k)}" for k in ("torch", "git_revision", "started", "finished") if getattr(run, k)]
     if about:
         lines += [" · ".join(about), ""]
-    upgrade = (run.get("baselines") or {}).get("upgrade")
+    upgrade = run.upgrade
     if upgrade:
         lines += [f"**{upgrade.replace(' -> ', ' → ')}**", ""]
         moved = moved_rows(table)
@@ -252,8 +253,8 @@ def summary_markdown(table: pd.DataFrame, run: dict[str, Any]) -> str:
     for family, header, body in sweeps(table):
         lines += [f"## draft-length sweep: {family}", "", "| " + " | ".join(header) + " |",
                   "| " + " | ".join("---" for _ in header) + " |", *("| " + " | ".join(r) + " |" for r in body), ""]
-    if run.get("summary_lines"):
-        lines += ["## session", "", "```", *map(str, run["summary_lines"]), "```", ""]
+    if run.summary_lines:
+        lines += ["## session", "", "```", *map(str, run.summary_lines), "```", ""]
     return "\n".join(lines)
 
 

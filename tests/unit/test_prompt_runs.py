@@ -75,8 +75,8 @@ def test_summary_and_run_json_name_each_sets_source_per_category_counts_ids_and_
     assert f"SPEED-Bench qualitative ({SPEED_BENCH / 'qualitative.jsonl'}): 11 categories x 1 of 3 (seeded draw) = 11 prompts" in acceptance
     load = next(line for line in lines if line.startswith("prompts for the speedup load (32 output tokens each): "))
     assert load.endswith("3 categories x 2 = 6 prompts; 3 longer than 992 tokens skipped"), load
-    run = results.run_metadata(session, [], time.time(), lines)
-    record = json.loads(json.dumps(run["prompts"]))  # as run.json holds it
+    run = results.run_record(session, [], time.time(), lines)
+    record = json.loads(json.dumps(run.prompts))  # as run.json holds it
     (acc,) = record["equivalence_acceptance"]["entries"]
     assert acc["per_category"] == 1 and len(acc["prompt_ids"]) == 11 and acc["used"] == {c: 1 for c in acc["available"]}
     assert acc["available"]["coding"] == 3 and acc["skipped_too_long"] == [] and record["equivalence_acceptance"]["tokenized"]
@@ -103,7 +103,7 @@ def test_a_fallback_is_said_in_the_summary_notes_and_collects_the_fallbacks_cate
     note = (f"equivalence and acceptance prompts: SPEED-Bench qualitative is not on this machine (set ${SPEED_BENCH_ENV} "
             "to its directory), so fixtures/prompts/embedded.jsonl stands in")
     assert note in lines and "prompts (every gate): fixtures/prompts/embedded.jsonl: 5 categories x 12 = 60 prompts" in lines
-    assert note in results.run_metadata(s, [], time.time(), lines)["notes"]
+    assert note in results.run_record(s, [], time.time(), lines).notes
 
 
 @pytest.mark.needs_vllm

@@ -9,6 +9,7 @@ import pytest
 
 from specgate import report
 from specgate.report import ResultsError
+from specgate.run_record import Outcome, RunRecord
 
 CATEGORIES = ("code_continuation", "code_editing", "doc_prose", "repetitive_lists", "structured_output")
 # method -> (mean acceptance length per category, per-position rates of the first category)
@@ -94,21 +95,24 @@ def fabricated_table(gates=("equivalence", "acceptance", "speedup", "memory", "l
     return report.normalize(pd.DataFrame(rows))
 
 
-def fabricated_run(**extra) -> dict:
-    run = {"run_id": "20261122-031500", "profile": "cpu-tiny", "profile_path": "fixtures/profiles/cpu-tiny.toml",
+EMPTY_RUN = RunRecord("gate", "", "")  # a run record that says nothing about the run
+
+
+def fabricated_run(**extra) -> RunRecord:
+    run = {"kind": "gate", "run_id": "20261122-031500", "profile": "cpu-tiny",
+           "profile_path": "fixtures/profiles/cpu-tiny.toml",
            "hardware": "cpu-intel-xeon-processor-2c", "started": "2026-11-22T03:15:00+00:00",
            "finished": "2026-11-22T03:29:41+00:00", "vllm": "0.32.0", "torch": "2.13.0+cpu",
            "git_revision": "fab8bdc",
-           "outcomes": [{"nodeid": "tests/gate/test_acceptance.py::test_acceptance[eagle3]", "method": "eagle3",
-                         "gate": "acceptance", "key": "", "outcome": "failed", "message": "see table"},
-                        {"nodeid": "tests/gate/test_equivalence.py::test_greedy[medusa]", "method": "medusa",
-                         "gate": "equivalence", "key": "greedy", "outcome": "error",
-                         "message": "engine for medusa did not boot: RuntimeError: out of memory\n(log tail)"},
-                        {"nodeid": "tests/gate/test_equivalence.py::test_greedy[ngram]", "method": "ngram",
-                         "gate": "equivalence", "key": "greedy", "outcome": "passed", "message": ""}],
+           "outcomes": [Outcome("tests/gate/test_acceptance.py::test_acceptance[eagle3]", "eagle3", "acceptance", "",
+                                "failed", "see table"),
+                        Outcome("tests/gate/test_equivalence.py::test_greedy[medusa]", "medusa", "equivalence", "greedy",
+                                "error", "engine for medusa did not boot: RuntimeError: out of memory\n(log tail)"),
+                        Outcome("tests/gate/test_equivalence.py::test_greedy[ngram]", "ngram", "equivalence", "greedy",
+                                "passed", "")],
            "summary_lines": ["engines booted: 5 (4 methods + 1 baseline)", "memory not returned: none"]}
     run.update(extra)
-    return run
+    return RunRecord(**run)
 
 
 def test_tables_round_trip_through_json_and_csv(tmp_path):
@@ -117,10 +121,10 @@ def test_tables_round_trip_through_json_and_csv(tmp_path):
     assert paths["csv"].exists() and paths["json"].exists()
     records = json.loads(paths["json"].read_text())
     assert len(records) == len(table) and records[0]["ci_low"] is None  # null, not NaN
-    (tmp_path / "run.json").write_text(json.dumps(fabricated_run()))
+    fabricated_run().write(tmp_path / "run.json")
     again, run = report.load_run(tmp_path)
     pd.testing.assert_frame_equal(again, table, check_dtype=False)
-    assert run["profile"] == "cpu-tiny"
+    assert run.profile == "cpu-tiny"
     from_csv = report.normalize(pd.read_csv(paths["csv"]))
     assert from_csv["message"].tolist() == table["message"].tolist()  # "" stays "", not NaN
 
@@ -147,13 +151,13 @@ def test_summary_has_totals_numbers_against_baseline_and_failure_messages():
 
 
 def test_speedup_rows_are_in_concurrency_order():
-    text = report.summary_markdown(fabricated_table(gates=("speedup",)), {})
+    text = report.summary_markdown(fabricated_table(gates=("speedup",)), EMPTY_RUN)
     eagle = [line for line in text.splitlines() if line.startswith("| eagle |")]
     assert [line.split(" | ")[1] for line in eagle] == ["C=1", "C=4", "C=16"]
 
 
 def test_totals_come_from_the_table_without_outcomes():
-    counts = report.totals(fabricated_table(), {})
+    counts = report.totals(fabricated_table(), EMPTY_RUN)
     assert counts["fail"] == 3 and counts["skip"] == 3 and counts["error"] == 0  # eagle3 x2, ngram memory
 
 
@@ -184,7 +188,7 @@ def test_missing_gates_leave_a_sentence_instead_of_a_plot(tmp_path, monkeypatch)
 
 def test_an_empty_table_still_makes_a_report(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    paths = report.write_report(tmp_path, pd.DataFrame(columns=report.COLUMNS), {"run_id": "r"})
+    paths = report.write_report(tmp_path, pd.DataFrame(columns=report.COLUMNS), RunRecord("gate", "r", ""))
     assert "No measurements were recorded" in paths["summary"].read_text()
     assert "data:image" not in paths["html"].read_text()
 
@@ -229,7 +233,7 @@ def test_unreadable_results_are_named_with_what_to_do(tmp_path, setup, words):
 
 def test_a_run_on_another_vllm_than_its_baselines_says_so_and_lists_what_moved():
     upgrade = "baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0"
-    text = report.summary_markdown(fabricated_table(gates=("acceptance",)), fabricated_run(baselines={"upgrade": upgrade}))
+    text = report.summary_markdown(fabricated_table(gates=("acceptance",)), fabricated_run(upgrade=upgrade))
     assert "**baselines: vLLM 0.31.0 (2026-11-25) → this run: vLLM 0.32.0**" in text.splitlines()[:8]
     moved = text.split("## What moved (vLLM 0.31.0 (2026-11-25) → vLLM 0.32.0)")[1].split("## ")[0]
     assert "| eagle3 | acceptance | doc_prose | mean_acceptance_length | 1.68 | 1.23 | -26.8% |" in moved
@@ -255,8 +259,8 @@ def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkey
 
 def test_the_summary_opens_with_how_much_was_judged_and_why_the_rest_was_skipped():
     reason = "no stored acceptance baseline for method 'ngram', doc_prose in baselines/x.json; create it"
-    outcomes = [{"method": "ngram", "gate": "acceptance", "key": c, "outcome": "skipped", "message": reason.replace("doc_prose", c)}
-                for c in CATEGORIES] + [{"method": "ngram", "gate": "equivalence", "key": "greedy", "outcome": "passed"}]
+    outcomes = [Outcome("", "ngram", "acceptance", c, "skipped", reason.replace("doc_prose", c))
+                for c in CATEGORIES] + [Outcome("", "ngram", "equivalence", "greedy", "passed")]
     line = report.judged_line(outcomes)
     assert line.startswith("judged 1 of 6 checks (1 passed, 0 failed); 5 skipped, mostly (5): no stored acceptance baseline")
     text = report.summary_markdown(fabricated_table(gates=("equivalence",)), fabricated_run(outcomes=outcomes))
@@ -271,9 +275,9 @@ def test_divergence_gaps_are_plotted_against_the_margin_not_listed_as_a_column(t
     table = report.normalize(pd.DataFrame(rows))
     assert report.plot_divergence_gaps(table) is not None
     assert report.plot_divergence_gaps(report.normalize(pd.DataFrame(rows[:3]))) is None
-    text = report.summary_markdown(table, {})
+    text = report.summary_markdown(table, EMPTY_RUN)
     assert "logprob gap" not in text.split("## equivalence")[1].split("\n")[2]  # not a column of the gate table
-    paths = report.write_report(tmp_path, table, {}, step_summary=False)
+    paths = report.write_report(tmp_path, table, EMPTY_RUN, step_summary=False)
     assert "plot:divergence_gaps" in paths
 
 
@@ -291,7 +295,7 @@ def test_a_draft_length_sweep_is_shown_against_k_with_the_best_k_per_level():
     assert family == "ngram" and header == ["k", "mean acceptance length", "acceptance rate", "speedup C=1", "speedup C=4"]
     assert [r[0] for r in body] == ["2", "3", "4", "best k"]
     assert body[-1][3:] == ["k=3 (stored: k=2)", "k=2 (stored: k=3)"]  # the best k moved at both levels
-    assert "## draft-length sweep: ngram" in report.summary_markdown(table, {})
+    assert "## draft-length sweep: ngram" in report.summary_markdown(table, EMPTY_RUN)
 
 
 def test_speedup_markers_follow_the_verdicts_not_the_median_against_the_floor():
