@@ -28,10 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from specgate.baselines import BaselineFile, baselines_dir
+from specgate.profile import Method, Profile
+from specgate.schema import not_measuring
 
-# Keys of a profile that do not change what a method measures (tolerances, notes, expectations).
-_NOT_INPUTS = {"note", "expected_boot_error", "floors", "canary_of", "lossy", "description", "tolerance", "name",
-               "speedup", "cost", "acceptance", "drift", "drift_since", "scenarios"}
+# Keys of a profile (top-level or a method's) that do not change what a method measures (tolerances,
+# notes, expectations): those whose settings spec.py declares with measures=False.
+NOT_INPUTS = not_measuring(Profile) | not_measuring(Method)
 WORKTREE = "working tree"
 
 
@@ -183,8 +185,8 @@ def _fingerprint(history: History, commit: str, method: str, profile_path: Path)
     spec = data.get("methods", {}).get(method)
     if method != "baseline" and not isinstance(spec, dict):
         return None
-    settings = {k: v for k, v in data.items() if k not in _NOT_INPUTS and k != "methods"}
-    settings["method"] = {k: v for k, v in (spec or {}).items() if k not in _NOT_INPUTS}
+    settings = {k: v for k, v in data.items() if k not in NOT_INPUTS and k != "methods"}
+    settings["method"] = {k: v for k, v in (spec or {}).items() if k not in NOT_INPUTS}
     refs = [data.get("target"), (spec or {}).get("engine", {}).get("kwargs", {}).get("model"),
             (spec or {}).get("speculative_config", {}).get("model")]
     for entry in data.get("prompts", []):

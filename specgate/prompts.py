@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import PromptSetError
-from specgate.profile import SPEED_BENCH_PREPARE, PromptSource
+from specgate.prompt_sources import SPEED_BENCH_PREPARE, PromptSource
 
 ROLES = frozenset({"system", "user", "assistant"})
 
@@ -501,8 +501,6 @@ class PromptInputs:
 
     def structured_inputs(self) -> PromptInputs:
         """The structured scenario's prompts ([scenarios.structured] prompts), with room for its max_tokens."""
-        from specgate.profile import PromptSource
-
         structured = self.profile.scenarios.structured
         if self._structured is None:
             self._structured = PromptInputs(self.profile, self.root, (PromptSource("file", structured.prompts),),

@@ -17,10 +17,10 @@ MAX_LINES = 450
 LAYERS = (
     # the vocabulary: errors, how numbers are written, what this machine is, statistics, vLLM's internals,
     # processes; nothing here knows about profiles or runs
-    ("errors", "formatting", "machine", "stats", "vllm_compat", "vllm_source", "interpreter_shim", "rejection",
+    ("errors", "formatting", "schema", "machine", "stats", "vllm_compat", "vllm_source", "interpreter_shim", "rejection",
      "logstream", "interrupts", "processes", "kvstats", "enginelog", "plants", "models", "_stacks"),
     # a run's inputs and the measurements' own arithmetic: the profile, the prompts, the samplers' adapters
-    ("profile", "tolerances", "prompts", "scaleout", "acceptance", "equivalence", "load", "memory",
+    ("prompt_sources", "profile", "tolerances", "prompts", "scaleout", "acceptance", "equivalence", "load", "memory",
      "worker", "reaper", "watchdog", "rejection_v1", "rejection_v2", "v2_worker", "venvs"),
     # what is stored: baseline files, their git history, a run's record
     ("baselines", "history", "run_record"),

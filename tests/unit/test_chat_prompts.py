@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import PromptSetError
-from specgate.profile import PromptSource
+from specgate.prompt_sources import PromptSource
 from specgate.prompts import (
     encode,
     fit,

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from specgate import results
-from specgate.profile import SPEED_BENCH_ENV, load_profile
+from specgate.profile import load_profile
+from specgate.prompt_sources import SPEED_BENCH_ENV
 from specgate.testing import fake_session
 
 ROOT = Path(__file__).resolve().parents[2]

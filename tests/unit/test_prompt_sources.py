@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import ProfileError
-from specgate.profile import SPEED_BENCH_ENV, find_profile, load_profile
+from specgate.profile import find_profile, load_profile
+from specgate.prompt_sources import SPEED_BENCH_ENV
 from specgate.prompts import PromptInputs, load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,0 +1,23 @@
+"""Profiles: a TOML file -> a typed, validated `Profile` with its `Method` matrix.
+
+    spec.py     what a profile holds, every key declared once on its dataclass field (type, bound,
+                default, meaning, whether it changes what a run measures)
+    parse.py    TOML -> Profile as written: keys, types, bounds, the rules between keys (no I/O)
+    resolve.py  the file read; models, prompt files, vLLM's methods and plants resolved on this machine
+
+A profile is data: the target model, the prompt sets, the method matrix and the tolerances. Parsing
+imports nothing heavy, so `--collect-only` and unit tests stay fast. Every key is checked: an
+unknown key, an unknown method, a model path that does not exist or a value out of range raises a
+`ProfileError` naming the file and the key.
+"""
+
+from specgate.profile.parse import parse
+from specgate.profile.resolve import find_profile, load_profile, model_ref, profile_dir, resolve
+from specgate.profile.spec import (BASELINE, CANARY_GATES, DEFAULT_DEADLINES, DTYPES, FLOOR_KEYS, HARDWARE,
+                                   LOSSY_REJECTION, MODEL_FREE_METHODS, SCENARIOS, Equivalence, Method, Preemption,
+                                   PrefixSoak, Profile, Scenarios, Speedup, Structured, Tolerance)
+
+__all__ = ["BASELINE", "CANARY_GATES", "DEFAULT_DEADLINES", "DTYPES", "FLOOR_KEYS", "HARDWARE", "LOSSY_REJECTION",
+           "MODEL_FREE_METHODS", "SCENARIOS", "Equivalence", "Method", "Preemption", "PrefixSoak", "Profile", "Scenarios",
+           "Speedup", "Structured", "Tolerance", "find_profile", "load_profile", "model_ref", "parse", "profile_dir",
+           "resolve"]
