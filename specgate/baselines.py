@@ -10,6 +10,10 @@ Values are grouped by method, then by kind of measurement ("acceptance", "speedu
 then by key (a prompt category, a concurrency level, a quantity). Each method carries the
 provenance of the run that measured it (vLLM / torch / Python versions, device, date, git revision),
 so a run filtered to one method updates that method alone and the others keep theirs.
+
+This module is the file format: where the files live, load and validate, merge, the atomic write,
+diff. What one run reads from them and how it writes (other machines' files, the locked merge, the
+machine stamp of speedups) is specgate.baseline_store.
 """
 
 from __future__ import annotations
@@ -22,10 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specgate import machine
 from specgate.errors import BaselineError
 from specgate.formatting import num
-from specgate.machine import detect_device, hardware_key, provenance
 
 SCHEMA = 1
 KINDS = ("acceptance", "speedup", "memory", "structured")  # structured: acceptance under a JSON schema
@@ -243,185 +245,3 @@ def upgrade_line(old: BaselineFile, new: BaselineFile) -> str:
 def _diff_row(c: Change) -> tuple[str, ...]:
     rel = "new" if c.old is None else "removed" if c.new is None else "-" if c.relative is None else f"{c.relative:+.1%}"
     return (c.method, c.kind, c.key, c.field, num(c.old), num(c.new), rel)
-
-
-# Figures that belong to the machine, not to the model + vLLM: judged only against this machine's own
-# file (speedups coarsely against another's). Everything else is portable: greedy float32 acceptance,
-# drafter weights and KV tokens lost came out identical on an AMD and an Intel machine and on vLLM
-# 0.31.0 and 0.32.0 (cpu-tiny). On GPUs the KV budget is a share of the device's memory, so KV
-# figures are the machine's there.
-MACHINE_FIGURES = {"process_mib", "device_mib", "peak_process_mib"}
-DEVICE_KV_FIGURES = {"kv_tokens_lost", "kv_capacity_tokens"}
-
-
-@dataclass(frozen=True)
-class Stored:
-    """A stored entry and where it came from."""
-
-    values: dict[str, Any]
-    source: str  # 'vLLM 0.32.0, 2026-11-25, rev abc' (+ the machine, when not this one's file)
-    hardware: str
-    own: bool  # from this machine's own file
-    this_run: bool = False  # not stored at all: a canary's parent as measured in this same run
-
-
-class BaselineStore:
-    """This run's stored baselines: which file, its entries (read once; BaselineError when the file
-    is bad), the profile's other machines' files for portable figures, the message for a missing
-    entry, and the locked, merging, atomic write with its machine-stamp policy."""
-
-    def __init__(self, root: Path, profile, hardware: str | None = None):
-        self.root, self.profile = Path(root), profile
-        self.hardware = hardware or hardware_key(*detect_device(profile.hardware))
-        self.name = profile.baselines_name  # the profile's name, or name@dtype under --specgate-dtype
-        self.path = baseline_path(self.root, self.name, self.hardware)
-        self._file: BaselineFile | None = None
-        self._others: list[BaselineFile] | None = None
-        self.borrowed: dict[str, set[str]] = {}  # gate -> files of other machines used for this run
-
-    @property
-    def update_command(self) -> str:
-        """The command that stores this run's kind of figures."""
-        dtype = f" --specgate-dtype {self.profile.dtype}" if self.name != self.profile.name else ""
-        return f"pytest -m gpu --specgate-profile {self.profile.name}{dtype} --update-baselines"
-
-    def file(self) -> BaselineFile:
-        if self._file is None:
-            self._file = load(self.path, self.name, self.hardware)
-        return self._file
-
-    def others(self) -> list[BaselineFile]:
-        """The profile's baseline files of other machines (a bad one is a BaselineError naming it)."""
-        if self._others is None:
-            self._others = []
-            for path in sorted(self.path.parent.glob("*.json")):
-                if path == self.path:
-                    continue
-                try:
-                    hardware = json.loads(path.read_text(encoding="utf-8")).get("hardware")
-                except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-                    hardware = None
-                self._others.append(load(path, self.name, str(hardware)))
-        return self._others
-
-    def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
-        return self.file().entry(method, kind, key)
-
-    def source(self, method: str) -> str:
-        return self.file().source(method)
-
-    def lookup(self, method: str, kind: str, key: str) -> Stored | None:
-        """This machine's entry; else another machine's (the newest), with its machine figures left
-        out (speedups whole: the speedup check judges them coarsely)."""
-        own = self.file().entry(method, kind, key)
-        if own is not None:
-            return Stored(own, self.file().source(method), self.hardware, True)
-        found = [(str(f.methods[method].get("provenance", {}).get("date", "")), f) for f in self.others()
-                 if f.entry(method, kind, key) is not None]
-        if not found:
-            return None
-        _, other = max(found, key=lambda x: x[0])
-        values = other.entry(method, kind, key)
-        if kind != "speedup":
-            values = {k: v for k, v in values.items() if k not in self.machine_figures}
-        self.borrowed.setdefault(kind, set()).add(other.path.name)
-        source = f"{other.source(method)}, stored on {other.hardware} ({other.path.name})"
-        return Stored(values, source, other.hardware, False)
-
-    @property
-    def machine_figures(self) -> set[str]:
-        return MACHINE_FIGURES | (DEVICE_KV_FIGURES if self.profile.hardware == "cuda" else set())
-
-    def header(self) -> list[str]:
-        """What the summary says once: baselines an interrupted calibration left aside; other machines'
-        baselines used by this run."""
-        lines = []
-        if kept := kept_aside(self.root, self.name):
-            lines.append(f"{kept} holds baselines an interrupted calibration moved aside: this run judged "
-                         f"{self.path.parent} without them; `specgate calibrate --profile {self.profile.name}` puts them "
-                         "back where nothing took their place")
-        if not self.borrowed:
-            return lines
-        files = sorted(set().union(*self.borrowed.values()))
-        bound_here = [k for k in ("speedup", "memory") if k in self.borrowed or not self.file().methods]
-        lines.append(f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
-                     f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
-                     f"{', '.join(files)} in {self.path.parent}")
-        if bound_here:
-            lines.append(
-                "speedup and process memory: no baselines for " + self.hardware + "; speedups judged coarsely "
-                f"(coarse_speedup_rtol {self.profile.tolerance.coarse_speedup_rtol}), process memory not judged; "
-                f"`{self.update_command}` once on this machine"
-            )
-        return lines
-
-    def upgrade(self) -> str:
-        """'baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0' when the stored baselines were
-        measured with another vLLM than the running one, else ''."""
-        try:
-            stored = measured_by(self.file())
-        except BaselineError:
-            return ""
-        running = machine.module_version("vllm")
-        if not stored or {s.split(" (")[0] for s in stored} == {f"vLLM {running}"}:
-            return ""
-        return f"baselines: {', '.join(stored)} -> this run: vLLM {running}"
-
-    def missing(self, method: str, kind: str, key: str) -> str:
-        return (
-            f"no stored {kind} baseline for method '{method}', {key} in {self.path}; create it with "
-            f"`{self.update_command}` and commit the file"
-        )
-
-    def write(self, measured: dict[str, dict[str, dict[str, dict]]], run_methods: set[str]) -> str:
-        """Merge `measured` into the stored file, atomically and under a file lock: other pytest-xdist
-        workers may be merging theirs at the same moment, so the file is re-read inside the lock and
-        only what this process measured is replaced. Returns the old -> new table."""
-        from filelock import FileLock
-
-        self.file()  # a corrupt file fails here, before anything is written
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        device, count = detect_device(self.profile.hardware)
-        with FileLock(str(self.path) + ".lock", timeout=600):
-            stored = load(self.path, self.name, self.hardware)
-            held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
-            kept = {
-                method: {kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)}
-                         for kind, entries in kinds.items()}
-                for method, kinds in measured.items()
-            }
-            updated = merge(stored, kept, provenance(self.root, device, count))
-            write_atomic(updated)
-        # self._file stays the file this run was judged against (the report shows old vs new).
-        text = format_diff(diff(stored, updated), f"baselines written to {stored.path}", stored, updated)
-        return text + (f"\n{why}" if why else "")
-
-    def _speedups_from_another_machine(self, stored: BaselineFile, measured: dict, run_methods: set[str]) -> tuple[set[str], str]:
-        """The concurrency keys whose speedups this run must not write, and why. The baseline engine's
-        stored throughput stamps every method's stored speedup with the machine it was measured on;
-        rewriting it from another machine while other methods keep their ratios would leave those
-        ratios judged as this machine's. Acceptance and memory do not depend on it."""
-        from specgate.profile import BASELINE
-        from specgate.stats import within_rtol
-
-        rtol = self.profile.tolerance.machine_rtol
-        keys, here, there, others = [], [], [], set()
-        for key, now in measured.get(BASELINE, {}).get("speedup", {}).items():
-            before = stored.entry(BASELINE, "speedup", key)
-            if not before or not before.get("throughput_tok_s") or not now.get("throughput_tok_s"):
-                continue
-            left = {m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get("speedup", {})}
-            if left and not within_rtol(now["throughput_tok_s"] / before["throughput_tok_s"], rtol):
-                keys.append(key)
-                here.append(f"{now['throughput_tok_s']:.1f}")
-                there.append(f"{before['throughput_tok_s']:.1f}")
-                others |= left
-        if not keys:
-            return set(), ""
-        return set(keys), (
-            f"speedups at {', '.join(keys)} not written: the baseline engine ran at {' / '.join(here)} tok/s here against "
-            f"{' / '.join(there)} stored (outside machine_rtol {rtol}), and the stored "
-            f"speedups of {', '.join(sorted(others))} were measured on that other machine; storing this run's would mix "
-            f"two machines' ratios in {stored.path}. To move the speedup baselines to this machine, update every method "
-            f"at once (`{self.update_command}` without --specgate-methods)."
-        )

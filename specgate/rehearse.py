@@ -52,7 +52,7 @@ def verdict_of(ratio_low: float, ratio_high: float, rtol: float, higher_is_bette
 
 class Rehearsal:
     def __init__(self, profile, root: Path, out: Path, old: tuple[str, Path], new: tuple[str, Path], methods):
-        from specgate.prompts import PromptInputs
+        from specgate.prompt_inputs import PromptInputs
 
         self.profile, self.root, self.out = profile, Path(root), Path(out)
         self.old, self.new = old, new

@@ -5,7 +5,7 @@
     GateSession         built once both are known; composes
         host.EngineHost                 boot / keep / stop engines (or endpoint clients)
         measurements.MeasurementStore   every measurement, once per method
-        baselines.BaselineStore         the stored file, missing entries, the locked write
+        baseline_store.BaselineStore    the stored file, missing entries, the locked write
         history.History                 the git history of the baseline files, read once (the drift check's)
         checks.*                        one check per gate: measure -> compare -> Judgement
         scenarios.ScenarioRuns          the scenarios' measurements (preemption, prefix soak, structured)
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate.backend import BootEngine
-from specgate.baselines import BaselineStore
+from specgate.baseline_store import BaselineStore
 from specgate.checks import GATES, Context, Judgement, key_of
 from specgate.checks.acceptance import AcceptanceCheck
 from specgate.checks.equivalence import EquivalenceCheck
@@ -35,7 +35,7 @@ from specgate.history import History, read
 from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
-from specgate.prompts import PromptInputs
+from specgate.prompt_inputs import PromptInputs
 from specgate.scenarios import ScenarioRuns
 
 

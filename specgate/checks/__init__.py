@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from specgate.baseline_store import Stored
 from specgate.profile import BASELINE, Profile
 
 ROUNDING = 1e-6  # stored values are rounded to 6 decimals: an unchanged rerun must not fail on that
@@ -116,7 +117,7 @@ class Context:
     history and the run's policy flags. The session builds it; no check reaches for anything else."""
 
     profile: Profile
-    baselines: Any  # baselines.BaselineStore
+    baselines: Any  # baseline_store.BaselineStore
     strict: bool = False
     update: bool = False
 
@@ -125,11 +126,9 @@ class Context:
     history: Any = None  # () -> history.History of the profile's baseline files, read once (the drift check's)
 
     def lookup(self, name: str, gate: str, key: str):
-        """What `name`'s figures are held to (baselines.Stored, or None): its stored baseline; for a
+        """What `name`'s figures are held to (baseline_store.Stored, or None): its stored baseline; for a
         canary, the method it mimics as measured in this same run where that ran (paired, on this
         machine, decisive wherever the run is), else that method's stored baseline."""
-        from specgate.baselines import Stored
-
         ref = self.reference(name, gate)
         if ref != name and self.measured_now is not None and (now := self.measured_now(ref, gate, key)) is not None:
             return Stored(now, f"'{ref}' as measured in this run", self.baselines.hardware, True, this_run=True)

@@ -100,7 +100,7 @@ def test_baselines_an_interrupted_calibration_moved_aside_are_put_back(tmp_path,
 
 
 def test_the_gate_says_when_an_interrupted_calibration_left_baselines_aside(tmp_path, monkeypatch):
-    from specgate.baselines import BaselineStore
+    from specgate.baseline_store import BaselineStore
 
     monkeypatch.delenv("SPECGATE_BASELINES_DIR", raising=False)
     (tmp_path / "baselines" / "cpu-tiny.kept").mkdir(parents=True)

@@ -9,9 +9,8 @@ import pytest
 
 from specgate.errors import PromptSetError
 from specgate.prompt_sources import PromptSource
+from specgate.prompt_inputs import encode, fit
 from specgate.prompts import (
-    encode,
-    fit,
     load_chat_set,
     load_source,
     sample_per_category,

@@ -243,12 +243,12 @@ def test_a_run_on_another_vllm_than_its_baselines_says_so_and_lists_what_moved()
 
 
 def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkeypatch):
-    from specgate import baselines, machine
+    from specgate import baseline_store, baselines, machine
     from specgate.profile import find_profile, load_profile
 
     root = Path(__file__).resolve().parents[2]
     profile = load_profile(find_profile("cpu-tiny", root), root)
-    store = baselines.BaselineStore(tmp_path, profile, "cpu-x-2c")
+    store = baseline_store.BaselineStore(tmp_path, profile, "cpu-x-2c")
     prov = {"vllm": "0.31.0", "date": "2026-11-25T10:00:00+00:00"}
     baselines.write_atomic(baselines.BaselineFile(store.path, "cpu-tiny", "cpu-x-2c", {"ngram": {"provenance": prov}}))
     monkeypatch.setattr(machine, "module_version", lambda module: "0.32.0")
