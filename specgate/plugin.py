@@ -1,4 +1,6 @@
-"""pytest wiring only: options, the `specgate` marker, parametrization, ordering, fixtures, the summary.
+"""pytest wiring only: the `specgate` marker, parametrization, ordering, fixtures, the summary; the
+options and the plan built from them are options.py's, what is recorded as the run goes recorders.py's,
+an xdist run's hand-over workers.py's.
 
 A gate test declares what it judges with `@pytest.mark.specgate(gate=..., stage=...)` (validated at
 collection) and asks for `method` (the speculative methods) or `engine_method` (those plus the
@@ -11,21 +13,18 @@ Python: session.py and below.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import os
-import re
-import time
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
-from specgate import machine, scaleout
+from specgate import options, scaleout, workers
 from specgate.checks import GATES, key_of
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
-from specgate.profile import BASELINE, SCENARIOS
-from specgate.run_record import DIED, NO_BOOT, Outcome
+from specgate.profile import BASELINE
+from specgate.recorders import CAUSE, CorrectnessWatch, OutcomeRecorder, RunLife
+from specgate.run_record import DIED, NO_BOOT
 
 _PLAN_KEY = pytest.StashKey["object"]()
 _SESSION_KEY = pytest.StashKey["object"]()
@@ -34,8 +33,6 @@ _WATCH_KEY = pytest.StashKey["CorrectnessWatch"]()
 _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 _WORKERS_KEY = pytest.StashKey[list]()
 _RUN_KEY = pytest.StashKey["RunLife"]()
-GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
-CAUSE = "specgate_cause"  # a test's user property: why its check could not judge (run_record.Outcome.cause)
 DEFAULT_STAGE = 50
 MARKERS = (
     "gpu: boots an inference engine (real vLLM); the gate itself",
@@ -52,83 +49,7 @@ def pytest_addhooks(pluginmanager) -> None:
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("specgate", "speculative-decoding regression gate")
-    group.addoption(
-        "--specgate-profile",
-        metavar="NAME|PATH",
-        default="auto",
-        help="profile in fixtures/profiles (by name) or a TOML path. 'auto' (default): the GPU profile named "
-        f"by ${GPU_PROFILE_ENV} when CUDA is present, otherwise cpu-tiny.",
-    )
-    group.addoption(
-        "--specgate-methods",
-        metavar="A,B",
-        default="",
-        type=_comma_list,
-        help="run only these methods of the profile (default: all); the baseline always runs.",
-    )
-    group.addoption(
-        "--update-baselines",
-        action="store_true",
-        default=False,
-        help="write this run's measurements into baselines/<profile>/<hardware>.json (merged with what it did not "
-        "measure) and print what moved; refused when a correctness test failed. Default: off.",
-    )
-    group.addoption(
-        "--specgate-strict",
-        action="store_true",
-        default=False,
-        help="a missing baseline fails instead of skipping (for CI). Default: off.",
-    )
-    group.addoption(
-        "--specgate-endpoint",
-        metavar="METHOD=URL",
-        action="append",
-        default=[],
-        help="measure an already running OpenAI-compatible vLLM server as METHOD instead of booting engines "
-        "(repeatable; METHOD 'baseline' = a server without speculation, needed for speedup and equivalence). "
-        "Memory and lifecycle are skipped: they are not visible from outside the server.",
-    )
-    group.addoption(
-        "--specgate-dtype",
-        metavar="DTYPE",
-        default=None,
-        choices=("float32", "bfloat16", "float16"),
-        help="run every engine in this dtype instead of the profile's (default: the profile's). float32 also makes "
-        "equivalence exact: the equivalence pass for targets that fit (`-k equivalence`), without bf16 near-ties.",
-    )
-    group.addoption(
-        "--specgate-kill-stale",
-        action="store_true",
-        default=False,
-        help="stop engine and server processes an earlier run of this checkout left behind (found from its state "
-        "file in results/.running/) before this run starts. Default: off (they are only reported).",
-    )
-    group.addoption(
-        "--specgate-out",
-        metavar="DIR",
-        default=None,
-        type=Path,
-        help="where results and engine logs go (default: results/<date-time>).",
-    )
-
-
-def _comma_list(value: str) -> list[str]:
-    names = [v.strip() for v in value.split(",") if v.strip()]
-    if value.strip() and not names:
-        raise pytest.UsageError("--specgate-methods takes a comma-separated list of method names, e.g. ngram,eagle3")
-    return names
-
-
-def project_root(config: pytest.Config) -> Path:
-    """The checkout that holds fixtures/profiles. pytest's rootdir is not always it: a path given as an
-    option value outside the checkout (a profile in /tmp) moves rootdir to a common ancestor."""
-    candidates = [Path(config.inipath).parent] if config.inipath else []
-    candidates += [Path(config.rootpath), Path.cwd(), Path(__file__).resolve().parents[1]]
-    for path in candidates:
-        if (path / "fixtures" / "profiles").is_dir():
-            return path
-    return candidates[0]
+    options.add(parser)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-benchmark reads its --benchmark-json
@@ -142,14 +63,14 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(recorder, "specgate-outcomes")
     config.stash[_WORKERS_KEY] = []
     config.stash[_RUN_KEY] = life = RunLife()
-    if _selects_gate(config):
-        life.start(config)
+    if options.selects_gate(config):
+        life.start(config, options.project_root(config))
         config.pluginmanager.register(life, "specgate-run-life")
-    out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or _default_out(project_root(config))
+    out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or options.default_out(options.project_root(config))
     config.stash[_OUT_KEY] = Path(out)
     if getattr(config.option, "numprocesses", None) and not scaleout.worker_id():
         os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
-    if _selects_gate(config) and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
+    if options.selects_gate(config) and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
         # pytest-benchmark keeps the speedup trials' timings next to the results, where
         # `pytest-benchmark compare` can read two runs side by side.
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -159,88 +80,19 @@ def pytest_configure(config: pytest.Config) -> None:
     explicit = (
         config.getoption("--specgate-profile") != "auto"
         or config.getoption("--specgate-methods")
-        or os.environ.get(GPU_PROFILE_ENV)
+        or os.environ.get(options.GPU_PROFILE_ENV)
         or config.getoption("--specgate-endpoint")
     )
     if explicit:
         run_plan(config)
 
 
-def _selects_gate(config: pytest.Config) -> bool:
-    """`-m gpu` (or an expression that asks for gpu, not for its absence)."""
-    return bool(re.search(r"(?<!not )\bgpu\b", config.getoption("markexpr", "") or ""))
-
-
-def _profile_name(config: pytest.Config) -> str:
-    name = config.getoption("--specgate-profile")
-    if name != "auto":
-        return name
-    gpu_profile = os.environ.get(GPU_PROFILE_ENV)
-    if not machine.cuda_available():
-        if gpu_profile:
-            # a GPU runner whose driver or torch build lost CUDA must not pass on the toy CPU profile
-            raise pytest.UsageError(
-                f"${GPU_PROFILE_ENV}={gpu_profile} asks for a GPU profile, but torch sees no CUDA device here "
-                f"({machine.torch_build()}); fix the runner's NVIDIA driver or install the CUDA build of vLLM "
-                f"(README, 'With a GPU'), or unset ${GPU_PROFILE_ENV} to run the CPU profile cpu-tiny."
-            )
-        return "cpu-tiny"
-    if not gpu_profile:
-        raise pytest.UsageError(
-            f"--specgate-profile auto: CUDA is present, so a GPU profile is expected; set ${GPU_PROFILE_ENV} or pass "
-            "--specgate-profile NAME (see fixtures/profiles/)."
-        )
-    return gpu_profile
-
-
 def run_plan(config: pytest.Config):
     """The run's plan (profile, methods, flags), built once on first use, so runs without gate tests
     never parse a profile."""
-    plan = config.stash[_PLAN_KEY]
-    if plan is None:
-        from specgate.profile import find_profile, load_profile
-        from specgate.session import RunPlan
-
-        root = project_root(config)
-        try:
-            profile = load_profile(find_profile(_profile_name(config), root), root)
-            if dtype := config.getoption("--specgate-dtype"):
-                profile = profile.with_dtype(dtype)
-            profile = _calibrated(profile, root)
-            endpoints = None
-            if config.getoption("--specgate-endpoint"):
-                from specgate.endpoint import parse_endpoints
-
-                endpoints = parse_endpoints(config.getoption("--specgate-endpoint"))
-                served = [name for name in endpoints if name != BASELINE]
-                methods = profile.select(served) if served else []
-            else:
-                methods = profile.select(config.getoption("--specgate-methods"))
-            scaleout.pin_worker(profile)  # before anything in this process touches CUDA
-        except SpecgateError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        out = config.stash[_OUT_KEY]
-        log_dir = out / "engines" / scaleout.worker_id() if scaleout.worker_id() else None
-        plan = RunPlan(
-            profile, methods, root, out, update_baselines=config.getoption("--update-baselines"),
-            strict=config.getoption("--specgate-strict"), endpoints=endpoints, log_dir=log_dir,
-        )
-        config.stash[_PLAN_KEY] = plan
-    return plan
-
-
-def _calibrated(profile, root: Path):
-    """The profile with this machine's calibrated tolerances over its own, where `specgate calibrate`
-    wrote some (baselines/<profile>/<hardware>.tolerance.toml)."""
-    from specgate import tolerances
-    from specgate.baselines import baseline_path
-
-    hardware = machine.hardware_key(*machine.detect_device(profile.hardware))
-    return tolerances.apply(profile, tolerances.path_for(baseline_path(root, profile.baselines_name, hardware)))
-
-
-def _default_out(root: Path) -> Path:
-    return root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    if config.stash[_PLAN_KEY] is None:
+        config.stash[_PLAN_KEY] = options.plan(config, config.stash[_OUT_KEY])
+    return config.stash[_PLAN_KEY]
 
 
 # -- collection -------------------------------------------------------------------------------------
@@ -309,7 +161,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if not any(gates.values()):
         return
     plan = run_plan(config)
-    if off := [item for item, gate in gates.items() if gate and not _runs_here(plan, gate[0], method_of(item))]:
+    if off := [item for item, gate in gates.items() if gate and not plan.runs_here(gate[0], method_of(item))]:
         config.hook.pytest_deselected(items=off)
         items[:] = [item for item in items if item not in off]
         gates = {item: gates[item] for item in items}
@@ -338,22 +190,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return (1, order.get(name, len(order)), stage, index)
 
     items[:] = [item for _, item in sorted(enumerate(items), key=key)]
-
-
-def _runs_here(plan, gate: str, method: str) -> bool:
-    """Whether the run has this gate test. A canary (a deliberately worse configuration) runs the gates it
-    is a canary for, its absolute floors' acceptance, and equivalence and lifecycle as every engine does:
-    its other gates would judge a configuration nobody serves. A scenario runs where the profile has its
-    `[scenarios.<gate>]` table, for the methods (the baseline engine only as the structured scenario's
-    reference)."""
-    spec = plan.profile.methods.get(method)
-    if gate in SCENARIOS:
-        if gate not in plan.profile.scenarios.enabled:
-            return False
-        return gate == "structured" if method == BASELINE else not spec.canary_of
-    if spec is None or not spec.canary_of:
-        return True
-    return gate in ("equivalence", "lifecycle", *spec.canary_of) or (gate == "acceptance" and bool(spec.floors))
 
 
 def _booter(config: pytest.Config):
@@ -448,114 +284,7 @@ def judge(gate, request: pytest.FixtureRequest):
     return judge_
 
 
-# -- outcomes and reporting -------------------------------------------------------------------------
-class RunLife:
-    """How the run begins and ends: Ctrl-C and SIGTERM stop it cleanly (specgate.interrupts), engine
-    processes an earlier run left behind are reported or stopped, and an interrupted run says where."""
-
-    def __init__(self) -> None:
-        self.restore_signals = lambda: None
-        self.header: list[str] = []
-        self.current = ""  # the test running now
-        self.interrupted = ""
-
-    def start(self, config: pytest.Config) -> None:
-        from specgate import interrupts, logstream, reaper
-
-        self.restore_signals = interrupts.install()
-        os.environ.update(logstream.ENV)  # before vLLM configures its logging: see specgate.logstream
-        if hasattr(config, "workerinput"):
-            return  # an xdist worker: the controller looks after earlier runs
-        kill = config.getoption("--specgate-kill-stale")
-        for run in reaper.stale_runs(project_root(config)):
-            if kill:
-                left = reaper.stop_stale(run)
-                self.header.append(f"specgate: stopped {len(run.processes) - len(left)} process(es) left by an earlier run "
-                                   f"(pid {run.owner}){f'; these would not die: {left}' if left else ''}")
-            else:
-                pids = " ".join(str(p["pid"]) for p in run.processes)
-                self.header.append(f"specgate: WARNING: {run.describe()}. Stop them with --specgate-kill-stale (or kill "
-                                   f"{pids}); the state file is {run.path}")
-
-    @pytest.hookimpl
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        terminal = session.config.pluginmanager.get_plugin("terminalreporter")
-        for line in self.header:  # written even with -q, where pytest prints no header
-            if terminal is not None:
-                terminal.write_line(line, yellow=True, bold=True)
-
-    @pytest.hookimpl
-    def pytest_runtest_logstart(self, nodeid: str) -> None:
-        self.current = nodeid
-
-    @pytest.hookimpl
-    def pytest_keyboard_interrupt(self, excinfo) -> None:
-        from specgate import interrupts
-
-        where = self.current or "collection"
-        self.interrupted = f"interrupted at {where} ({interrupts.signal_name(excinfo.value)})"
-
-    @pytest.hookimpl
-    def pytest_unconfigure(self) -> None:
-        self.restore_signals()
-
-
-class CorrectnessWatch:
-    """Collects failed `correctness` tests: --update-baselines refuses to write after any."""
-
-    def __init__(self) -> None:
-        self.failures: list[str] = []
-
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        # Failures of the test itself; an engine that did not boot (setup error) measured nothing.
-        if report.failed and report.when == "call" and "correctness" in report.keywords:
-            self.failures.append(report.nodeid)
-
-
-class OutcomeRecorder:
-    """Each gate test's outcome and message, for run.json and the report."""
-
-    def __init__(self) -> None:
-        self.items: dict[str, tuple[str, str, str]] = {}
-        self.outcomes: dict[str, object] = {}
-
-    @pytest.hookimpl
-    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        described = self.items.get(report.nodeid)
-        if described is None:
-            return
-        if report.skipped:
-            outcome = "skipped"
-            longrepr = report.longrepr
-            message = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
-            message = message.removeprefix("Skipped: ")
-        elif report.failed:
-            outcome = "failed" if report.when == "call" else "error"
-            message = _failure_text(report.longreprtext)
-        elif report.when == "call":
-            outcome, message = "passed", ""
-        else:
-            return
-        if report.nodeid in self.outcomes and outcome == "passed":
-            return
-        cause = dict(report.user_properties).get(CAUSE, "") if outcome in ("failed", "error") else ""
-        self.outcomes[report.nodeid] = Outcome(report.nodeid, *described, outcome, message,
-                                               correctness="correctness" in report.keywords, cause=cause,
-                                               at=round(getattr(report, "start", 0.0) or time.time(), 3))
-
-
-def _failure_text(text: str, limit: int = 4000) -> str:
-    """The assertion's own message ('E   ' lines of a traceback, without pytest's `assert ...`
-    explanation after it), or the whole text (pytrace=False)."""
-    lines = [line[4:].strip() for line in text.splitlines() if line.startswith("E   ")]
-    if lines and lines[0].startswith("AssertionError: "):
-        lines[0] = lines[0].removeprefix("AssertionError: ")
-        explained = next((i for i, line in enumerate(lines) if line.startswith("assert ")), len(lines))
-        lines = lines[:explained]
-    return ("\n".join(lines) if lines else text.strip())[:limit]
-
-
+# -- the end: summary, baselines, results -----------------------------------------------------------
 @pytest.hookimpl(optionalhook=True)
 def pytest_testnodedown(node, error) -> None:
     """Controller: keep what each worker measured (see pytest_sessionfinish)."""
@@ -577,31 +306,24 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     gs = config.stash.get(_SESSION_KEY, None)
     if not _ran(gs):
         return
-    from specgate.results import measurement_table
-
     gs.release_all()
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
-    try:
-        lines = gs.summary_lines(outcomes)
-    except Exception as exc:  # as in pytest_terminal_summary: never a crash of the run
-        lines = [f"specgate: the summary could not be built ({type(exc).__name__}: {exc})"]
-    payload = {
-        "worker": scaleout.worker_id(),
-        "lines": lines,
-        "outcomes": [asdict(o) for o in outcomes],
-        "table": measurement_table(gs.judgements.values()).to_json(orient="records"),
-        "measured": gs.measured,
-        "started": gs.started_wall,
-    }
-    if gs.plan.update_baselines:
-        payload["update"] = _update_baselines(gs, config.stash[_WATCH_KEY].failures)
-    config.workeroutput["specgate"] = json.dumps(payload)
+    config.workeroutput["specgate"] = workers.payload(gs, outcomes, config.stash[_WATCH_KEY].failures,
+                                                      scaleout.worker_id())
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    workers = config.stash.get(_WORKERS_KEY, [])
-    if workers:
-        _summarize_workers(terminalreporter, config, workers)
+    from specgate import results
+
+    handed = config.stash.get(_WORKERS_KEY, [])
+    if handed:  # the controller of an xdist run
+        terminalreporter.section("specgate")
+        for line in workers.summary(handed):
+            terminalreporter.write_line(line)
+        from specgate.session import GateSession
+
+        _report_written(terminalreporter, config.stash[_OUT_KEY],
+                        lambda: workers.write_combined(GateSession(run_plan(config)), handed))
         return
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
@@ -612,38 +334,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     terminalreporter.section("specgate")
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
     try:
-        lines = session.summary_lines(outcomes)
+        lines = results.summary_lines(session, outcomes)
     except Exception as exc:  # the verdicts stand; a summary that cannot be built must not crash pytest
         lines = [f"specgate: the summary could not be built ({type(exc).__name__}: {exc}); the results files follow"]
     for line in lines:
         terminalreporter.write_line(line)
     if session.plan.update_baselines:
-        terminalreporter.write_line(_update_baselines(session, config.stash[_WATCH_KEY].failures))
-    from specgate.results import write_run
-
-    _report_written(terminalreporter, session.plan.out_dir, lambda: write_run(session, outcomes, session.started_wall, lines))
-
-
-def _summarize_workers(terminalreporter, config: pytest.Config, workers: list[dict]) -> None:
-    """Controller of an xdist run: every worker's summary and baseline update, one combined report."""
-    from specgate.results import write_combined
-    from specgate.session import GateSession
-
-    terminalreporter.section("specgate")
-    for w in sorted(workers, key=lambda w: w["worker"]):
-        terminalreporter.write_line(f"[{w['worker']}]")
-        for line in w["lines"]:
-            terminalreporter.write_line(line)
-        if "update" in w:
-            terminalreporter.write_line(w["update"])
-
-    def write():
-        session = GateSession(run_plan(config))  # for the profile and paths; boots nothing
-        outcomes = [Outcome(**o) for w in workers for o in w["outcomes"]]
-        lines = [f"[{w['worker']}] {line}" for w in workers for line in w["lines"]]
-        return write_combined(session, workers, outcomes, lines)
-
-    _report_written(terminalreporter, config.stash[_OUT_KEY], write)
+        terminalreporter.write_line(session.write_baselines(config.stash[_WATCH_KEY].failures))
+    _report_written(terminalreporter, session.plan.out_dir,
+                    lambda: results.write_run(session, outcomes, session.started_wall, lines))
 
 
 def _report_written(terminalreporter, out: Path, write) -> None:
@@ -653,19 +352,3 @@ def _report_written(terminalreporter, out: Path, write) -> None:
         terminalreporter.write_line(f"specgate: results not written to {out}: {type(exc).__name__}: {exc}")
         return
     terminalreporter.write_line(f"results: {paths['summary']}, {paths['html']}, {paths['csv']}")
-
-
-def _update_baselines(session, correctness_failures: list[str]) -> str:
-    if correctness_failures:
-        return (
-            f"--update-baselines: refusing to write baselines: {len(correctness_failures)} correctness test(s) failed "
-            f"in this run ({', '.join(correctness_failures[:3])}); a build that changes outputs must not become the "
-            "new reference. Fix them and rerun."
-        )
-    try:
-        session.baselines.file()  # a corrupt file is said even when nothing was measured
-        if not session.measured:
-            return "--update-baselines: nothing was measured in this run; no baseline written."
-        return session.write_baselines()
-    except SpecgateError as exc:
-        return f"--update-baselines: not written: {exc}"

@@ -31,6 +31,7 @@ from specgate.checks.memory import MemoryCheck
 from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
 from specgate.checks.drift import DRIFTING
 from specgate.checks.speedup import SpeedupCheck
+from specgate.errors import SpecgateError
 from specgate.history import History, read
 from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
@@ -63,6 +64,21 @@ class RunPlan:
     @property
     def method_order(self) -> list[str]:
         return [BASELINE, *(m.name for m in self.methods)]
+
+    def runs_here(self, gate: str, method: str) -> bool:
+        """Whether the run has this gate test. A canary (a deliberately worse configuration) runs the gates it
+        is a canary for, its absolute floors' acceptance, and equivalence and lifecycle as every engine does:
+        its other gates would judge a configuration nobody serves. A scenario runs where the profile has its
+        `[scenarios.<gate>]` table, for the methods (the baseline engine only as the structured scenario's
+        reference)."""
+        spec = self.profile.methods.get(method)
+        if gate in SCENARIOS:
+            if gate not in self.profile.scenarios.enabled:
+                return False
+            return gate == "structured" if method == BASELINE else not spec.canary_of
+        if spec is None or not spec.canary_of:
+            return True
+        return gate in ("equivalence", "lifecycle", *spec.canary_of) or (gate == "acceptance" and bool(spec.floors))
 
 
 @dataclass(frozen=True)
@@ -169,9 +185,28 @@ class GateSession:
     def release_all(self) -> None:
         self.host.release_all()
 
-    def write_baselines(self) -> str:
-        """Store this run's measurements; speed figures not at all when the machine was disturbed at
-        any level (a busy machine stores a wrong machine stamp with them)."""
+    def write_baselines(self, correctness_failures=()) -> str:
+        """--update-baselines: store this run's measurements and say what moved (the old -> new table), or
+        why nothing was written. Refused when a correctness test failed in this run (`correctness_failures`:
+        a build that changes outputs must not become the reference); a corrupt stored file is said, even
+        when nothing was measured, and never overwritten."""
+        if correctness_failures:
+            return (
+                f"--update-baselines: refusing to write baselines: {len(correctness_failures)} correctness test(s) "
+                f"failed in this run ({', '.join(correctness_failures[:3])}); a build that changes outputs must not "
+                "become the new reference. Fix them and rerun."
+            )
+        try:
+            self.baselines.file()  # a corrupt file is said even when nothing was measured
+            if not self.measured:
+                return "--update-baselines: nothing was measured in this run; no baseline written."
+            return self._store()
+        except SpecgateError as exc:
+            return f"--update-baselines: not written: {exc}"
+
+    def _store(self) -> str:
+        """The write: speed figures not at all when the machine was disturbed at any level (a busy machine
+        stores a wrong machine stamp with them)."""
         measured, note = self.measured, ""
         if disturbed := sorted({k for (_, g, k), j in self.judgements.items() if j.basis == "disturbed"}):
             measured = {m: rest for m, kinds in measured.items() if (rest := {g: v for g, v in kinds.items() if g != "speedup"})}

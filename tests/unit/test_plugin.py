@@ -272,7 +272,7 @@ def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir)
 
 
 def test_a_failed_judgement_is_recorded_as_its_message_without_pytests_explanation():
-    from specgate.plugin import _failure_text
+    from specgate.recorders import failure_text
 
     longrepr = (
         "    def test_x(judge, method):\n>       assert verdict.passed, verdict.message\n"
@@ -281,7 +281,7 @@ def test_a_failed_judgement_is_recorded_as_its_message_without_pytests_explanati
         "E       assert False\n"
         "E        +  where False = Judgement(memory, ngram, overhead: fail).passed\n"
     )
-    assert _failure_text(longrepr) == "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
+    assert failure_text(longrepr) == "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
 
 
 def test_a_malformed_specgate_marker_stops_collection_naming_the_test(gate_dir):

@@ -1,0 +1,173 @@
+"""The command line of a gate run: the --specgate-* options, and the run's plan built from them (the
+profile chosen, `auto` included, with its dtype and this machine's calibrated tolerances; the methods
+or endpoints; the flags). Bad values stop the run with one paragraph naming the option."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from specgate import machine, scaleout
+from specgate.errors import SpecgateError
+from specgate.profile import BASELINE
+
+GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
+
+
+def add(parser: pytest.Parser) -> None:
+    """The --specgate-* options, in one group; a bad value is a UsageError naming the option."""
+    group = parser.getgroup("specgate", "speculative-decoding regression gate")
+    group.addoption(
+        "--specgate-profile",
+        metavar="NAME|PATH",
+        default="auto",
+        help="profile in fixtures/profiles (by name) or a TOML path. 'auto' (default): the GPU profile named "
+        f"by ${GPU_PROFILE_ENV} when CUDA is present, otherwise cpu-tiny.",
+    )
+    group.addoption(
+        "--specgate-methods",
+        metavar="A,B",
+        default="",
+        type=comma_list,
+        help="run only these methods of the profile (default: all); the baseline always runs.",
+    )
+    group.addoption(
+        "--update-baselines",
+        action="store_true",
+        default=False,
+        help="write this run's measurements into baselines/<profile>/<hardware>.json (merged with what it did not "
+        "measure) and print what moved; refused when a correctness test failed. Default: off.",
+    )
+    group.addoption(
+        "--specgate-strict",
+        action="store_true",
+        default=False,
+        help="a missing baseline fails instead of skipping (for CI). Default: off.",
+    )
+    group.addoption(
+        "--specgate-endpoint",
+        metavar="METHOD=URL",
+        action="append",
+        default=[],
+        help="measure an already running OpenAI-compatible vLLM server as METHOD instead of booting engines "
+        "(repeatable; METHOD 'baseline' = a server without speculation, needed for speedup and equivalence). "
+        "Memory and lifecycle are skipped: they are not visible from outside the server.",
+    )
+    group.addoption(
+        "--specgate-dtype",
+        metavar="DTYPE",
+        default=None,
+        choices=("float32", "bfloat16", "float16"),
+        help="run every engine in this dtype instead of the profile's (default: the profile's). float32 also makes "
+        "equivalence exact: the equivalence pass for targets that fit (`-k equivalence`), without bf16 near-ties.",
+    )
+    group.addoption(
+        "--specgate-kill-stale",
+        action="store_true",
+        default=False,
+        help="stop engine and server processes an earlier run of this checkout left behind (found from its state "
+        "file in results/.running/) before this run starts. Default: off (they are only reported).",
+    )
+    group.addoption(
+        "--specgate-out",
+        metavar="DIR",
+        default=None,
+        type=Path,
+        help="where results and engine logs go (default: results/<date-time>).",
+    )
+
+
+def comma_list(value: str) -> list[str]:
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    if value.strip() and not names:
+        raise pytest.UsageError("--specgate-methods takes a comma-separated list of method names, e.g. ngram,eagle3")
+    return names
+
+
+def project_root(config: pytest.Config) -> Path:
+    """The checkout that holds fixtures/profiles. pytest's rootdir is not always it: a path given as an
+    option value outside the checkout (a profile in /tmp) moves rootdir to a common ancestor."""
+    candidates = [Path(config.inipath).parent] if config.inipath else []
+    candidates += [Path(config.rootpath), Path.cwd(), Path(__file__).resolve().parents[1]]
+    for path in candidates:
+        if (path / "fixtures" / "profiles").is_dir():
+            return path
+    return candidates[0]
+
+
+def selects_gate(config: pytest.Config) -> bool:
+    """`-m gpu` (or an expression that asks for gpu, not for its absence)."""
+    return bool(re.search(r"(?<!not )\bgpu\b", config.getoption("markexpr", "") or ""))
+
+
+def profile_name(config: pytest.Config) -> str:
+    name = config.getoption("--specgate-profile")
+    if name != "auto":
+        return name
+    gpu_profile = os.environ.get(GPU_PROFILE_ENV)
+    if not machine.cuda_available():
+        if gpu_profile:
+            # a GPU runner whose driver or torch build lost CUDA must not pass on the toy CPU profile
+            raise pytest.UsageError(
+                f"${GPU_PROFILE_ENV}={gpu_profile} asks for a GPU profile, but torch sees no CUDA device here "
+                f"({machine.torch_build()}); fix the runner's NVIDIA driver or install the CUDA build of vLLM "
+                f"(README, 'With a GPU'), or unset ${GPU_PROFILE_ENV} to run the CPU profile cpu-tiny."
+            )
+        return "cpu-tiny"
+    if not gpu_profile:
+        raise pytest.UsageError(
+            f"--specgate-profile auto: CUDA is present, so a GPU profile is expected; set ${GPU_PROFILE_ENV} or pass "
+            "--specgate-profile NAME (see fixtures/profiles/)."
+        )
+    return gpu_profile
+
+
+def plan(config: pytest.Config, out: Path):
+    """The run's plan from the options: the profile (its dtype overridden, this machine's calibrated
+    tolerances applied), the methods or endpoints, the flags; a problem with any is a UsageError."""
+    from specgate.profile import find_profile, load_profile
+    from specgate.session import RunPlan
+
+    root = project_root(config)
+    try:
+        profile = load_profile(find_profile(profile_name(config), root), root)
+        if dtype := config.getoption("--specgate-dtype"):
+            profile = profile.with_dtype(dtype)
+        profile = calibrated(profile, root)
+        endpoints = None
+        if config.getoption("--specgate-endpoint"):
+            from specgate.endpoint import parse_endpoints
+
+            endpoints = parse_endpoints(config.getoption("--specgate-endpoint"))
+            served = [name for name in endpoints if name != BASELINE]
+            methods = profile.select(served) if served else []
+        else:
+            methods = profile.select(config.getoption("--specgate-methods"))
+        scaleout.pin_worker(profile)  # before anything in this process touches CUDA
+    except SpecgateError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    log_dir = out / "engines" / scaleout.worker_id() if scaleout.worker_id() else None
+    return RunPlan(
+        profile, methods, root, out, update_baselines=config.getoption("--update-baselines"),
+        strict=config.getoption("--specgate-strict"), endpoints=endpoints, log_dir=log_dir,
+    )
+
+
+
+
+def calibrated(profile, root: Path):
+    """The profile with this machine's calibrated tolerances over its own, where `specgate calibrate`
+    wrote some (baselines/<profile>/<hardware>.tolerance.toml)."""
+    from specgate import tolerances
+    from specgate.baselines import baseline_path
+
+    hardware = machine.hardware_key(*machine.detect_device(profile.hardware))
+    return tolerances.apply(profile, tolerances.path_for(baseline_path(root, profile.baselines_name, hardware)))
+
+
+def default_out(root: Path) -> Path:
+    return root / "results" / _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
