@@ -228,7 +228,7 @@ def test_no_private_name_is_used_across_modules():
 
 
 # Still to be split (issue 45); this list only shrinks.
-NOT_SPLIT_YET = {"specgate.bisect", "specgate.vllm_compat"}
+NOT_SPLIT_YET = {"specgate.vllm_compat"}
 
 
 @pytest.mark.parametrize("name", sorted(set(modules()) - NOT_SPLIT_YET))

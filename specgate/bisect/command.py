@@ -1,0 +1,94 @@
+"""`specgate bisect`: its options and the session that ties candidates, search and gate runs together."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from pathlib import Path
+
+from specgate.bisect.candidates import file_candidates, index_versions, package_of, releases_between
+from specgate.bisect.runner import GateRunner
+from specgate.bisect.search import Bisection
+from specgate.bisect.steps import CHASEABLE, RUN_GATES, BisectError
+
+
+def _terminate_as_interrupt(signum, frame):  # SIGTERM (a CI cancel) tears down like Ctrl-C
+    raise KeyboardInterrupt
+
+
+def main(args: argparse.Namespace) -> int:
+    """`specgate bisect ...`: build the candidates, run the search to its end, write bisect.md."""
+    from specgate.profile import find_profile, load_profile
+
+    root = Path(args.root).resolve()
+    profile = load_profile(find_profile(args.profile, root), root)
+    package = package_of(profile.hardware)
+    names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
+    methods = [m.name for m in profile.select(names) if names or args.canaries or not m.canary_of]
+    gates = [g.strip() for g in args.gate.split(",") if g.strip()] if args.gate else []
+    unknown = [g for g in gates if g not in CHASEABLE]
+    if unknown:
+        raise BisectError(f"--gate {','.join(unknown)}: not a gate; choose from {', '.join(CHASEABLE)}.")
+    if args.candidates:
+        candidates = file_candidates(args.candidates, package)
+        good, bad = args.good or candidates[0].label, args.bad or candidates[-1].label
+    else:
+        if not (args.good and args.bad):
+            raise BisectError("give --good RELEASE and --bad RELEASE (releases of the package index), or --candidates FILE.")
+        candidates = releases_between(index_versions(package, args.pre), args.good, args.bad, package, args.pre)
+        good, bad = args.good, args.bad
+    run_gates = [g for g in RUN_GATES if not gates or g in gates or g in ("equivalence", "lifecycle")]
+    out = Path(args.out or root / "results" / f"bisect-{profile.name}-{good}-{bad}")
+    settings = {"package": package, "profile": profile.name, "methods": methods, "gates": gates, "run_gates": run_gates}
+    bisection = Bisection(out, settings, candidates, good, bad, restart=args.restart)
+    if bisection.order:
+        print(f"bisect: resuming {bisection.state_path} ({len(bisection.order)} steps done)", flush=True)
+    runner = GateRunner(root, out, profile, methods, run_gates, args.step_timeout, args.lock)
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    started = time.time()
+    try:
+        code = bisection.run(runner)
+    except KeyboardInterrupt:
+        print(f"bisect: interrupted; {len(bisection.order)} steps are kept in {bisection.state_path}: rerun the same "
+              "command to go on.", file=sys.stderr)
+        return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    lines = bisection.lines()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "bisect.md").write_text("```\n" + "\n".join(lines) + "\n```\n", encoding="utf-8")
+    print("\n".join(lines))
+    print(f"bisect: {out / 'bisect.md'}, state {bisection.state_path} ({time.time() - started:.0f} s this session)")
+    return code
+
+
+def add_parser(commands) -> None:
+    p = commands.add_parser(
+        "bisect", help="find the first vLLM release (or wheel) between a good and a bad one that fails the gate",
+        description="Bisect over the vLLM releases between --good and --bad (or the wheels of --candidates): each "
+                    "step is a gate run from that release's own venv, judged against the good release's figures "
+                    "measured first in the same session. Ends with the first bad release, the previous good one "
+                    "and what moved. Resumable: rerun the same command after an interruption.")
+    p.add_argument("--good", metavar="RELEASE", help="a release that passes (with --candidates: default the first line)")
+    p.add_argument("--bad", metavar="RELEASE", help="a release that fails (with --candidates: default the last line)")
+    p.add_argument("--candidates", type=Path, metavar="FILE",
+                   help="one wheel file, URL or pip requirement per line, oldest first (e.g. nightly per-commit wheels)")
+    p.add_argument("--pre", action="store_true", help="include the index's pre-releases between --good and --bad")
+    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+    p.add_argument("--methods", default="", metavar="A,B",
+                   help="methods of the profile (default: all but its canaries; the baseline engine always runs)")
+    p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
+    p.add_argument("--gate", default="", metavar="G[,G]",
+                   help=f"the failure to chase ({', '.join(CHASEABLE)}); default: whatever the bad release fails. "
+                        "Runs only these gates (and equivalence, lifecycle) in every step")
+    p.add_argument("--out", type=Path, default=None, metavar="DIR",
+                   help="session directory with the state file (default results/bisect-<profile>-<good>-<bad>)")
+    p.add_argument("--restart", action="store_true", help="discard the state in --out and start over")
+    p.add_argument("--step-timeout", type=float, default=3600.0, metavar="S",
+                   help="stop a step's gate run after S seconds and count it as a skip (default 3600)")
+    p.add_argument("--lock", type=Path, default=None, metavar="FILE",
+                   help="take this file lock (flock) around each step's gate run, so engine runs on a shared machine "
+                        "take turns; venv builds do not hold it")
+    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
