@@ -145,19 +145,19 @@ class Endpoint(StreamingBackend):
         if schema is not None:  # vLLM's extra parameter, as SamplingParams.structured_outputs
             body["structured_outputs"] = {"json": schema, "disable_any_whitespace": True}
         try:
-            async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
-                async with client.stream("POST", self.url + "/v1/completions", json=body) as resp:
-                    if resp.status_code != 200:
-                        detail = (await resp.aread()).decode(errors="replace")[:300]
-                        raise EndpointError(f"endpoint {self.url}: /v1/completions answered {resp.status_code}: {detail}")
-                    async for line in resp.aiter_lines():
-                        if not line.startswith("data: "):
-                            continue
-                        payload = line[len("data: ") :]
-                        if payload.strip() == "[DONE]":
-                            break
-                        for choice in json.loads(payload).get("choices", []):
-                            yield choice
+            async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client, \
+                    client.stream("POST", self.url + "/v1/completions", json=body) as resp:
+                if resp.status_code != 200:
+                    detail = (await resp.aread()).decode(errors="replace")[:300]
+                    raise EndpointError(f"endpoint {self.url}: /v1/completions answered {resp.status_code}: {detail}")
+                async for line in resp.aiter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    payload = line[len("data: ") :]
+                    if payload.strip() == "[DONE]":
+                        break
+                    for choice in json.loads(payload).get("choices", []):
+                        yield choice
         except httpx.HTTPError as exc:
             raise EndpointError(f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc}).") from None
 

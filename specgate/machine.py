@@ -154,6 +154,6 @@ def provenance(root: Path, device: str, count: int) -> dict[str, Any]:
         "python": platform.python_version(),
         "device": cpu_name() if device == "cpu" else device,
         "device_count": count,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git_revision": rev or None,
     }

@@ -204,7 +204,7 @@ class Rehearsal:
             hardware=hardware_key(*detect_device(self.profile.hardware)),
             rehearsal={"from": self.old[0], "to": self.new[0]}, vllm=f"{self.old[0]} -> {self.new[0]}",
             started=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)),
-            finished=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), wall_s=round(time.time() - started),
+            finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), wall_s=round(time.time() - started),
             engines=self.engines, outcomes=self.outcomes, summary_lines=self.lines(),
         )
         table = pd.DataFrame(self.rows)

@@ -133,10 +133,7 @@ def target_distribution(logits: np.ndarray, temperature: float) -> np.ndarray:
     top = scaled.max()
     if top == -np.inf or np.isnan(top):
         raise ValueError("a sampled position needs at least one finite or +inf logit")
-    if top == np.inf:
-        probs = (scaled == np.inf).astype(np.float64)
-    else:
-        probs = np.exp(scaled - top)
+    probs = (scaled == np.inf).astype(np.float64) if top == np.inf else np.exp(scaled - top)
     return probs / probs.sum()
 
 

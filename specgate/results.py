@@ -225,7 +225,7 @@ def run_record(session, outcomes: list[Outcome], started: float, summary_lines: 
     diagnosis, the summary."""
     device, count = machine.detect_device(session.profile.hardware)
     prov = machine.provenance(session.plan.root, device, count)
-    now = _dt.datetime.now(_dt.timezone.utc)
+    now = _dt.datetime.now(_dt.UTC)
     ordered = sorted(outcomes, key=lambda o: o.at if o.at is not None else float("inf"))  # stable: pytest's order
     return RunRecord(
         kind=GATE,
@@ -234,7 +234,7 @@ def run_record(session, outcomes: list[Outcome], started: float, summary_lines: 
         profile=session.profile.name,
         profile_path=str(session.profile.path),
         hardware=session.baselines.hardware,
-        started=_dt.datetime.fromtimestamp(started, _dt.timezone.utc).isoformat(timespec="seconds"),
+        started=_dt.datetime.fromtimestamp(started, _dt.UTC).isoformat(timespec="seconds"),
         finished=now.isoformat(timespec="seconds"),
         wall_s=round(now.timestamp() - started, 1),
         vllm=prov["vllm"],

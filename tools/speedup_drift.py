@@ -70,7 +70,7 @@ def block(profile, engines: Engines, prompts, warm: bool) -> dict:
         for _ in range(cfg.trials):
             for name, engine in engines.engines.items():
                 runs[name].append(engine.closed_loop(batch, c, max_tokens)[0].throughput)
-        timed = {name: engine.timed_steps(lambda e=engine: e.closed_loop(batch, c, max_tokens)) or {}
+        timed = {name: engine.timed_steps(lambda e=engine, b=batch, c=c: e.closed_loop(b, c, max_tokens)) or {}
                  for name, engine in engines.engines.items()}
         base_fwd = _per_call(timed[BASELINE], "forward")
         level = {}
@@ -103,7 +103,7 @@ def report(label: str, blocks: list[dict]) -> None:
     print(f"\n{label}: {len(blocks)} blocks; steal {sum(b['_machine']['steal_s'] for b in blocks):.1f} s, "
           f"iowait {sum(b['_machine']['iowait_s'] for b in blocks):.1f} s in all")
     for level in [k for k in blocks[0] if k.startswith("C=")]:
-        for name, first in blocks[0][level].items():
+        for name in blocks[0][level]:
             if name == BASELINE:
                 tput = [b[level][name]["throughput"] for b in blocks]
                 print(f"  {level:<5} {name:<14} throughput {', '.join(f'{v:.0f}' for v in tput)} tok/s; spread {spread(tput):.1%}")

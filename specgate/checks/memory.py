@@ -101,7 +101,6 @@ class MemoryCheck:
             return j
         overhead = self.store.memory_overhead(method, self.root)
         j.record = overhead.record()
-        ref = self.ctx.reference(method, self.gate)
         found = self.ctx.lookup(method, self.gate, key)  # another machine's: its portable figures only
         stored = found.values if found else None
         j.basis = "portable" if found and not found.own else ""

@@ -141,7 +141,6 @@ class SpeedupCheck:
         if crossover is not None:
             record["crossover_concurrency"] = crossover
         j = Judgement(self.gate, method, "summary", Verdict.PASS, record=record)
-        ref = self.ctx.reference(method, self.gate)
         found = self.ctx.lookup(method, self.gate, "summary")
         stored = found.values if found else None
         # stored on another machine, or this machine's baseline engine now runs outside machine_rtol of

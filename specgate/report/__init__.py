@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import warnings
 from pathlib import Path
-from typing import Any
 
 import pandas as pd
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
 
 import pandas as pd
 

@@ -5,6 +5,7 @@ something to it (a signal, SIGSTOP to its engine core), and count the processes 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -59,7 +60,7 @@ class NestedRun:
         cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "--benchmark-disable",
                "--specgate-out", str(self.out), *self.args]
         self.out.parent.mkdir(parents=True, exist_ok=True)
-        self.log = open(self.out.with_suffix(".out"), "wb")
+        self.log = open(self.out.with_suffix(".out"), "wb")  # noqa: SIM115 (held open for the run; kill_all() closes it)
         # As a shell would start it in the foreground: default signal dispositions.
         self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
                                      env={**os.environ, **(env or {})},
@@ -71,10 +72,8 @@ class NestedRun:
         """Remember every process under the run (its reaper included)."""
         try:
             for p in psutil.Process(self.proc.pid).children(recursive=True):
-                try:
+                with contextlib.suppress(psutil.Error):
                     self.seen.setdefault(p.pid, (p.create_time(), " ".join(p.cmdline())[:120] or p.name()))
-                except psutil.Error:
-                    pass
         except psutil.Error:
             pass
 

@@ -162,9 +162,8 @@ def layer_of(module: str) -> int | None:
     best = None
     for i, names in enumerate(LAYERS):
         for declared in names:
-            if name == declared or name.startswith(declared + "."):
-                if best is None or len(declared) > best[1]:
-                    best = (i, len(declared))
+            if (name == declared or name.startswith(declared + ".")) and (best is None or len(declared) > best[1]):
+                best = (i, len(declared))
     return best[0] if best else None
 
 

@@ -279,3 +279,20 @@ def test_actionlint(tmp_path):
     config.write_text(yaml.safe_dump({"self-hosted-runner": {"labels": ["gpu", *sorted(GPU_LABELS)]}}))
     proc = subprocess.run([exe, "-config-file", str(config), *map(str, ALL_WORKFLOWS)], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_projects_ci_lints_first_with_the_ruff_the_dev_extra_installs():
+    """.ci/run's first stage is ruff (check and format --check) from the venv the Quickstart's setup builds;
+    ruff is in the dev extra that setup installs, and pyproject.toml holds its settings."""
+    import tomllib
+
+    script = (ROOT / ".ci" / "run").read_text()
+    stages = re.findall(r"^run_stage (\w+) ", script, re.M)
+    assert stages[0] == "lint" and stages.index("lint") < stages.index("tests"), stages
+    lint = next(line for line in script.splitlines() if line.startswith("run_stage lint "))
+    assert ".venv/bin/ruff check ." in lint and ".venv/bin/ruff format --check ." in lint and "$setup_cmd &&" in lint
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert any(dep.split()[0] == "ruff" for dep in pyproject["project"]["optional-dependencies"]["dev"])
+    assert pyproject["tool"]["ruff"]["line-length"] == 120
+    assert "'.[cpu,dev]'" in (ROOT / "ci" / "setup-cpu.sh").read_text()
+    subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)

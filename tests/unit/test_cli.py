@@ -1,6 +1,5 @@
 """The `specgate` command: report regeneration, baseline diffs, error paths without tracebacks."""
 
-import json
 
 from specgate import baselines, cli, report
 from tests.unit.test_report import fabricated_run, fabricated_table

@@ -72,7 +72,7 @@ def test_steady_window_excludes_the_first_wave_and_the_tail():
 def test_too_few_requests_for_a_steady_window_is_an_error():
     run = LoadRun(4, [RequestTrace(i, "x", 0.0, [(1.0, 1)]) for i in range(5)], 0.0, 1.0)
     with pytest.raises(ValueError, match="at least 8 requests"):
-        run.throughput
+        _ = run.throughput
 
 
 def test_trial_prompts_mix_categories_evenly_and_are_the_same_for_every_engine():

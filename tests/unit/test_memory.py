@@ -59,7 +59,7 @@ def test_measured_and_analytic_weights_must_agree():
 @pytest.mark.needs_vllm
 def test_a_hub_drafter_is_sized_from_its_files_in_the_hugging_face_cache(monkeypatch):
     import huggingface_hub
-    import torch
+    import torch  # noqa: F401  (the drafter is sized with torch: this test needs it installed)
 
     profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
     cached = {"yuhuili/EAGLE-LLaMA3.1-Instruct-8B": ROOT / "fixtures" / "zoo" / "eagle"}  # a stand-in checkpoint

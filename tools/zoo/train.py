@@ -283,7 +283,7 @@ class Corpus:
     def sizes(self) -> dict[str, int]:
         return {k: int(v.numel()) for k, v in self.streams.items()}
 
-    def with_stream(self, name: str, ids, share: float, seed: int) -> "Corpus":
+    def with_stream(self, name: str, ids, share: float, seed: int) -> Corpus:
         """A copy drawing `share` of its windows from the new stream `ids`, the rest as before, with
         its own generator (so the drafters' batches do not depend on how many the target drew)."""
         import copy
@@ -660,7 +660,7 @@ class Students:
             batch = corpus.batch()[:, :-1]
             with _autocast(precision):
                 losses = self.forward(batch)
-            for name, loss in losses.items():
+            for name in losses:
                 self.opts[name].zero_grad(set_to_none=True)
             sum(losses.values()).backward()
             for name, model in self.models.items():
@@ -765,7 +765,7 @@ def offline_acceptance(target, students: dict, perturbed, sequences) -> dict:
             nxt, cur = embeds[:, 1:], states[:, :-1]
             res = {}
 
-            def chain(step_preds):
+            def chain(step_preds, plen=plen, n=n, x=x):
                 # step j (0-based) at anchor t lives at index t + j and predicts x_{t+j+2}
                 correct = []
                 for j, pred in enumerate(step_preds):
@@ -777,7 +777,7 @@ def offline_acceptance(target, students: dict, perturbed, sequences) -> dict:
             res["draft_model"] = chain([draft_pred[1:]] * UNROLL)
             eagle = students["eagle"]
 
-            def eagle_step(e, s, p):
+            def eagle_step(e, s, p, eagle=eagle):
                 out = eagle(e, s, p)
                 return out, target.lm_head(out)
 
