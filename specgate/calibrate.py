@@ -258,8 +258,11 @@ def main(args: argparse.Namespace) -> int:
     scratch = out / "baselines"  # SPECGATE_BASELINES_DIR for the runs: the checkout's baselines stay as they are
     scratch.mkdir(parents=True, exist_ok=True)
     profile_path = out / f"{profile.name}.toml"
-    profile_path.write_text(calibration_profile(profile, names, args.slowdown), encoding="utf-8")
-    methods = [n for name in names for n in (name, name + SLOWED)]
+    slowed = names if args.slowed is None else [n.strip() for n in args.slowed.split(",") if n.strip()]
+    if unknown := [n for n in slowed if n not in names]:
+        raise CalibrationError(f"--slowed {','.join(unknown)}: not among the calibrated methods ({', '.join(names)}).")
+    profile_path.write_text(calibration_profile(profile, slowed, args.slowdown), encoding="utf-8")
+    methods = names + [name + SLOWED for name in slowed]
     wall = run_gate(root, profile_path, methods, out / "update", scratch, update=True)
     print(f"calibrate: baselines stored by the first run ({wall:.0f} s)", flush=True)
     judged = []
@@ -299,6 +302,8 @@ def add_parser(commands) -> None:
     p.add_argument("--slowdown", type=float, default=0.074, metavar="SHARE",
                    help="the slowed copies sleep this share of a step per drafting call (default 0.074: about a 10 %% "
                         "loss at C = 1 on cpu-tiny's ngram)")
+    p.add_argument("--slowed", default=None, metavar="A,B",
+                   help="the methods that get a slowed copy (default: every calibrated method; '' for none: A/A only)")
     p.add_argument("--write", action="store_true", help="write the tolerances beside this machine's baselines")
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="results (default results/calibrate-<profile>-<time>)")
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
