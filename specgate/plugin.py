@@ -143,7 +143,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(life, "specgate-run-life")
     out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or _default_out(project_root(config))
     config.stash[_OUT_KEY] = Path(out)
-    if getattr(config.option, "numprocesses", None) and not scaleout.worker_id():
+    if getattr(config.option, "numprocesses", None) and not scaleout.worker_id(config):
         os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
     if _selects_gate(config) and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
         # pytest-benchmark keeps the speedup trials' timings next to the results, where
@@ -253,11 +253,11 @@ def run_plan(config: pytest.Config):
                 methods = profile.select(served) if served else []
             else:
                 methods = profile.select(config.getoption("--specgate-methods"))
-            scaleout.pin_worker(profile)  # before anything in this process touches CUDA
+            scaleout.pin_worker(profile, config=config)  # before anything in this process touches CUDA
         except SpecgateError as exc:
             raise pytest.UsageError(str(exc)) from None
         out = config.stash[_OUT_KEY]
-        log_dir = out / "engines" / scaleout.worker_id() if scaleout.worker_id() else None
+        log_dir = out / "engines" / scaleout.worker_id(config) if scaleout.worker_id(config) else None
         plan = RunPlan(
             profile, methods, root, out, update_baselines=config.getoption("--update-baselines"),
             strict=config.getoption("--specgate-strict"), endpoints=endpoints, log_dir=log_dir,
@@ -616,7 +616,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     except Exception as exc:  # as in pytest_terminal_summary: never a crash of the run
         lines = [f"specgate: the summary could not be built ({type(exc).__name__}: {exc})"]
     payload = {
-        "worker": scaleout.worker_id(),
+        "worker": scaleout.worker_id(config),
         "lines": lines,
         "outcomes": [o.__dict__ for o in outcomes],
         "table": measurement_table(gs.judgements.values()).to_json(orient="records"),
