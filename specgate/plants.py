@@ -17,8 +17,8 @@ PLANTS = {
     "verify_emits_draft": (
         "verification emits the draft token at the first rejected position instead of the target's",
         "greedy equivalence (tie-aware must not forgive it as bf16 noise)"),
-    "accept_one_less_every_8th": (
-        "every 8th verified request-step keeps one token less than it accepted (the token is emitted again by "
+    "accept_one_less_every_10th": (
+        "every 10th verified request-step keeps one token less than it accepted (the token is emitted again by "
         "the next step): greedy output unchanged, mean acceptance length a few percent lower (vLLM #26191: -3.7 %)",
         "the acceptance gate"),
     "resume_corrupts_last_token": (
@@ -41,7 +41,7 @@ def install(worker, name: str) -> bool:
     runner = worker.model_runner
     if not hasattr(runner, "_update_states") or not hasattr(runner, "rejection_sampler"):
         return False  # not V1's runner
-    return {"verify_emits_draft": _verify_emits_draft, "accept_one_less_every_8th": _accept_one_less,
+    return {"verify_emits_draft": _verify_emits_draft, "accept_one_less_every_10th": _accept_one_less,
             "resume_corrupts_last_token": _resume_corrupts_last_token,
             "ngram_late_after_cached_prefix": _ngram_late_after_cached_prefix,
             "grammar_mask_ignores_drafts": _grammar_mask_ignores_drafts}[name](runner)
@@ -77,7 +77,7 @@ def _accept_one_less(runner) -> bool:
         for row in range(tokens.shape[0]):
             emitted = int((tokens[row] >= 0).sum())
             seen[0] += 1
-            if emitted >= 2 and seen[0] % 8 == 0:  # its tokens are all the target's: one fewer leaves the text as it is
+            if emitted >= 2 and seen[0] % 10 == 0:  # its tokens are all the target's: one fewer leaves the text as it is
                 tokens[row, emitted - 1] = -1
         return out
 

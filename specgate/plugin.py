@@ -68,7 +68,7 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(life, "specgate-run-life")
     out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or options.default_out(options.project_root(config))
     config.stash[_OUT_KEY] = Path(out)
-    if getattr(config.option, "numprocesses", None) and not scaleout.worker_id():
+    if getattr(config.option, "numprocesses", None) and not scaleout.worker_id(config):
         os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
     if options.selects_gate(config) and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
         # pytest-benchmark keeps the speedup trials' timings next to the results, where
@@ -309,7 +309,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     gs.release_all()
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
     config.workeroutput["specgate"] = workers.payload(gs, outcomes, config.stash[_WATCH_KEY].failures,
-                                                      scaleout.worker_id())
+                                                      scaleout.worker_id(config))
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:

@@ -17,13 +17,17 @@ from specgate.errors import SpecgateError
 RUN_OUT_ENV = "SPECGATE_RUN_OUT"  # the controller's results directory, inherited by its workers
 
 
-def worker_id() -> str | None:
-    """'gw0', 'gw1', ... inside an xdist worker, else None."""
+def worker_id(config=None) -> str | None:
+    """'gw0', 'gw1', ... inside an xdist worker, else None. With pytest's config, a process is a worker
+    only when xdist gave it its workerinput: PYTEST_XDIST_WORKER is inherited by any pytest a worker
+    starts (the endpoint test's nested run, the suite's own), which is not a worker itself."""
+    if config is not None:
+        return getattr(config, "workerinput", {}).get("workerid")
     return os.environ.get("PYTEST_XDIST_WORKER")
 
 
-def worker_index() -> int | None:
-    wid = worker_id()
+def worker_index(config=None) -> int | None:
+    wid = worker_id(config)
     return int(wid[2:]) if wid and wid.startswith("gw") and wid[2:].isdigit() else None
 
 
@@ -59,13 +63,13 @@ def visible_devices(env=os.environ) -> list[str]:
     return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
-def pin_worker(profile, env=os.environ) -> list[str] | None:
+def pin_worker(profile, env=os.environ, config=None) -> list[str] | None:
     """Inside an xdist worker of a CUDA profile, restrict CUDA_VISIBLE_DEVICES to this worker's
     slice; returns the slice (None when there is nothing to pin)."""
-    index = worker_index()
+    index = worker_index(config)
     if index is None or profile.hardware != "cuda":
         return None
-    workers = int(env.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    workers = int(getattr(config, "workerinput", {}).get("workercount") or env.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     devices = slice_devices(visible_devices(env), index, gpus_per_engine(profile), workers)
     env["CUDA_VISIBLE_DEVICES"] = ",".join(devices)
     return devices

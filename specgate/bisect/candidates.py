@@ -109,10 +109,11 @@ def file_candidates(path: Path, package: str) -> list[Candidate]:
 
 
 def venv_for(root: Path, candidate: Candidate, hardware: str) -> Path:
-    """A release's venv is the rehearsal's; any other candidate gets its own, named by what it installs."""
+    """A release's venv is the rehearsal's (this one, where it runs that release); any other candidate
+    gets its own, named by what it installs."""
     from specgate import venvs
 
     if candidate.release:
-        return venvs.release_dir(root, candidate.release, hardware)
+        return venvs.release_venv(root, candidate.release, hardware)
     digest = hashlib.sha256(candidate.requirement.encode()).hexdigest()[:8]
     return Path(root) / ".venvs" / f"bisect-{candidate.label}-{digest}"

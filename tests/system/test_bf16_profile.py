@@ -26,7 +26,7 @@ def with_planted_verifier(path):
     return path
 
 
-@pytest.mark.skipif(missing_cpu_flags(("avx512_bf16", "amx_bf16")) is not None, reason="this CPU has native bf16: "
+@pytest.mark.skipif(missing_cpu_flags(("avx512_bf16", "amx_bf16")) is None, reason="this CPU has native bf16: "
                     "the profile runs (the test below)")
 def test_without_native_bf16_the_run_says_which_flag_is_missing(tmp_path):
     run = NestedRun(["--specgate-profile", str(BF16), "--specgate-methods", "ngram", *EQUIVALENCE], tmp_path / "out").start()

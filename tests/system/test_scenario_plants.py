@@ -61,5 +61,7 @@ def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
         assert figures(name, "equivalence")[("greedy", "identical", None)] == 60
         assert {o["outcome"] for (m, g, _), o in outcome.items() if m == name and g in PLAIN} <= {"passed", "skipped"}
     for (m, g, _), o in outcome.items():
-        if m == "ngram":
-            assert o["outcome"] == "passed", (g, o["message"][:500])
+        if m == "ngram":  # ngram itself fails nothing (a figure this machine has no stored baseline for skips)
+            assert o["outcome"] in ("passed", "skipped"), (g, o["message"][:500])
+    assert {g for (m, g, _), o in outcome.items() if m == "ngram" and o["outcome"] == "passed"} >= {
+        "equivalence", "preemption", "prefix_soak"}

