@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
 from specgate.backend import StreamingBackend
-from specgate.engine import EventLoopThread
+from specgate.eventloop import EventLoopThread
 from specgate.errors import EngineStalled, SpecgateError
 from specgate.watchdog import Overdue, Watch, describe
 

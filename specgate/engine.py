@@ -11,12 +11,10 @@ vLLM is imported lazily: the rest of specgate (profiles, reports, unit tests) ne
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import gc
 import os
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,34 +24,12 @@ from typing import Any
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
 from specgate import enginelog, kvstats, logstream, plants, processes as procs, reaper, vllm_compat as compat, worker
+from specgate.engine_args import engine_kwargs, vllm_deadline_env
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
+from specgate.eventloop import EventLoopThread
 from specgate.memory import device_bytes
-from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
-from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue, wait
-
-def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any]:
-    """The engine arguments (vLLM EngineArgs fields) for this method; zoo references become local paths."""
-    kwargs: dict[str, Any] = dict(
-        model=resolve_model(profile.target, root),
-        dtype=profile.dtype,
-        max_model_len=profile.max_model_len,
-        seed=profile.seed,
-        disable_log_stats=False,  # the spec-decode counters need stats on
-    )
-    kwargs.update(profile.engine_kwargs)
-    kwargs.update(method.engine_kwargs)
-    for key in ("model", "tokenizer"):  # a method may bring its own target (MTP lives in the target)
-        if key in kwargs:
-            kwargs[key] = resolve_model(kwargs[key], root)
-    if method.speculative_config is not None:
-        sc = dict(method.speculative_config)
-        for key in ("model", "tokenizer"):
-            if key in sc:
-                sc[key] = resolve_model(sc[key], root)
-        kwargs["speculative_config"] = sc
-    return kwargs
-
+from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
 
 @contextlib.contextmanager
 def _output_to(log_path: Path) -> Iterator[None]:
@@ -73,51 +49,6 @@ def _output_to(log_path: Path) -> Iterator[None]:
             os.dup2(saved[1], 2)
             for fd in saved:
                 os.close(fd)
-
-
-def vllm_deadline_env(profile: Profile) -> dict[str, str]:
-    """vLLM's own start-up limit, set no lower than the suite's boot deadline. It does not bound a boot
-    (it is checked only after the start-up handshake, inside which the model loads: v1/engine/
-    core_client.py 0.33:762 vs v1/engine/utils.py 0.33:1392-1451), but where it applies it must not
-    give up before boot_timeout_s does. Read when vLLM is imported: set before that."""
-    return {"VLLM_ENGINE_READY_TIMEOUT_S": str(int(profile.boot_timeout_s))}
-
-
-class EventLoopThread:
-    """An asyncio loop on its own thread: vLLM's AsyncLLM lives on it, the (synchronous) tests
-    submit coroutines to it. One per engine, stopped with the engine."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name="specgate-engine-loop", daemon=True)
-        self.thread.start()
-
-    def run(self, coro, watch: Watch | None = None, what: str = ""):
-        """The coroutine's result, run on the loop; with a watch, Overdue when a deadline passes.
-        On any way out but the result (Overdue, Ctrl-C) the coroutine is cancelled."""
-        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        try:
-            return wait(future, watch, what)
-        except BaseException:
-            future.cancel()
-            raise
-
-    def close(self, wait_s: float = 10.0) -> None:
-        """Cancel what is pending and stop the loop. A loop thread stuck in a synchronous call (an
-        engine boot that was given up) is left to finish on its own: it is a daemon thread."""
-
-        async def cancel_pending():
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-
-        with contextlib.suppress(Exception):
-            asyncio.run_coroutine_threadsafe(cancel_pending(), self.loop).result(timeout=wait_s)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=wait_s)
-        if not self.thread.is_alive():
-            self.loop.close()
 
 
 @dataclass

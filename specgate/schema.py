@@ -168,6 +168,11 @@ def relative(value) -> str | None:
     return None if value < 1 else f"is a relative tolerance and must be < 1, got {value!r}."
 
 
+def rule(test: Callable[[Any], Any], problem: str) -> Bound:
+    """A bound that says its rule: `problem` with the value after 'got' ('must be >= 2 (...), got 1.')."""
+    return lambda value: None if test(value) else f"{problem}, got {value!r}."
+
+
 def share(what: str) -> Bound:
     """A share in [0, 1] ('is a share of the prompts in [0, 1], got 1.5.')."""
     return lambda value: None if 0 <= value <= 1 else f"is a share of {what} in [0, 1], got {value!r}."

@@ -2,7 +2,7 @@
 where each vLLM release runs from its own virtualenv.
 
 `Server(python, profile, method, root, log)` is a context manager: it starts the server with exactly
-the engine arguments the in-process gate uses for that method (engine.engine_kwargs), waits until
+the engine arguments the in-process gate uses for that method (engine_args.engine_kwargs), waits until
 /health answers (the server's own error and log tail when it exits first; past the profile's
 boot_timeout_s, or stall_timeout_s without a log line, its stacks and a clear error), and stops it
 and every process under it, whatever way the block is left (Ctrl-C included; on SIGKILL of this
@@ -66,7 +66,7 @@ def serve_args(python: Path, kwargs: dict, port: int) -> list[str]:
 
 class Server:
     def __init__(self, python: Path, profile, method, root: Path, log: Path, name: str = ""):
-        from specgate.engine import engine_kwargs, vllm_deadline_env
+        from specgate.engine_args import engine_kwargs, vllm_deadline_env
 
         self.name = name or method.name
         self.port = free_port()

@@ -105,7 +105,7 @@ class FakeEngine:
         """Wait on the core that never answers, under the profile's stall_timeout_s, as Engine.run does."""
         import asyncio
 
-        from specgate.engine import EventLoopThread
+        from specgate.eventloop import EventLoopThread
         from specgate.errors import EngineStalled
         from specgate.watchdog import Overdue, Watch, stop_overdue
 

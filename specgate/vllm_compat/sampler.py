@@ -10,7 +10,7 @@ import inspect
 from collections.abc import Iterator
 from dataclasses import fields
 
-from specgate.vllm_compat.internals import load
+from specgate.vllm_compat.lookup import load
 from specgate.vllm_compat.release import release
 
 

@@ -25,7 +25,8 @@ LAYERS = (
     # what is stored: baseline files, their git history, a run's record
     ("baselines", "baseline_store", "history", "run_record"),
     # engines: booting, driving and measuring them
-    ("backend", "engine", "endpoint", "server", "host", "measurements", "scenarios", "download"),
+    ("eventloop", "engine_args", "backend", "engine", "endpoint", "server", "host", "measurements", "scenarios",
+     "download"),
     # judging: one check per gate
     ("checks",),
     # what a person reads

@@ -1,0 +1,42 @@
+"""What vLLM is given for one method's engine, in process (engine.py) or as a server (server.py): the
+engine arguments (the profile's, the method's, zoo references as local paths) and the environment
+that bounds vLLM's own start-up wait."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from specgate.models import resolve as resolve_model
+from specgate.profile import Method, Profile
+
+
+def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any]:
+    """The engine arguments (vLLM EngineArgs fields) for this method; zoo references become local paths."""
+    kwargs: dict[str, Any] = dict(
+        model=resolve_model(profile.target, root),
+        dtype=profile.dtype,
+        max_model_len=profile.max_model_len,
+        seed=profile.seed,
+        disable_log_stats=False,  # the spec-decode counters need stats on
+    )
+    kwargs.update(profile.engine_kwargs)
+    kwargs.update(method.engine_kwargs)
+    for key in ("model", "tokenizer"):  # a method may bring its own target (MTP lives in the target)
+        if key in kwargs:
+            kwargs[key] = resolve_model(kwargs[key], root)
+    if method.speculative_config is not None:
+        sc = dict(method.speculative_config)
+        for key in ("model", "tokenizer"):
+            if key in sc:
+                sc[key] = resolve_model(sc[key], root)
+        kwargs["speculative_config"] = sc
+    return kwargs
+
+
+def vllm_deadline_env(profile: Profile) -> dict[str, str]:
+    """vLLM's own start-up limit, set no lower than the suite's boot deadline. It does not bound a boot
+    (it is checked only after the start-up handshake, inside which the model loads: v1/engine/
+    core_client.py 0.33:762 vs v1/engine/utils.py 0.33:1392-1451), but where it applies it must not
+    give up before boot_timeout_s does. Read when vLLM is imported: set before that."""
+    return {"VLLM_ENGINE_READY_TIMEOUT_S": str(int(profile.boot_timeout_s))}
