@@ -89,8 +89,13 @@ class AcceptanceResult:
     merged_chunks: int = 0
 
     @classmethod
-    def from_batch(cls, counters: SpecCounters, tokens_per_step: dict[str, list[int]], k: int,
-                   step_histograms: dict[str, list[int]] | None = None) -> AcceptanceResult:
+    def from_batch(
+        cls,
+        counters: SpecCounters,
+        tokens_per_step: dict[str, list[int]],
+        k: int,
+        step_histograms: dict[str, list[int]] | None = None,
+    ) -> AcceptanceResult:
         hist = [0] * (k + 2)
         if step_histograms:  # index j = accepted draft tokens in a step, so j + 1 tokens emitted
             for counts in step_histograms.values():
@@ -107,7 +112,10 @@ class AcceptanceResult:
     def record(self) -> dict[str, float | list[float]]:
         """The values stored in a baseline file."""
         c = self.counters
-        rec: dict[str, float | list[float]] = {"num_drafts": c.num_drafts, "tokens_per_step_histogram": list(self.histogram)}
+        rec: dict[str, float | list[float]] = {
+            "num_drafts": c.num_drafts,
+            "tokens_per_step_histogram": list(self.histogram),
+        }
         if self.merged_chunks:  # the histogram above is not per step: said, and kept apart from clean ones
             rec["merged_stream_chunks"] = self.merged_chunks
         if c.mean_acceptance_length is not None:

@@ -82,8 +82,15 @@ class Backend(Protocol):
     def counters(self) -> SpecCounters:
         """The engine's spec-decode counters now (monotone; measurements are differences)."""
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                  seed: int | None = None, schema: dict | None = None) -> BatchResult:
+    def run_batch(
+        self,
+        prompts,
+        max_tokens: int,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ) -> BatchResult:
         """Continuations of `prompts` (greedy unless a temperature is given; under a JSON `schema`
         when given), submitted at once; per prompt the tokens each step emitted."""
 
@@ -93,7 +100,9 @@ class Backend(Protocol):
     def reset_prefix_cache(self) -> None:
         """Empty the prefix cache (NotMeasurable when this engine cannot be told to)."""
 
-    def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0) -> tuple[LoadRun, SpecCounters]:
+    def closed_loop(
+        self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0
+    ) -> tuple[LoadRun, SpecCounters]:
         """One closed-loop trial (exactly `concurrency` requests in flight) and the counters it moved."""
 
     def timed_steps(self, work: Callable[[], Any]) -> dict[str, float] | None:
@@ -130,8 +139,16 @@ class StreamingBackend:
     def counters(self) -> SpecCounters:
         raise NotImplementedError
 
-    def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
-              seed: int | None = None, schema: dict | None = None):
+    def steps(
+        self,
+        token_ids,
+        max_tokens: int,
+        tag: str,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ):
         raise NotImplementedError
 
     def kv_stats(self):
@@ -161,8 +178,15 @@ class StreamingBackend:
             if new:
                 yield len(new)
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                  seed: int | None = None, schema: dict | None = None) -> BatchResult:
+    def run_batch(
+        self,
+        prompts,
+        max_tokens: int,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ) -> BatchResult:
         """Continuations of `prompts` (greedy, or sampled with a seed per request; under a JSON schema
         when given), all submitted at once, streamed step by step: how many tokens each verification
         step emitted (accepted + 1), and the spec-decode counters read before and after, so the

@@ -12,12 +12,21 @@ from pathlib import Path
 from typing import Any
 
 from specgate import machine
-from specgate.baselines import BaselineFile, baseline_path, diff, format_diff, kept_aside, load, measured_by, merge, write_atomic
+from specgate.baselines import (
+    BaselineFile,
+    baseline_path,
+    diff,
+    format_diff,
+    kept_aside,
+    load,
+    measured_by,
+    merge,
+    write_atomic,
+)
 from specgate.errors import BaselineError
 from specgate.machine import detect_device, hardware_key, provenance
 from specgate.profile import BASELINE
 from specgate.stats import within_rtol
-
 
 # Figures that belong to the machine, not to the model + vLLM: judged only against this machine's own
 # file (speedups coarsely against another's). Everything else is portable: greedy float32 acceptance,
@@ -90,8 +99,11 @@ class BaselineStore:
         own = self.file().entry(method, kind, key)
         if own is not None:
             return Stored(own, self.file().source(method), self.hardware, True)
-        found = [(str(f.methods[method].get("provenance", {}).get("date", "")), f) for f in self.others()
-                 if f.entry(method, kind, key) is not None]
+        found = [
+            (str(f.methods[method].get("provenance", {}).get("date", "")), f)
+            for f in self.others()
+            if f.entry(method, kind, key) is not None
+        ]
         if not found:
             return None
         _, other = max(found, key=lambda x: x[0])
@@ -111,16 +123,20 @@ class BaselineStore:
         baselines used by this run."""
         lines = []
         if kept := kept_aside(self.root, self.name):
-            lines.append(f"{kept} holds baselines an interrupted calibration moved aside: this run judged "
-                         f"{self.path.parent} without them; `specgate calibrate --profile {self.profile.name}` puts them "
-                         "back where nothing took their place")
+            lines.append(
+                f"{kept} holds baselines an interrupted calibration moved aside: this run judged "
+                f"{self.path.parent} without them; `specgate calibrate --profile {self.profile.name}` puts them "
+                "back where nothing took their place"
+            )
         if not self.borrowed:
             return lines
         files = sorted(set().union(*self.borrowed.values()))
         bound_here = [k for k in ("speedup", "memory") if k in self.borrowed or not self.file().methods]
-        lines.append(f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
-                     f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
-                     f"{', '.join(files)} in {self.path.parent}")
+        lines.append(
+            f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
+            f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
+            f"{', '.join(files)} in {self.path.parent}"
+        )
         if bound_here:
             lines.append(
                 "speedup and process memory: no baselines for " + self.hardware + "; speedups judged coarsely "
@@ -160,8 +176,10 @@ class BaselineStore:
             stored = load(self.path, self.name, self.hardware)
             held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
             kept = {
-                method: {kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)}
-                         for kind, entries in kinds.items()}
+                method: {
+                    kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)}
+                    for kind, entries in kinds.items()
+                }
                 for method, kinds in measured.items()
             }
             updated = merge(stored, kept, provenance(self.root, device, count))
@@ -170,7 +188,9 @@ class BaselineStore:
         text = format_diff(diff(stored, updated), f"baselines written to {stored.path}", stored, updated)
         return text + (f"\n{why}" if why else "")
 
-    def _speedups_from_another_machine(self, stored: BaselineFile, measured: dict, run_methods: set[str]) -> tuple[set[str], str]:
+    def _speedups_from_another_machine(
+        self, stored: BaselineFile, measured: dict, run_methods: set[str]
+    ) -> tuple[set[str], str]:
         """The concurrency keys whose speedups this run must not write, and why. The baseline engine's
         stored throughput stamps every method's stored speedup with the machine it was measured on;
         rewriting it from another machine while other methods keep their ratios would leave those
@@ -181,7 +201,9 @@ class BaselineStore:
             before = stored.entry(BASELINE, "speedup", key)
             if not before or not before.get("throughput_tok_s") or not now.get("throughput_tok_s"):
                 continue
-            left = {m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get("speedup", {})}
+            left = {
+                m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get("speedup", {})
+            }
             if left and not within_rtol(now["throughput_tok_s"] / before["throughput_tok_s"], rtol):
                 keys.append(key)
                 here.append(f"{now['throughput_tok_s']:.1f}")
@@ -190,9 +212,9 @@ class BaselineStore:
         if not keys:
             return set(), ""
         return set(keys), (
-            f"speedups at {', '.join(keys)} not written: the baseline engine ran at {' / '.join(here)} tok/s here against "
-            f"{' / '.join(there)} stored (outside machine_rtol {rtol}), and the stored "
-            f"speedups of {', '.join(sorted(others))} were measured on that other machine; storing this run's would mix "
-            f"two machines' ratios in {stored.path}. To move the speedup baselines to this machine, update every method "
-            f"at once (`{self.update_command}` without --specgate-methods)."
+            f"speedups at {', '.join(keys)} not written: the baseline engine ran at {' / '.join(here)} tok/s here "
+            f"against {' / '.join(there)} stored (outside machine_rtol {rtol}), and the stored "
+            f"speedups of {', '.join(sorted(others))} were measured on that other machine; storing this run's would "
+            f"mix two machines' ratios in {stored.path}. To move the speedup baselines to this machine, update every "
+            f"method at once (`{self.update_command}` without --specgate-methods)."
         )

@@ -198,7 +198,9 @@ def diff(old: BaselineFile, new: BaselineFile) -> list[Change]:
     return changes
 
 
-def format_diff(changes: list[Change], title: str, old: BaselineFile | None = None, new: BaselineFile | None = None) -> str:
+def format_diff(
+    changes: list[Change], title: str, old: BaselineFile | None = None, new: BaselineFile | None = None
+) -> str:
     """An old -> new table grouped by gate, then method, with the relative change of every value that
     moved; an entry that is new (or removed) as a whole is one row. With both files, a first line
     says which vLLM measured each side when that changed."""
@@ -224,13 +226,18 @@ def grouped(changes: list[Change]) -> list[tuple[tuple[str, str, str], list[Chan
     for c in changes:
         groups.setdefault((c.method, c.kind, c.key), []).append(c)
     order = {k: i for i, k in enumerate(KINDS)}
-    return sorted(groups.items(), key=lambda item: (order.get(item[0][1], len(order)), item[0][0] != "baseline", item[0][0]))
+    return sorted(
+        groups.items(), key=lambda item: (order.get(item[0][1], len(order)), item[0][0] != "baseline", item[0][0])
+    )
 
 
 def measured_by(file: BaselineFile) -> list[str]:
     """'vLLM 0.31.0 (2026-11-25)' for each distinct vLLM release (and day) that measured the file."""
-    seen = {(str(e.get("provenance", {}).get("vllm")), str(e.get("provenance", {}).get("date", "?"))[:10])
-            for e in file.methods.values() if e.get("provenance")}
+    seen = {
+        (str(e.get("provenance", {}).get("vllm")), str(e.get("provenance", {}).get("date", "?"))[:10])
+        for e in file.methods.values()
+        if e.get("provenance")
+    }
     return [f"vLLM {v} ({d})" for v, d in sorted(seen)]
 
 
@@ -243,5 +250,7 @@ def upgrade_line(old: BaselineFile, new: BaselineFile) -> str:
 
 
 def _diff_row(c: Change) -> tuple[str, ...]:
-    rel = "new" if c.old is None else "removed" if c.new is None else "-" if c.relative is None else f"{c.relative:+.1%}"
+    rel = (
+        "new" if c.old is None else "removed" if c.new is None else "-" if c.relative is None else f"{c.relative:+.1%}"
+    )
     return (c.method, c.kind, c.key, c.field, num(c.old), num(c.new), rel)

@@ -36,7 +36,9 @@ from specgate.machine import detect_device, hardware_key
 SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
 # the speed tests, the engines' lifecycle, greedy equivalence (its honest near-ties set the tie-aware rule)
 # and acceptance (its A/A spread sets acceptance_rtol; the same greedy pass, no extra engine time)
-CALIBRATED_TESTS = "speedup or lifecycle or test_method_reproduces or test_baseline_engine_produces or test_acceptance_holds"
+CALIBRATED_TESTS = (
+    "speedup or lifecycle or test_method_reproduces or test_baseline_engine_produces or test_acceptance_holds"
+)
 
 
 class CalibrationError(SpecgateError):
@@ -115,7 +117,9 @@ class Divergences:
 def read_divergences(judged: list[Path]) -> dict[str, Divergences]:
     out: dict[str, Divergences] = defaultdict(Divergences)
     for run in judged:
-        rows = [r for r in json.loads((run / "measurements.json").read_text(encoding="utf-8")) if r["gate"] == "equivalence"]
+        rows = [
+            r for r in json.loads((run / "measurements.json").read_text(encoding="utf-8")) if r["gate"] == "equivalence"
+        ]
         for method in dict.fromkeys(r["method"] for r in rows):
             mine = {r["metric"]: r["value"] for r in rows if r["method"] == method and r["position"] is None}
             if "compared" not in mine or method.endswith(SLOWED):
@@ -144,18 +148,33 @@ def suggest(cells: dict, names: list[str], acceptance: dict | None = None) -> di
     for name in names:
         levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
         summary = cells.get((name, "summary"))
-        drop = max((shortfall(c.stored.get("speedup"), r.get("speedup_high")) for _, c in levels for r in c.runs), default=0.0)
-        drift = max((r["draft_cost"] - c.stored["draft_cost"] for _, c in levels for r in c.runs
-                     if r.get("draft_cost") is not None and c.stored.get("draft_cost") is not None), default=None)
+        drop = max(
+            (shortfall(c.stored.get("speedup"), r.get("speedup_high")) for _, c in levels for r in c.runs), default=0.0
+        )
+        drift = max(
+            (
+                r["draft_cost"] - c.stored["draft_cost"]
+                for _, c in levels
+                for r in c.runs
+                if r.get("draft_cost") is not None and c.stored.get("draft_cost") is not None
+            ),
+            default=None,
+        )
         values = {"speedup_rtol": tolerances.suggest_relative(drop)}
         if summary is not None:
-            geo = max((shortfall(summary.stored.get("geomean_speedup"), r.get("geomean_speedup_high")) for r in summary.runs),
-                      default=0.0)
+            geo = max(
+                (shortfall(summary.stored.get("geomean_speedup"), r.get("geomean_speedup_high")) for r in summary.runs),
+                default=0.0,
+            )
             values["geomean_rtol"] = tolerances.suggest_relative(geo)
         if drift is not None:
             values["draft_cost_tol"] = tolerances.suggest_absolute(drift)
-        drops = [shortfall(c.stored.get("mean_acceptance_length"), r.get("mean_acceptance_length"))
-                 for (m, _), c in (acceptance or {}).items() if m == name for r in c.runs]
+        drops = [
+            shortfall(c.stored.get("mean_acceptance_length"), r.get("mean_acceptance_length"))
+            for (m, _), c in (acceptance or {}).items()
+            if m == name
+            for r in c.runs
+        ]
         if drops:
             values["acceptance_rtol"] = tolerances.suggest_relative(max(drops), margin=0.005, step=0.005, floor=0.01)
         out[name] = values
@@ -171,28 +190,53 @@ def caught(cells: dict, name: str, key: str, tol: dict[str, float]) -> tuple[int
     floor = original.stored.get("speedup", 0) * (1 - tol["speedup_rtol"])
     ceiling = original.stored.get("draft_cost")
     speed = [r.get("speedup_high") is not None and r["speedup_high"] < floor for r in slowed.runs]
-    cost = [ceiling is not None and "draft_cost_tol" in tol and r.get("draft_cost") is not None
-            and r["draft_cost"] > ceiling + tol["draft_cost_tol"] for r in slowed.runs]
+    cost = [
+        ceiling is not None
+        and "draft_cost_tol" in tol
+        and r.get("draft_cost") is not None
+        and r["draft_cost"] > ceiling + tol["draft_cost_tol"]
+        for r in slowed.runs
+    ]
     return sum(speed), sum(cost), sum(a or b for a, b in zip(speed, cost)), len(slowed.runs)
 
 
 def report(cells: dict, names: list[str], suggested: dict, runs: int, slowdown: float) -> list[str]:
-    lines = [f"calibration: {runs} judged runs after the one that stored baselines; the slowed copies sleep "
-             f"{slowdown:g} of a step in every drafting call", "",
-             "| method | level | A/A speedup / stored (min) | A/A draft_cost drift (max) | slowed: caught by speedup | "
-             "by step cost | by either |", "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"calibration: {runs} judged runs after the one that stored baselines; the slowed copies sleep "
+        f"{slowdown:g} of a step in every drafting call",
+        "",
+        "| method | level | A/A speedup / stored (min) | A/A draft_cost drift (max) | slowed: caught by speedup | "
+        "by step cost | by either |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for name in names:
         for key in sorted((k for (m, k) in cells if m == name and k.startswith("C=")), key=_level):
             cell = cells[(name, key)]
-            ratio = min((r["speedup"] / cell.stored["speedup"] for r in cell.runs
-                         if r.get("speedup") is not None and cell.stored.get("speedup")), default=None)
-            drift = max((r["draft_cost"] - cell.stored["draft_cost"] for r in cell.runs
-                         if r.get("draft_cost") is not None and cell.stored.get("draft_cost") is not None), default=None)
+            ratio = min(
+                (
+                    r["speedup"] / cell.stored["speedup"]
+                    for r in cell.runs
+                    if r.get("speedup") is not None and cell.stored.get("speedup")
+                ),
+                default=None,
+            )
+            drift = max(
+                (
+                    r["draft_cost"] - cell.stored["draft_cost"]
+                    for r in cell.runs
+                    if r.get("draft_cost") is not None and cell.stored.get("draft_cost") is not None
+                ),
+                default=None,
+            )
             speed, cost, either, n = caught(cells, name, key, suggested[name])
-            lines.append(f"| {name} | {key} | {'–' if ratio is None else f'{ratio:.3f}'} | "
-                         f"{'–' if drift is None else f'{drift:+.4f}'} | {speed}/{n} | {cost}/{n} | {either}/{n} |")
+            lines.append(
+                f"| {name} | {key} | {'–' if ratio is None else f'{ratio:.3f}'} | "
+                f"{'–' if drift is None else f'{drift:+.4f}'} | {speed}/{n} | {cost}/{n} | {either}/{n} |"
+            )
     lines += ["", "suggested (no false alarm in these A/A runs, plus a margin):"]
-    lines += [f"  {name}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(values.items())) for name, values in suggested.items()]
+    lines += [
+        f"  {name}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(values.items())) for name, values in suggested.items()
+    ]
     return lines
 
 
@@ -202,12 +246,16 @@ def equivalence_lines(divergences: dict[str, Divergences], rule: dict[str, float
     for method, d in divergences.items():
         gaps = sorted(g for run in d.gaps for g in run)
         most = max((len(run) for run in d.gaps), default=0)
-        lines.append(f"  {method}: at most {most} of {d.compared} prompts in a run; gaps (nats) "
-                     f"{', '.join(f'{g:g}' for g in gaps[:12]) or 'none'}{' ...' if len(gaps) > 12 else ''}"
-                     + (f"; {d.gapless} outside the baseline's top-k (no margin forgives them)" if d.gapless else ""))
+        lines.append(
+            f"  {method}: at most {most} of {d.compared} prompts in a run; gaps (nats) "
+            f"{', '.join(f'{g:g}' for g in gaps[:12]) or 'none'}{' ...' if len(gaps) > 12 else ''}"
+            + (f"; {d.gapless} outside the baseline's top-k (no margin forgives them)" if d.gapless else "")
+        )
     if rule:
-        lines.append(f"  tie-aware rule: logprob_margin {rule['logprob_margin']:g} (twice the largest gap), "
-                     f"max_forgiven_share {rule['max_forgiven_share']:g} (one near-tie more than the worst run)")
+        lines.append(
+            f"  tie-aware rule: logprob_margin {rule['logprob_margin']:g} (twice the largest gap), "
+            f"max_forgiven_share {rule['max_forgiven_share']:g} (one near-tie more than the worst run)"
+        )
     return lines
 
 
@@ -217,15 +265,33 @@ def _level(key: str) -> int:
 
 def run_gate(root: Path, profile_path: Path, methods: list[str], out: Path, scratch: Path, update: bool) -> float:
     """One gate run of the speedup and lifecycle tests; its wall time. CalibrationError when it wrote no results."""
-    cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", "-k", CALIBRATED_TESTS,
-           "--specgate-profile", str(profile_path), "--specgate-methods", ",".join(methods), "--specgate-out", str(out),
-           "--benchmark-disable", *(["--update-baselines"] if update else [])]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "-k",
+        CALIBRATED_TESTS,
+        "--specgate-profile",
+        str(profile_path),
+        "--specgate-methods",
+        ",".join(methods),
+        "--specgate-out",
+        str(out),
+        "--benchmark-disable",
+        *(["--update-baselines"] if update else []),
+    ]
     started = time.monotonic()
     log = out.with_suffix(".log")
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT,
-                                env={**os.environ, BASELINES_DIR_ENV: str(scratch)})
+        proc = subprocess.Popen(
+            cmd, cwd=root, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, BASELINES_DIR_ENV: str(scratch)}
+        )
         try:
             proc.wait()
         except BaseException:  # Ctrl-C or SIGTERM: the gate run ends its engines on SIGINT
@@ -247,8 +313,10 @@ def restore_kept(root: Path, name: str) -> str:
     if not base.exists():
         shutil.move(kept, base)
         return f"calibrate: put back {base} from {kept}, where an interrupted calibration had left it"
-    return (f"calibrate: {kept} holds baselines an interrupted calibration moved aside, next to {base}; compare them "
-            f"(specgate baselines diff) and keep one")
+    return (
+        f"calibrate: {kept} holds baselines an interrupted calibration moved aside, next to {base}; compare them "
+        f"(specgate baselines diff) and keep one"
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -261,7 +329,9 @@ def main(args: argparse.Namespace) -> int:
     wanted = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
     names = [m.name for m in profile.select(wanted) if wanted or not m.canary_of]
     if args.runs < 2:
-        raise CalibrationError(f"--runs {args.runs}: the A/A spread needs at least 2 judged runs (10 give a 0-of-10 false-alarm rate).")
+        raise CalibrationError(
+            f"--runs {args.runs}: the A/A spread needs at least 2 judged runs (10 give a 0-of-10 false-alarm rate)."
+        )
     out = Path(args.out or root / "results" / f"calibrate-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}")
     scratch = out / "baselines"  # SPECGATE_BASELINES_DIR for the runs: the checkout's baselines stay as they are
     scratch.mkdir(parents=True, exist_ok=True)
@@ -285,9 +355,16 @@ def main(args: argparse.Namespace) -> int:
     hardware = hardware_key(*detect_device(profile.hardware))
     target = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware))
     text = tolerances.render(
-        [f"specgate calibrate --profile {profile.name} --runs {args.runs} --slowdown {args.slowdown:g} on {hardware}, "
-         f"{time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in {args.runs} A/A runs, plus a margin",
-         f"(results: {out})"], {}, suggested, rule)
+        [
+            f"specgate calibrate --profile {profile.name} --runs {args.runs} --slowdown {args.slowdown:g} "
+            f"on {hardware}, {time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in {args.runs} "
+            "A/A runs, plus a margin",
+            f"(results: {out})",
+        ],
+        {},
+        suggested,
+        rule,
+    )
     lines = report(cells, names, suggested, args.runs, args.slowdown) + equivalence_lines(divergences, rule)
     (out / "calibration.md").write_text("\n".join(lines) + "\n\n```toml\n" + text + "```\n", encoding="utf-8")
     print("\n".join(lines))
@@ -295,23 +372,40 @@ def main(args: argparse.Namespace) -> int:
     if args.write:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
-        print(f"calibrate: wrote {target}; a run on {hardware} now holds {', '.join(names)} to it (commit it with the baselines)")
+        print(
+            f"calibrate: wrote {target}; a run on {hardware} now holds {', '.join(names)} to it (commit it with the "
+            "baselines)"
+        )
     else:
         print(f"calibrate: --write puts this in {target}")
     return 0
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("calibrate", help="measure the speed gate's tolerances on this machine",
-                            description=__doc__.split("\n\n")[0])
+    p = commands.add_parser(
+        "calibrate", help="measure the speed gate's tolerances on this machine", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument("--runs", type=int, default=10, metavar="N", help="judged A/A runs after the storing one (default 10)")
+    p.add_argument(
+        "--runs", type=int, default=10, metavar="N", help="judged A/A runs after the storing one (default 10)"
+    )
     p.add_argument("--methods", default="", metavar="A,B", help="methods to calibrate (default: all but canaries)")
-    p.add_argument("--slowdown", type=float, default=0.074, metavar="SHARE",
-                   help="the slowed copies sleep this share of a step per drafting call (default 0.074: about a 10 %% "
-                        "loss at C = 1 on cpu-tiny's ngram)")
-    p.add_argument("--slowed", default=None, metavar="A,B",
-                   help="the methods that get a slowed copy (default: every calibrated method; '' for none: A/A only)")
+    p.add_argument(
+        "--slowdown",
+        type=float,
+        default=0.074,
+        metavar="SHARE",
+        help="the slowed copies sleep this share of a step per drafting call (default 0.074: about a 10 %% "
+        "loss at C = 1 on cpu-tiny's ngram)",
+    )
+    p.add_argument(
+        "--slowed",
+        default=None,
+        metavar="A,B",
+        help="the methods that get a slowed copy (default: every calibrated method; '' for none: A/A only)",
+    )
     p.add_argument("--write", action="store_true", help="write the tolerances beside this machine's baselines")
-    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="results (default results/calibrate-<profile>-<time>)")
+    p.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="results (default results/calibrate-<profile>-<time>)"
+    )
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

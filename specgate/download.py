@@ -45,7 +45,9 @@ def hub_models(profile, methods) -> list[str]:
     for m in methods:
         sc = m.speculative_config or {}
         refs += [sc.get("model"), sc.get("tokenizer"), m.engine_kwargs.get("model"), m.engine_kwargs.get("tokenizer")]
-    return list(dict.fromkeys(r for r in refs if r and not r.startswith("zoo:") and HUB_ID.match(r) and not Path(r).exists()))
+    return list(
+        dict.fromkeys(r for r in refs if r and not r.startswith("zoo:") and HUB_ID.match(r) and not Path(r).exists())
+    )
 
 
 def offered(methods) -> list:
@@ -58,8 +60,11 @@ def offered(methods) -> list:
     kept = []
     for m in methods:
         if names and m.kind not in names:
-            print(f"download: skipping method '{m.name}' ({m.draft_model or 'no drafter'}): {vllm_compat.release()} does not "
-                  f"offer speculative_config.method = {m.kind!r}, so the gate skips it too; it offers: {', '.join(names)}")
+            print(
+                f"download: skipping method '{m.name}' ({m.draft_model or 'no drafter'}): {vllm_compat.release()} "
+                f"does not offer speculative_config.method = {m.kind!r}, so the gate skips it too; it offers: "
+                f"{', '.join(names)}"
+            )
         else:
             kept.append(m)
     return kept
@@ -84,8 +89,8 @@ def plan(repo: str, api, cache_dir: Path | None = None) -> Plan:
     except RepositoryNotFoundError:
         token = "HF_TOKEN is not set" if not os.environ.get("HF_TOKEN") else "the token in HF_TOKEN cannot see it"
         raise DownloadError(
-            f"hub model {repo} was not found or is private ({token}); check the id in the profile, or give a read token "
-            "of an account with access in HF_TOKEN."
+            f"hub model {repo} was not found or is private ({token}); check the id in the profile, or give a read "
+            "token of an account with access in HF_TOKEN."
         ) from None
     except Exception as exc:  # no route to the hub: a closed network, a proxy, offline mode
         from huggingface_hub import constants
@@ -98,8 +103,13 @@ def plan(repo: str, api, cache_dir: Path | None = None) -> Plan:
     files = [s for s in info.siblings if _wanted(s.rfilename)]
     if not any(s.rfilename.endswith(".safetensors") for s in files):  # an older repo: PyTorch .bin (else .pt) weights
         for ext in (".bin", ".pt"):  # as vLLM picks them (memory.WEIGHT_FILES), without training leftovers
-            found = [s for s in info.siblings if s.rfilename.endswith(ext) and Path(s.rfilename).name not in NOT_WEIGHTS
-                     and not any(fnmatch.fnmatch(s.rfilename, p) for p in IGNORE)]
+            found = [
+                s
+                for s in info.siblings
+                if s.rfilename.endswith(ext)
+                and Path(s.rfilename).name not in NOT_WEIGHTS
+                and not any(fnmatch.fnmatch(s.rfilename, p) for p in IGNORE)
+            ]
             if found:
                 files += found
                 break
@@ -129,10 +139,12 @@ def check_disk(plans: list[Plan], where: Path, margin: float = 1.05) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if need * margin > free:
-        biggest = ", ".join(f"{p.repo} {p.missing_bytes / GIB:.1f} GiB" for p in sorted(plans, key=lambda p: -p.missing_bytes)[:4])
+        biggest = ", ".join(
+            f"{p.repo} {p.missing_bytes / GIB:.1f} GiB" for p in sorted(plans, key=lambda p: -p.missing_bytes)[:4]
+        )
         raise DownloadError(
-            f"the model cache {where} needs {need / GIB:.1f} GiB more ({biggest}) but its disk has {free / GIB:.1f} GiB "
-            "free; free space there or point HF_HOME at a larger disk."
+            f"the model cache {where} needs {need / GIB:.1f} GiB more ({biggest}) but its disk has {free / GIB:.1f} "
+            "GiB free; free space there or point HF_HOME at a larger disk."
         )
 
 
@@ -152,7 +164,10 @@ def main(args) -> int:
     where = cache_dir()
     plans = [plan(repo, api, where) for repo in repos]
     for p in plans:
-        print(f"download: {p.repo}: {len(p.files)} files, {p.total_bytes / GIB:.2f} GiB, {p.missing_bytes / GIB:.2f} GiB not cached")
+        print(
+            f"download: {p.repo}: {len(p.files)} files, {p.total_bytes / GIB:.2f} GiB, {p.missing_bytes / GIB:.2f} GiB "
+            "not cached"
+        )
     check_disk(plans, where)
     if args.dry_run:
         return 0
@@ -164,9 +179,12 @@ def main(args) -> int:
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("download", help="fetch a profile's hub models ahead of the gate",
-                            description="Download the target and drafters of a profile into the Hugging Face cache "
-                                        "(resumable; checks free disk and access first).")
+    p = commands.add_parser(
+        "download",
+        help="fetch a profile's hub models ahead of the gate",
+        description="Download the target and drafters of a profile into the Hugging Face cache "
+        "(resumable; checks free disk and access first).",
+    )
     p.add_argument("--profile", required=True, metavar="NAME|PATH")
     p.add_argument("--methods", default="", metavar="A,B", help="only these methods' drafters (default: all)")
     p.add_argument("--dry-run", action="store_true", help="check access and disk, print sizes, fetch nothing")

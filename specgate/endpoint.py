@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
 from specgate.backend import StreamingBackend
-from specgate.eventloop import EventLoopThread
 from specgate.errors import EngineStalled, SpecgateError
+from specgate.eventloop import EventLoopThread
 from specgate.watchdog import Overdue, Watch, describe
 
 REQUEST_TIMEOUT_S = 600.0
@@ -82,8 +82,10 @@ class Endpoint(StreamingBackend):
             return self.loop.run(coro, self.watch, what)
         except Overdue as over:
             raise EngineStalled(
-                f"{describe(over, f'endpoint {self.name!r}', self.watch.stall_s, None, 'the profile', None)}; the server "
-                "is not this run's to stop: look at its own log", self.name, f"no progress for {over.idle_s:.0f} s",
+                f"{describe(over, f'endpoint {self.name!r}', self.watch.stall_s, None, 'the profile', None)}; the "
+                "server is not this run's to stop: look at its own log",
+                self.name,
+                f"no progress for {over.idle_s:.0f} s",
             ) from None
 
     async def _get(self, path: str) -> str:
@@ -96,8 +98,8 @@ class Endpoint(StreamingBackend):
                 return resp.text
         except httpx.HTTPError as exc:
             raise EndpointError(
-                f"endpoint {self.url} (method '{self.method_name}'): GET {path} failed ({type(exc).__name__}: {exc}); is the "
-                "server running and reachable? Check the URL given to --specgate-endpoint."
+                f"endpoint {self.url} (method '{self.method_name}'): GET {path} failed ({type(exc).__name__}: {exc}); "
+                "is the server running and reachable? Check the URL given to --specgate-endpoint."
             ) from None
 
     def served_model(self) -> str:
@@ -124,8 +126,15 @@ class Endpoint(StreamingBackend):
                         return int(blocks) * int(size)
         return None
 
-    async def _chunks(self, token_ids, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                      seed: int | None = None, schema: dict | None = None):
+    async def _chunks(
+        self,
+        token_ids,
+        max_tokens: int,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ):
         """The streamed completion's chunks (choice dicts), one per engine step."""
         import httpx
 
@@ -145,8 +154,10 @@ class Endpoint(StreamingBackend):
         if schema is not None:  # vLLM's extra parameter, as SamplingParams.structured_outputs
             body["structured_outputs"] = {"json": schema, "disable_any_whitespace": True}
         try:
-            async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client, \
-                    client.stream("POST", self.url + "/v1/completions", json=body) as resp:
+            async with (
+                httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client,
+                client.stream("POST", self.url + "/v1/completions", json=body) as resp,
+            ):
                 if resp.status_code != 200:
                     detail = (await resp.aread()).decode(errors="replace")[:300]
                     raise EndpointError(f"endpoint {self.url}: /v1/completions answered {resp.status_code}: {detail}")
@@ -159,10 +170,20 @@ class Endpoint(StreamingBackend):
                     for choice in json.loads(payload).get("choices", []):
                         yield choice
         except httpx.HTTPError as exc:
-            raise EndpointError(f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc}).") from None
+            raise EndpointError(
+                f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc})."
+            ) from None
 
-    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
-                    seed: int | None = None, schema: dict | None = None):
+    async def steps(
+        self,
+        token_ids,
+        max_tokens: int,
+        tag: str,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ):
         async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature, seed, schema):
             top = [
                 {int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()}
@@ -172,8 +193,15 @@ class Endpoint(StreamingBackend):
                 self.watch.progress()
             yield [int(t) for t in choice.get("token_ids") or []], top
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None,
-                  schema: dict | None = None):
+    def run_batch(
+        self,
+        prompts,
+        max_tokens: int,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ):
         self.served_model()
         return super().run_batch(prompts, max_tokens, top_logprobs, temperature, seed, schema)
 

@@ -21,15 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from specgate import enginelog, kvstats, logstream, plants, reaper, worker
+from specgate import processes as procs
+from specgate import vllm_compat as compat
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
-from specgate import enginelog, kvstats, logstream, plants, processes as procs, reaper, vllm_compat as compat, worker
 from specgate.engine_args import engine_kwargs, vllm_deadline_env
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
 from specgate.eventloop import EventLoopThread
 from specgate.memory import device_bytes
 from specgate.profile import Method, Profile
 from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
+
 
 @contextlib.contextmanager
 def _output_to(log_path: Path) -> Iterator[None]:
@@ -90,8 +93,16 @@ class Engine(StreamingBackend):
         self._requests += 1
         return f"{tag}#{self._requests}"
 
-    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
-                    seed: int | None = None, schema: dict | None = None):
+    async def steps(
+        self,
+        token_ids,
+        max_tokens: int,
+        tag: str,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ):
         """The request's new tokens (and top-k logprobs) as the engine emits them, step by step."""
         params = compat.sampling_params(max_tokens, top_logprobs, temperature, seed, schema)
         async for out in self.client.generate(compat.tokens_prompt(token_ids), params, self._request_id(tag)):
@@ -127,11 +138,21 @@ class Engine(StreamingBackend):
 
     def _overdue(self, over: Overdue) -> EngineStalled:
         """No progress: record what the engine's processes were doing, stop them, and say so."""
-        message = stop_overdue(over, f"the engine for method '{self.method.name}'", procs.engine_processes(self.children_before_boot),
-                               self.log_path.with_suffix(".stacks"), self.watch.stall_s, None, self.profile_path)
-        return EngineStalled(f"{message}. If an honest step takes this long here, raise [engine] stall_timeout_s. "
-                             f"Engine log: {self.log_path}", self.method.name,
-                             f"no progress for {over.idle_s:.0f} s while {over.what}")
+        message = stop_overdue(
+            over,
+            f"the engine for method '{self.method.name}'",
+            procs.engine_processes(self.children_before_boot),
+            self.log_path.with_suffix(".stacks"),
+            self.watch.stall_s,
+            None,
+            self.profile_path,
+        )
+        return EngineStalled(
+            f"{message}. If an honest step takes this long here, raise [engine] stall_timeout_s. "
+            f"Engine log: {self.log_path}",
+            self.method.name,
+            f"no progress for {over.idle_s:.0f} s while {over.what}",
+        )
 
     def _diagnose(self, exc: BaseException) -> EngineDied:
         reason, tail = enginelog.root_cause(self.log_path, exc)
@@ -148,7 +169,8 @@ class Engine(StreamingBackend):
         return EngineDied(
             f"the engine for method '{self.method.name}' died while generating ({compat.release()}): {reason}. "
             f"Processes: {how}. Last lines of its log ({self.log_path}):\n{tail}",
-            self.method.name, reason,
+            self.method.name,
+            reason,
         )
 
     def take_step_histograms(self, tags) -> dict[str, list[int]]:
@@ -243,8 +265,13 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     # The memory reading sends one small function to the worker (collective_rpc), which vLLM only
     # serializes with this set. The engine is ours and local; no input crosses a trust boundary.
     # Set before vLLM is imported: it reads some of its settings once, at import.
-    env = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **logstream.ENV, **python_stacks_env(stacks),
-           **vllm_deadline_env(profile), **profile.engine_env}
+    env = {
+        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+        **logstream.ENV,
+        **python_stacks_env(stacks),
+        **vllm_deadline_env(profile),
+        **profile.engine_env,
+    }
     env_before = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
@@ -278,12 +305,22 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
             print(f"specgate: booting engine '{method.name}' with {kwargs}", flush=True)
             client = loop.run(create(), watch, what)
     except Overdue as over:
-        message = stop_overdue(over, f"the engine for method '{method.name}'", procs.engine_processes(children_before),
-                               stacks, profile.stall_timeout_s, profile.boot_timeout_s, str(profile.path))
+        message = stop_overdue(
+            over,
+            f"the engine for method '{method.name}'",
+            procs.engine_processes(children_before),
+            stacks,
+            profile.stall_timeout_s,
+            profile.boot_timeout_s,
+            str(profile.path),
+        )
         give_up()
         raise EngineBootError(
-            f"{message}. Engine log: {log_path}", log_tail="\n".join(enginelog.tail(log_path)), method=method.name,
-            log_path=log_path, reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
+            f"{message}. Engine log: {log_path}",
+            log_tail="\n".join(enginelog.tail(log_path)),
+            method=method.name,
+            log_path=log_path,
+            reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
         ) from None
     except Exception as exc:
         give_up()
@@ -301,22 +338,41 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     except BaseException:  # Ctrl-C or SIGTERM during the boot: nothing half-started stays behind
         give_up()
         raise
-    engine = Engine(method, client, loop, log_path, time.monotonic() - start, rss_before, available_before,
-                    children_before, env_before, processes=procs.engine_processes(children_before),
-                    watch=watch, profile_path=str(profile.path))
+    engine = Engine(
+        method,
+        client,
+        loop,
+        log_path,
+        time.monotonic() - start,
+        rss_before,
+        available_before,
+        children_before,
+        env_before,
+        processes=procs.engine_processes(children_before),
+        watch=watch,
+        profile_path=str(profile.path),
+    )
     watch.boot_s = None  # booted: from here on only the no-progress deadline holds
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
         engine.runner = engine.collective_rpc(worker.runner_kind)[0]
     if method.plant and not all(engine.collective_rpc(functools.partial(plants.install, name=method.plant))):
         engine.shutdown()
-        raise EngineBootError(f"method '{method.name}': plant {method.plant!r} has nothing to be planted in on this "
-                              f"runner ({engine.runner or 'unknown runner'}; specgate.plants patches V1's)",
-                              method=method.name, reason=f"plant {method.plant}: not plantable")
-    if method.slow_steps and not all(engine.collective_rpc(functools.partial(worker.slow_drafting, share=method.slow_steps))):
+        raise EngineBootError(
+            f"method '{method.name}': plant {method.plant!r} has nothing to be planted in on this "
+            f"runner ({engine.runner or 'unknown runner'}; specgate.plants patches V1's)",
+            method=method.name,
+            reason=f"plant {method.plant}: not plantable",
+        )
+    if method.slow_steps and not all(
+        engine.collective_rpc(functools.partial(worker.slow_drafting, share=method.slow_steps))
+    ):
         engine.shutdown()
-        raise EngineBootError(f"method '{method.name}': slow_steps needs a drafting call to slow down, and this "
-                              f"runner has none ({engine.runner or 'unknown runner'})", method=method.name,
-                              reason="slow_steps: no drafting call")
+        raise EngineBootError(
+            f"method '{method.name}': slow_steps needs a drafting call to slow down, and this "
+            f"runner has none ({engine.runner or 'unknown runner'})",
+            method=method.name,
+            reason="slow_steps: no drafting call",
+        )
     return engine
 
 

@@ -37,7 +37,7 @@ def tail(path: Path | None, lines: int = TAIL_LINES) -> list[str]:
 
 def _body(line: str) -> str:
     """A log line without the process and logger prefix vLLM puts in front of it."""
-    return line[_PREFIX.match(line).end():]
+    return line[_PREFIX.match(line).end() :]
 
 
 def _continuation(lines: list[str], j: int) -> str:

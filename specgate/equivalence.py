@@ -42,8 +42,13 @@ class Divergence:
             )
             detail = f"gap unknown: {why}"
         else:
-            detail = f"logprob gap {self.gap:.4g} nats {'<=' if self.numerical else '>'} margin {margin:g} (mode {mode})"
-        return f"at token {self.position}: baseline {tok(self.baseline_token)} vs method {tok(self.method_token)}; {detail}"
+            detail = (
+                f"logprob gap {self.gap:.4g} nats {'<=' if self.numerical else '>'} margin {margin:g} (mode {mode})"
+            )
+        return (
+            f"at token {self.position}: baseline {tok(self.baseline_token)} vs method {tok(self.method_token)}; "
+            f"{detail}"
+        )
 
 
 def first_divergence(baseline: Sequence[int], method: Sequence[int]) -> int | None:
@@ -95,14 +100,22 @@ class Comparison:
         if len(self.forgiven) <= allowed:
             return None
         gaps = sorted(d.gap for _, d in self.forgiven if d.gap is not None)
-        return (f"{len(self.forgiven)} of {total} prompts diverge at near-ties the tie-aware rule would forgive "
-                f"(gaps {', '.join(f'{g:.3g}' for g in gaps[:8])}{' ...' if len(gaps) > 8 else ''} nats, margin "
-                f"{rule.logprob_margin:g}), more than max_forgiven_share {rule.max_forgiven_share:g} allows ({allowed:.1f}): "
-                "honest bf16 near-ties are rare, a verifier that emits the wrong token is not")
+        return (
+            f"{len(self.forgiven)} of {total} prompts diverge at near-ties the tie-aware rule would forgive "
+            f"(gaps {', '.join(f'{g:.3g}' for g in gaps[:8])}{' ...' if len(gaps) > 8 else ''} nats, margin "
+            f"{rule.logprob_margin:g}), more than max_forgiven_share {rule.max_forgiven_share:g} allows "
+            f"({allowed:.1f}): honest bf16 near-ties are rare, a verifier that emits the wrong token is not"
+        )
 
 
-def compare_all(reference: Mapping[str, GreedyOutput], outputs: Mapping[str, Sequence[int]], prompts, rule: Equivalence,
-                decode: Callable[[int], str], label: Callable[[object], str]) -> Comparison:
+def compare_all(
+    reference: Mapping[str, GreedyOutput],
+    outputs: Mapping[str, Sequence[int]],
+    prompts,
+    rule: Equivalence,
+    decode: Callable[[int], str],
+    label: Callable[[object], str],
+) -> Comparison:
     """Each prompt's tokens in `outputs` against `reference` (both by prompt id); `label(prompt)` names a
     prompt in a failure line."""
     result = Comparison()

@@ -46,8 +46,16 @@ class EngineBootError(SpecgateError):
     """Raised when an engine fails to boot; `log_tail` holds the last lines the engine printed and
     `log_path` names its whole log."""
 
-    def __init__(self, message: str, log_tail: str = "", method: str = "", reason: str = "", detail: str = "",
-                 repeat: bool = False, log_path=None):
+    def __init__(
+        self,
+        message: str,
+        log_tail: str = "",
+        method: str = "",
+        reason: str = "",
+        detail: str = "",
+        repeat: bool = False,
+        log_path=None,
+    ):
         super().__init__(message)
         self.log_tail = log_tail
         self.log_path = log_path
@@ -60,7 +68,12 @@ class EngineBootError(SpecgateError):
         """The same failure for the method's later tests, in one line."""
         return type(self)(
             f"not judged: the engine for method '{self.method}' did not boot ({self.reason}); see this method's "
-            "first failure for the engine log", self.log_tail, self.method, self.reason, self.detail, repeat=True,
+            "first failure for the engine log",
+            self.log_tail,
+            self.method,
+            self.reason,
+            self.detail,
+            repeat=True,
             log_path=self.log_path,
         )
 
@@ -78,8 +91,11 @@ class EngineDied(SpecgateError):
 
     def again(self) -> EngineDied:
         return type(self)(
-            f"not judged: the engine for method '{self.method}' {self.happened} earlier in this run ({self.reason}); see "
-            "this method's first failure for the processes and the log", self.method, self.reason, repeat=True,
+            f"not judged: the engine for method '{self.method}' {self.happened} earlier in this run ({self.reason}); "
+            "see this method's first failure for the processes and the log",
+            self.method,
+            self.reason,
+            repeat=True,
         )
 
 

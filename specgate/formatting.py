@@ -4,6 +4,8 @@
              diffs, the bisection's figures, the rehearsal's summary
     fmt(x)   3 significant digits, thousands grouped, counts without a decimal point, '–' for a
              missing value (None or NaN): every table of summary.md, report.html and the history page
+
+Tables of figures use these two; a message formats its own figures where it says them.
 """
 
 from __future__ import annotations

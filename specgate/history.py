@@ -115,7 +115,9 @@ class History:
         now = self.inputs(WORKTREE, method, profile_path)
         if now is None:
             return []
-        return [p for p in self.points if p.method == method and self.inputs(p.update.commit, method, profile_path) == now]
+        return [
+            p for p in self.points if p.method == method and self.inputs(p.update.commit, method, profile_path) == now
+        ]
 
 
 def _git(cwd: Path, *args: str, binary: bool = False) -> Any:
@@ -142,10 +144,14 @@ def read(root: Path, profile: str, hardware: str | None = None) -> History:
         history.problem = f"the baselines directory {directory} is outside the git checkout {history.top}"
         return history
     if _git(root, "rev-parse", "--is-shallow-repository").strip() == "true":
-        history.problem = ("this is a shallow clone: its git history is cut short (in GitHub Actions: actions/checkout "
-                           "with fetch-depth: 0; else git fetch --unshallow)")
+        history.problem = (
+            "this is a shallow clone: its git history is cut short (in GitHub Actions: actions/checkout "
+            "with fetch-depth: 0; else git fetch --unshallow)"
+        )
     target = str(rel / f"{hardware}.json") if hardware else str(rel)
-    log = _git(history.top, "log", "--reverse", "--no-renames", "--format=%x00%H%x09%cI%x09%s", "--name-status", "--", target)
+    log = _git(
+        history.top, "log", "--reverse", "--no-renames", "--format=%x00%H%x09%cI%x09%s", "--name-status", "--", target
+    )
     for block in log.split("\x00")[1:]:
         head, *names = block.strip("\n").split("\n")
         commit, date, subject = (head.split("\t", 2) + ["", ""])[:3]
@@ -178,7 +184,9 @@ def _fingerprint(history: History, commit: str, method: str, profile_path: Path)
     except ValueError:
         return None
     try:
-        text = Path(top, rel).read_text(encoding="utf-8") if commit == WORKTREE else _git(top, "show", f"{commit}:{rel}")
+        text = (
+            Path(top, rel).read_text(encoding="utf-8") if commit == WORKTREE else _git(top, "show", f"{commit}:{rel}")
+        )
         data = tomllib.loads(text)
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
         return None
@@ -187,8 +195,11 @@ def _fingerprint(history: History, commit: str, method: str, profile_path: Path)
         return None
     settings = {k: v for k, v in data.items() if k not in NOT_INPUTS and k != "methods"}
     settings["method"] = {k: v for k, v in (spec or {}).items() if k not in NOT_INPUTS}
-    refs = [data.get("target"), (spec or {}).get("engine", {}).get("kwargs", {}).get("model"),
-            (spec or {}).get("speculative_config", {}).get("model")]
+    refs = [
+        data.get("target"),
+        (spec or {}).get("engine", {}).get("kwargs", {}).get("model"),
+        (spec or {}).get("speculative_config", {}).get("model"),
+    ]
     for entry in data.get("prompts", []):
         refs += [entry] if isinstance(entry, str) else [v for v in entry.values() if isinstance(v, str)]
     files = {}
@@ -207,9 +218,14 @@ def _objects(top: Path, commit: str, path: str) -> list[list[str]]:
         if commit != WORKTREE:
             listing = _git(top, "ls-tree", "-r", commit, "--", path)
             return sorted([line.split("\t", 1)[1], line.split()[2]] for line in listing.splitlines() if "\t" in line)
-        staged = {line.split("\t", 1)[1]: line.split()[1] for line in _git(top, "ls-files", "-s", "--", path).splitlines()}
-        changed = [n for n in _git(top, "diff", "--name-only", "--", path).splitlines()
-                   if n in staged and Path(top, n).is_file() and not Path(top, n).is_symlink()]
+        staged = {
+            line.split("\t", 1)[1]: line.split()[1] for line in _git(top, "ls-files", "-s", "--", path).splitlines()
+        }
+        changed = [
+            n
+            for n in _git(top, "diff", "--name-only", "--", path).splitlines()
+            if n in staged and Path(top, n).is_file() and not Path(top, n).is_symlink()
+        ]
         if changed:  # edited since they were staged: what is on disk now
             staged.update(zip(changed, _git(top, "hash-object", "--", *changed).split()))
         return sorted([n, i] for n, i in staged.items() if Path(top, n).exists() or Path(top, n).is_symlink())
@@ -230,17 +246,26 @@ HEADLINES = {
 def headlines(values: dict[str, Any]) -> dict[str, float]:
     """Each gate's headline figure of one stored method entry (greedy acceptance: keys without @T)."""
     out: dict[str, float] = {}
-    lengths = [v["mean_acceptance_length"] for k, v in values.get("acceptance", {}).items()
-               if "@T" not in k and isinstance(v.get("mean_acceptance_length"), (int, float))]
+    lengths = [
+        v["mean_acceptance_length"]
+        for k, v in values.get("acceptance", {}).items()
+        if "@T" not in k and isinstance(v.get("mean_acceptance_length"), (int, float))
+    ]
     if lengths:
         out["acceptance"] = sum(lengths) / len(lengths)
-    speeds = [v["speedup"] for k, v in values.get("speedup", {}).items()
-              if k.startswith("C=") and isinstance(v.get("speedup"), (int, float)) and v["speedup"] > 0]
+    speeds = [
+        v["speedup"]
+        for k, v in values.get("speedup", {}).items()
+        if k.startswith("C=") and isinstance(v.get("speedup"), (int, float)) and v["speedup"] > 0
+    ]
     if speeds:
         out["speedup"] = math.exp(sum(math.log(s) for s in speeds) / len(speeds))
     overhead = values.get("memory", {}).get("overhead", {})
-    for name, metric in (("drafter_weights", "static_mib_measured"), ("kv_tokens_lost", "kv_tokens_lost"),
-                         ("process_mib", "process_mib")):
+    for name, metric in (
+        ("drafter_weights", "static_mib_measured"),
+        ("kv_tokens_lost", "kv_tokens_lost"),
+        ("process_mib", "process_mib"),
+    ):
         if isinstance(overhead.get(metric), (int, float)):
             out[name] = float(overhead[metric])
     return out

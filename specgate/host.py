@@ -34,8 +34,16 @@ class MethodRecord:
 
 
 class EngineHost:
-    def __init__(self, profile, methods: list[Method], root: Path, log_dir: Path, boot: BootEngine,
-                 endpoints: dict[str, str] | None = None, keep_reference: bool = False):
+    def __init__(
+        self,
+        profile,
+        methods: list[Method],
+        root: Path,
+        log_dir: Path,
+        boot: BootEngine,
+        endpoints: dict[str, str] | None = None,
+        keep_reference: bool = False,
+    ):
         self.profile, self.root, self.log_dir, self.boot = profile, Path(root), Path(log_dir), boot
         self.endpoints = endpoints
         self.keep_reference = keep_reference and endpoints is None
@@ -86,8 +94,10 @@ class EngineHost:
         from dataclasses import replace
 
         if self.endpoints is not None:
-            raise NotMeasurable(f"endpoint mode: the {scenario} scenario boots an engine of its own, which a "
-                                "server specgate did not start cannot give it")
+            raise NotMeasurable(
+                f"endpoint mode: the {scenario} scenario boots an engine of its own, which a "
+                "server specgate did not start cannot give it"
+            )
         record = self.records[name]
         if record.boot_error is not None:
             raise record.boot_error.again()
@@ -114,8 +124,10 @@ class EngineHost:
         from specgate.machine import missing_cpu_flags
 
         if self.profile.hardware == "cpu" and (why := missing_cpu_flags(self.profile.cpu_flags)):
-            raise NotMeasurable(f"profile {self.profile.name} needs a CPU with {' or '.join(self.profile.cpu_flags)} "
-                                f"([engine] cpu_flags in {self.profile.path}): {why}; run it on a machine with native bf16")
+            raise NotMeasurable(
+                f"profile {self.profile.name} needs a CPU with {' or '.join(self.profile.cpu_flags)} "
+                f"([engine] cpu_flags in {self.profile.path}): {why}; run it on a machine with native bf16"
+            )
 
     def _check_offered(self, name: str) -> None:
         """A method the installed vLLM does not offer (or cannot run without a package that is not

@@ -23,8 +23,12 @@ class KvStats:
     usage: float = 0.0  # share of the KV cache in use when read (not a difference)
 
     def __sub__(self, before: KvStats) -> KvStats:
-        return KvStats(self.preemptions - before.preemptions, self.prefix_queries - before.prefix_queries,
-                       self.prefix_hits - before.prefix_hits, self.usage)
+        return KvStats(
+            self.preemptions - before.preemptions,
+            self.prefix_queries - before.prefix_queries,
+            self.prefix_hits - before.prefix_hits,
+            self.usage,
+        )
 
     @property
     def hit_rate(self) -> float | None:

@@ -80,7 +80,9 @@ class LoadRun:
         done = sorted(r.finished for r in self.requests)
         c = self.concurrency
         if len(done) < 2 * c:
-            raise ValueError(f"a closed loop at C={c} needs at least {2 * c} requests for a steady window, got {len(done)}")
+            raise ValueError(
+                f"a closed loop at C={c} needs at least {2 * c} requests for a steady window, got {len(done)}"
+            )
         return done[c - 1], done[len(done) - c]
 
     @property
@@ -108,7 +110,10 @@ class LoadRun:
         tpot = [r.tpot for r in reqs if r.tpot is not None]
         itl = [gap for r in reqs for gap in r.itls]
         e2e = [r.e2e for r in reqs]
-        out: dict[str, float] = {"requests": float(len(reqs)), "output_tokens": float(sum(r.output_tokens for r in reqs))}
+        out: dict[str, float] = {
+            "requests": float(len(reqs)),
+            "output_tokens": float(sum(r.output_tokens for r in reqs)),
+        }
         for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2e", e2e)):
             for q in (50, 90, 95, 99):
                 out[f"{name}_p{q}_ms"] = percentile(values, q) * 1000 if values else float("nan")

@@ -33,8 +33,11 @@ def _tests_cell(path: Path) -> str:
             totals[key] += int(suite.get(key, 0))
     passed = totals["tests"] - totals["failures"] - totals["errors"] - totals["skipped"]
     bad = totals["failures"] + totals["errors"]
-    return f"{'fail' if bad else 'pass'}: {passed} passed" + (f", {bad} failed" if bad else "") + (
-        f", {totals['skipped']} skipped" if totals["skipped"] else "")
+    return (
+        f"{'fail' if bad else 'pass'}: {passed} passed"
+        + (f", {bad} failed" if bad else "")
+        + (f", {totals['skipped']} skipped" if totals["skipped"] else "")
+    )
 
 
 def _gate_cells(run: RunRecord) -> dict[str, str]:
@@ -61,11 +64,21 @@ def rows(matrix_dir: Path) -> list[dict[str, str]]:
     if not matrix_dir.is_dir():
         raise SpecgateError(f"matrix directory {matrix_dir} does not exist; run `bash ci/vllm-matrix.sh` first.")
     out = []
-    for release in sorted((p for p in matrix_dir.iterdir() if p.is_dir()), key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()]):
-        row = {"release": release.name, "vllm": "", "tests": _tests_cell(release / "tests.xml"), "diagnosis": "",
-               "wall": (release / "wall_s").read_text().strip() + " s" if (release / "wall_s").is_file() else ""}
+    for release in sorted(
+        (p for p in matrix_dir.iterdir() if p.is_dir()),
+        key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()],
+    ):
+        row = {
+            "release": release.name,
+            "vllm": "",
+            "tests": _tests_cell(release / "tests.xml"),
+            "diagnosis": "",
+            "wall": (release / "wall_s").read_text().strip() + " s" if (release / "wall_s").is_file() else "",
+        }
         if (release / "setup.failed").is_file():
-            row.update(tests="not run", diagnosis="setup failed: " + (release / "setup.failed").read_text().strip()[:300])
+            row.update(
+                tests="not run", diagnosis="setup failed: " + (release / "setup.failed").read_text().strip()[:300]
+            )
             row.update({g: "not run" for g in GATES})
         elif (release / "gate" / "run.json").is_file():
             run = read(release / "gate" / "run.json")
@@ -75,7 +88,9 @@ def rows(matrix_dir: Path) -> list[dict[str, str]]:
             row["diagnosis"] = "the gate wrote no run.json (see gate.log)"
         out.append(row)
     if not out:
-        raise SpecgateError(f"matrix directory {matrix_dir} holds no release directories; run `bash ci/vllm-matrix.sh` first.")
+        raise SpecgateError(
+            f"matrix directory {matrix_dir} holds no release directories; run `bash ci/vllm-matrix.sh` first."
+        )
     return out
 
 

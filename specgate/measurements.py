@@ -205,7 +205,8 @@ class MeasurementStore:
         if cfg.measure_step_costs:
             batch = self._batch(concurrency)
             result.step_times = self.measuring(
-                engine.timed_steps, lambda: engine.closed_loop(batch, concurrency, self._max_tokens, cfg.temperature))
+                engine.timed_steps, lambda: engine.closed_loop(batch, concurrency, self._max_tokens, cfg.temperature)
+            )
         cached[concurrency] = result
         return result
 
@@ -219,7 +220,9 @@ class MeasurementStore:
 
     def _batch(self, concurrency: int) -> list:
         cfg = self.profile.speedup
-        return trial_prompts(self.load_inputs.tokenized(), concurrency, cfg.num_requests(concurrency), self.profile.seed)
+        return trial_prompts(
+            self.load_inputs.tokenized(), concurrency, cfg.num_requests(concurrency), self.profile.seed
+        )
 
     def _trials(self, name: str, result: LoadTrials, n: int, repeat=None) -> None:
         cfg, concurrency = self.profile.speedup, result.concurrency
@@ -255,10 +258,20 @@ class MeasurementStore:
         k = self.profile.methods[name].num_speculative_tokens
         length = spec.counters.mean_acceptance_length
         result = SpeedupResult(
-            name, concurrency, estimate, stats.median(spec.throughputs), stats.median(base.throughputs), k, length,
+            name,
+            concurrency,
+            estimate,
+            stats.median(spec.throughputs),
+            stats.median(base.throughputs),
+            k,
+            length,
             paired=paired is not None,
         )
-        base_step, draft_call, verify_step = base.per_call("forward"), spec.per_call("propose"), spec.per_call("forward")
+        base_step, draft_call, verify_step = (
+            base.per_call("forward"),
+            spec.per_call("propose"),
+            spec.per_call("forward"),
+        )
         if length is not None and base_step and draft_call is not None:
             result.cost_ratio = draft_call / k / base_step
             result.verify_cost = verify_step / base_step if verify_step else None
@@ -267,9 +280,12 @@ class MeasurementStore:
             result.expected = stats.expected_speedup(result.alpha, k, result.cost_ratio)
         elif self.profile.speedup.measure_step_costs:
             result.not_measured = (
-                "this method drafted nothing under load" if length is None else
-                "the model runner offers no step timers (vllm_compat.step_timers)" if base.step_times is None
-                or spec.step_times is None else "no drafting call was timed")
+                "this method drafted nothing under load"
+                if length is None
+                else "the model runner offers no step timers (vllm_compat.step_timers)"
+                if base.step_times is None or spec.step_times is None
+                else "no drafting call was timed"
+            )
         result.merged_chunks = sum(n > k + 1 for run in spec.runs for r in run.requests for _, n in r.arrivals)
         result.latency = spec.runs[-1].latency_summary() if spec.runs else {}
         result.baseline_latency = base.runs[-1].latency_summary() if base.runs else {}

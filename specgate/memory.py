@@ -50,7 +50,7 @@ def checkpoint_params(model_dir: Path, only: str = "", exclude=()) -> int | None
 def _stem(name: str) -> str:
     """'model.embed_tokens.weight' and 'embed_tokens.weight' are one tensor to compare names by."""
     while name.startswith("model."):
-        name = name[len("model."):]
+        name = name[len("model.") :]
     return name
 
 
@@ -84,7 +84,11 @@ def _torch_shapes(path: Path) -> dict[str, tuple[int, ...]]:
         if isinstance(obj, torch.Tensor):
             return {prefix: tuple(obj.shape)}
         if isinstance(obj, dict):  # a state dict, or one nested under a key ("state_dict", "model")
-            return {k: v for key, value in obj.items() for k, v in walk(value, f"{prefix}.{key}" if prefix else str(key)).items()}
+            return {
+                k: v
+                for key, value in obj.items()
+                for k, v in walk(value, f"{prefix}.{key}" if prefix else str(key)).items()
+            }
         return {}
 
     return walk(torch.load(path, map_location="meta", weights_only=True), "")
@@ -123,9 +127,13 @@ def drafter_weights(per_rank: list[dict | None]) -> dict:
         return {"drafter_weight_bytes": None}
     shared = tuple(sorted({name for r in per_rank for name in r["shared"]}))
     if unknown := sorted({u for r in per_rank for u in r["unknown"]}):
-        return {"drafter_weight_bytes": None, "drafter_shared": shared,
-                "drafter_not_measured": f"split over tensor-parallel ranks in a way specgate does not count: {', '.join(unknown[:3])} "
-                                        "(specgate/vllm_compat.py parameter_shard)"}
+        return {
+            "drafter_weight_bytes": None,
+            "drafter_shared": shared,
+            "drafter_not_measured": "split over tensor-parallel ranks in a way specgate does not count: "
+            f"{', '.join(unknown[:3])} "
+            "(specgate/vllm_compat.py parameter_shard)",
+        }
     distinct = {(name, shard): size for r in per_rank for name, (shard, size) in r["tensors"].items()}
     return {"drafter_weight_bytes": sum(distinct.values()), "drafter_shared": shared}
 
@@ -161,13 +169,21 @@ class MemoryOverhead:
 
 
 def overhead(
-    method: MemoryReading, baseline: MemoryReading, static_analytic: int, kv_per_token_drafter: int, kv_per_token_target: int = 0
+    method: MemoryReading,
+    baseline: MemoryReading,
+    static_analytic: int,
+    kv_per_token_drafter: int,
+    kv_per_token_target: int = 0,
 ) -> MemoryOverhead:
     kv_lost = None
     if method.kv_capacity_tokens is not None and baseline.kv_capacity_tokens is not None:
         kv_lost = baseline.kv_capacity_tokens - method.kv_capacity_tokens
     device = None
-    if method.device_bytes is not None and baseline.device_bytes is not None and method.device_source == baseline.device_source:
+    if (
+        method.device_bytes is not None
+        and baseline.device_bytes is not None
+        and method.device_source == baseline.device_source
+    ):
         device = method.device_bytes - baseline.device_bytes
     return MemoryOverhead(
         static_bytes_analytic=static_analytic,
@@ -267,8 +283,12 @@ def device_bytes(pids: list[int]) -> tuple[int | None, str]:
             uuid = pynvml.nvmlDeviceGetUUID(handle)
             if not visible or str(i) in visible or str(uuid) in visible:
                 handles.append(handle)
-        per_process = [p.usedGpuMemory for h in handles for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-                       if p.pid in pids and p.usedGpuMemory]
+        per_process = [
+            p.usedGpuMemory
+            for h in handles
+            for p in pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+            if p.pid in pids and p.usedGpuMemory
+        ]
         if per_process:
             return sum(per_process), "process"
         return sum(pynvml.nvmlDeviceGetMemoryInfo(h).used for h in handles), "device"

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import struct
+import sys
 from pathlib import Path
 
 from specgate.errors import ZooError
@@ -26,7 +26,8 @@ ZOO_MODELS = {
     "medusa": "Medusa heads trained on the target's hidden states (method medusa)",
     "mlp_speculator": "MLP speculator for the target, random weights: vLLM 0.32 cannot run it (method mlp_speculator)",
     "mtp_target": "the target's weights verbatim as a MiMo model plus a trained MTP layer (method mtp)",
-    "target_perturbed": "the target with relative weight noise, ~80% greedy agreement: a worse drafter (the gate's canary)",
+    "target_perturbed": "the target with relative weight noise, ~80% greedy agreement: a worse drafter (the gate's "
+    "canary)",
 }
 REBUILD = "python -m tools.zoo.train"
 # mtp_target/ holds this symlink to ../target/model.safetensors (its main weights, stored once).
@@ -51,8 +52,10 @@ def resolve(ref: str, root: Path | str) -> str:
 
 def check_model_dir(path: Path) -> None:
     """Raise ZooError naming the file and the rebuild command if a zoo model is missing or corrupt."""
-    fix = (f"restore the committed zoo with `git checkout -- {zoo_dir('')}`, or rebuild it with `{REBUILD}` (seeded, local"
-           " data only; about 2.5 h on 2 cores)")
+    fix = (
+        f"restore the committed zoo with `git checkout -- {zoo_dir('')}`, or rebuild it with `{REBUILD}` (seeded, local"
+        " data only; about 2.5 h on 2 cores)"
+    )
     config = path / "config.json"
     weights = path / "model.safetensors"
     for f in (config, weights):

@@ -152,11 +152,15 @@ def plan(config: pytest.Config, out: Path):
         raise pytest.UsageError(str(exc)) from None
     log_dir = out / "engines" / scaleout.worker_id(config) if scaleout.worker_id(config) else None
     return RunPlan(
-        profile, methods, root, out, update_baselines=config.getoption("--update-baselines"),
-        strict=config.getoption("--specgate-strict"), endpoints=endpoints, log_dir=log_dir,
+        profile,
+        methods,
+        root,
+        out,
+        update_baselines=config.getoption("--update-baselines"),
+        strict=config.getoption("--specgate-strict"),
+        endpoints=endpoints,
+        log_dir=log_dir,
     )
-
-
 
 
 def calibrated(profile, root: Path):

@@ -16,23 +16,28 @@ from __future__ import annotations
 PLANTS = {
     "verify_emits_draft": (
         "verification emits the draft token at the first rejected position instead of the target's",
-        "greedy equivalence (tie-aware must not forgive it as bf16 noise)"),
+        "greedy equivalence (tie-aware must not forgive it as bf16 noise)",
+    ),
     "accept_one_less_every_10th": (
         "every 10th verified request-step keeps one token less than it accepted (the token is emitted again by "
         "the next step): greedy output unchanged, mean acceptance length a few percent lower (vLLM #26191: -3.7 %)",
-        "the acceptance gate"),
+        "the acceptance gate",
+    ),
     "resume_corrupts_last_token": (
         "a request resumed after preemption continues from a wrong last token (the worker's copy of its "
         "output is off by one in the last position)",
-        "the preemption scenario: only preempted requests are resumed"),
+        "the preemption scenario: only preempted requests are resumed",
+    ),
     "ngram_late_after_cached_prefix": (
         "the n-gram proposer drafts one position late for requests whose prompt the prefix cache served "
         "(an offset counted with the cached tokens)",
-        "the prefix-cache soak: only replayed prompts have a cached prefix"),
+        "the prefix-cache soak: only replayed prompts have a cached prefix",
+    ),
     "grammar_mask_ignores_drafts": (
         "the grammar bitmask is laid out as if no request had draft tokens (rows shift past the first "
         "speculating request)",
-        "the structured scenario: only grammar-constrained requests get a bitmask"),
+        "the structured scenario: only grammar-constrained requests get a bitmask",
+    ),
 }
 
 
@@ -41,10 +46,13 @@ def install(worker, name: str) -> bool:
     runner = worker.model_runner
     if not hasattr(runner, "_update_states") or not hasattr(runner, "rejection_sampler"):
         return False  # not V1's runner
-    return {"verify_emits_draft": _verify_emits_draft, "accept_one_less_every_10th": _accept_one_less,
-            "resume_corrupts_last_token": _resume_corrupts_last_token,
-            "ngram_late_after_cached_prefix": _ngram_late_after_cached_prefix,
-            "grammar_mask_ignores_drafts": _grammar_mask_ignores_drafts}[name](runner)
+    return {
+        "verify_emits_draft": _verify_emits_draft,
+        "accept_one_less_every_10th": _accept_one_less,
+        "resume_corrupts_last_token": _resume_corrupts_last_token,
+        "ngram_late_after_cached_prefix": _ngram_late_after_cached_prefix,
+        "grammar_mask_ignores_drafts": _grammar_mask_ignores_drafts,
+    }[name](runner)
 
 
 def _verify_emits_draft(runner) -> bool:
@@ -77,7 +85,9 @@ def _accept_one_less(runner) -> bool:
         for row in range(tokens.shape[0]):
             emitted = int((tokens[row] >= 0).sum())
             seen[0] += 1
-            if emitted >= 2 and seen[0] % 10 == 0:  # its tokens are all the target's: one fewer leaves the text as it is
+            if (
+                emitted >= 2 and seen[0] % 10 == 0
+            ):  # its tokens are all the target's: one fewer leaves the text as it is
                 tokens[row, emitted - 1] = -1
         return out
 

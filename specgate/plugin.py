@@ -66,7 +66,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if options.selects_gate(config):
         life.start(config, options.project_root(config))
         config.pluginmanager.register(life, "specgate-run-life")
-    out = config.getoption("--specgate-out") or os.environ.get(scaleout.RUN_OUT_ENV) or options.default_out(options.project_root(config))
+    out = (
+        config.getoption("--specgate-out")
+        or os.environ.get(scaleout.RUN_OUT_ENV)
+        or options.default_out(options.project_root(config))
+    )
     config.stash[_OUT_KEY] = Path(out)
     if getattr(config.option, "numprocesses", None) and not scaleout.worker_id(config):
         os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
@@ -110,7 +114,7 @@ def _ours(metafunc: pytest.Metafunc, argname: str) -> bool:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     for argname, with_baseline in (("method", False), ("engine_method", True)):
         if _ours(metafunc, argname):
-            names = run_plan(metafunc.config).method_order[(0 if with_baseline else 1):]
+            names = run_plan(metafunc.config).method_order[(0 if with_baseline else 1) :]
             metafunc.parametrize(argname, names, ids=names)
     if _ours(metafunc, "concurrency"):
         levels = run_plan(metafunc.config).profile.concurrency
@@ -175,7 +179,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 levels.add(_param_of(item))
     from specgate.session import GateSession, Selection
 
-    selection = Selection(frozenset(g[0] for g in gates.values() if g), tuple(c for c in plan.profile.concurrency if c in levels))
+    selection = Selection(
+        frozenset(g[0] for g in gates.values() if g), tuple(c for c in plan.profile.concurrency if c in levels)
+    )
     session = config.stash[_SESSION_KEY] = GateSession(plan, selection, boot=_booter(config))
     order = {name: i for i, name in enumerate(plan.method_order)}
 
@@ -308,8 +314,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     gs.release_all()
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
-    config.workeroutput["specgate"] = workers.payload(gs, outcomes, config.stash[_WATCH_KEY].failures,
-                                                      scaleout.worker_id(config))
+    config.workeroutput["specgate"] = workers.payload(
+        gs, outcomes, config.stash[_WATCH_KEY].failures, scaleout.worker_id(config)
+    )
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
@@ -322,8 +329,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
             terminalreporter.write_line(line)
         from specgate.session import GateSession
 
-        _report_written(terminalreporter, config.stash[_OUT_KEY],
-                        lambda: workers.write_combined(GateSession(run_plan(config)), handed))
+        _report_written(
+            terminalreporter,
+            config.stash[_OUT_KEY],
+            lambda: workers.write_combined(GateSession(run_plan(config)), handed),
+        )
         return
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
@@ -341,8 +351,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
         terminalreporter.write_line(line)
     if session.plan.update_baselines:
         terminalreporter.write_line(session.write_baselines(config.stash[_WATCH_KEY].failures))
-    _report_written(terminalreporter, session.plan.out_dir,
-                    lambda: results.write_run(session, outcomes, session.started_wall, lines))
+    _report_written(
+        terminalreporter,
+        session.plan.out_dir,
+        lambda: results.write_run(session, outcomes, session.started_wall, lines),
+    )
 
 
 def _report_written(terminalreporter, out: Path, write) -> None:

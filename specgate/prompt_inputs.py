@@ -78,11 +78,13 @@ def truncate(p: Prompt, tokenizer, max_prompt_tokens: int) -> list[int]:
         if keep < 2:
             break
         head = keep // 2
-        cut = tokenizer.decode(body_ids[:head]) + tokenizer.decode(body_ids[len(body_ids) - (keep - head):])
+        cut = tokenizer.decode(body_ids[:head]) + tokenizer.decode(body_ids[len(body_ids) - (keep - head) :])
         if p.text is not None:
             p = replace(p, text=cut)
         else:
-            p = replace(p, messages=tuple(dict(m, content=cut) if i == longest else m for i, m in enumerate(p.messages)))
+            p = replace(
+                p, messages=tuple(dict(m, content=cut) if i == longest else m for i, m in enumerate(p.messages))
+            )
         ids = encode(p, tokenizer)
     raise PromptSetError(
         f"prompt {p.id} ({p.source}) does not fit in {max_prompt_tokens} tokens even with the middle of its longest "
@@ -125,9 +127,10 @@ def fit(source: PromptSource, prompts: list[Prompt], tokenizer, max_prompt_token
             got += 1
         if not got:
             raise PromptSetError(
-                f"prompt set {source.label}: every prompt of category {category!r} is longer than the {max_prompt_tokens} "
-                "tokens the profile leaves (max_model_len - max_tokens), so the category would measure nothing; raise "
-                'max_model_len, pick a shorter split, or set too_long = "truncate" on its prompts entry.'
+                f"prompt set {source.label}: every prompt of category {category!r} is longer than the "
+                f"{max_prompt_tokens} tokens the profile leaves (max_model_len - max_tokens), so the category would "
+                'measure nothing; raise max_model_len, pick a shorter split, or set too_long = "truncate" on its '
+                "prompts entry."
             )
     out.prompts = [t for _, t in sorted(taken, key=lambda x: x[0])]
     return out
@@ -138,7 +141,9 @@ class PromptInputs:
     tokenizer when an engine first needs it. The profile's prompts serve equivalence and acceptance (and
     the speedup load, unless `[speedup] prompts` gives it its own set: `speedup_inputs()`)."""
 
-    def __init__(self, profile, root: Path, sources=None, max_tokens: int | None = None, parent: PromptInputs | None = None):
+    def __init__(
+        self, profile, root: Path, sources=None, max_tokens: int | None = None, parent: PromptInputs | None = None
+    ):
         self.profile, self.root = profile, Path(root)
         self.sources: tuple[PromptSource, ...] = tuple(sources) if sources is not None else profile.sources
         self.max_tokens = max_tokens or profile.max_tokens
@@ -165,8 +170,11 @@ class PromptInputs:
     def loaded(self) -> list[Prompt]:
         """The drawn prompts (per_category of each category; no tokenizer needed)."""
         if self._loaded is None:
-            self._loaded = [p for source, pool in zip(self.sources, self.pools())
-                            for p in sample_per_category(pool, source.per_category, self.profile.seed)]
+            self._loaded = [
+                p
+                for source, pool in zip(self.sources, self.pools())
+                for p in sample_per_category(pool, source.per_category, self.profile.seed)
+            ]
         return self._loaded
 
     def categories(self) -> list[str]:
@@ -187,8 +195,10 @@ class PromptInputs:
     def fitted(self) -> list[Fitted]:
         """Per entry: the prompts tokenized, and which were skipped or truncated for length."""
         if self._fitted is None:
-            self._fitted = [fit(source, pool, self.tokenizer(), self.max_prompt_tokens, self.profile.seed)
-                            for source, pool in zip(self.sources, self.pools())]
+            self._fitted = [
+                fit(source, pool, self.tokenizer(), self.max_prompt_tokens, self.profile.seed)
+                for source, pool in zip(self.sources, self.pools())
+            ]
         return self._fitted
 
     @property
@@ -207,15 +217,22 @@ class PromptInputs:
         if not speedup.prompts:
             return self
         if self._speedup is None:
-            self._speedup = PromptInputs(self.profile, self.root, speedup.prompts, speedup.max_tokens or None, parent=self)
+            self._speedup = PromptInputs(
+                self.profile, self.root, speedup.prompts, speedup.max_tokens or None, parent=self
+            )
         return self._speedup
 
     def structured_inputs(self) -> PromptInputs:
         """The structured scenario's prompts ([scenarios.structured] prompts), with room for its max_tokens."""
         structured = self.profile.scenarios.structured
         if self._structured is None:
-            self._structured = PromptInputs(self.profile, self.root, (PromptSource("file", structured.prompts),),
-                                            structured.max_tokens or None, parent=self)
+            self._structured = PromptInputs(
+                self.profile,
+                self.root,
+                (PromptSource("file", structured.prompts),),
+                structured.max_tokens or None,
+                parent=self,
+            )
         return self._structured
 
     # -- what a run records -----------------------------------------------------------------------
@@ -230,20 +247,22 @@ class PromptInputs:
         fitted = self._fitted or [None] * len(self.sources)
         for source, pool, f in zip(self.sources, self.pools(), fitted):
             used = f.prompts if f is not None else sample_per_category(pool, source.per_category, self.profile.seed)
-            entries.append({
-                "source": source.label,
-                "kind": source.kind,
-                "path": str(source.path),
-                "split": source.split or None,
-                "per_category": source.per_category or "all",
-                "too_long": source.too_long,
-                "note": source.note or None,
-                "available": dict(Counter(p.category for p in pool)),
-                "used": dict(Counter(p.category for p in used)),
-                "prompt_ids": [p.id for p in used],
-                "skipped_too_long": f.skipped if f is not None else None,
-                "truncated": f.truncated if f is not None else None,
-            })
+            entries.append(
+                {
+                    "source": source.label,
+                    "kind": source.kind,
+                    "path": str(source.path),
+                    "split": source.split or None,
+                    "per_category": source.per_category or "all",
+                    "too_long": source.too_long,
+                    "note": source.note or None,
+                    "available": dict(Counter(p.category for p in pool)),
+                    "used": dict(Counter(p.category for p in used)),
+                    "prompt_ids": [p.id for p in used],
+                    "skipped_too_long": f.skipped if f is not None else None,
+                    "truncated": f.truncated if f is not None else None,
+                }
+            )
         return {"max_prompt_tokens": self.max_prompt_tokens, "tokenized": self.is_tokenized, "entries": entries}
 
     def summary(self) -> str:

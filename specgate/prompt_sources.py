@@ -25,7 +25,14 @@ from specgate.schema import Checker, did_you_mean
 # SPEED-Bench (nvidia/SPEED-Bench): the layout vLLM's `vllm bench serve --dataset-name speed_bench`
 # reads, a directory of <split>.jsonl files, one row per prompt with `category` and `messages`.
 SPEED_BENCH_ENV = "SPECGATE_SPEED_BENCH_DIR"
-SPEED_BENCH_SPLITS = ("qualitative", "throughput_1k", "throughput_2k", "throughput_8k", "throughput_16k", "throughput_32k")
+SPEED_BENCH_SPLITS = (
+    "qualitative",
+    "throughput_1k",
+    "throughput_2k",
+    "throughput_8k",
+    "throughput_16k",
+    "throughput_32k",
+)
 SPEED_BENCH_PREPARE = (
     "Prepare it as vLLM's speed_bench dataset expects (the recipe vLLM's SpeedBench class names): `pip install "
     "datasets tiktoken`, then `curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/heads/main/"
@@ -36,8 +43,15 @@ SPEED_BENCH_PREPARE = (
 # What happens to a prompt longer than max_model_len - max_tokens (after the chat template).
 TOO_LONG = ("error", "skip", "truncate")
 KINDS = ("file", "chat", "speed_bench")
-ENTRY_KEYS = {"file": str, "chat": str, "speed_bench": str, "dir": str, "fallback": str, "per_category": object,
-              "too_long": str}
+ENTRY_KEYS = {
+    "file": str,
+    "chat": str,
+    "speed_bench": str,
+    "dir": str,
+    "fallback": str,
+    "per_category": object,
+    "too_long": str,
+}
 EXAMPLE = '{ speed_bench = "qualitative", per_category = 10 }'
 
 
@@ -85,27 +99,54 @@ def parse_sources(check: Checker, key: str, entries: list) -> tuple[PromptSource
         check.table(entry, ENTRY_KEYS, where + ".")
         kinds = [k for k in KINDS if k in entry]
         if len(kinds) != 1:
-            raise check.fail(where, "must name exactly one of file = PATH (our schema, with ids), chat = PATH (rows with "
-                             f"messages and category) or speed_bench = SPLIT; got {', '.join(kinds) or 'none'}.")
+            raise check.fail(
+                where,
+                "must name exactly one of file = PATH (our schema, with ids), chat = PATH (rows with "
+                f"messages and category) or speed_bench = SPLIT; got {', '.join(kinds) or 'none'}.",
+            )
         kind = kinds[0]
         per_category = _per_category(check, where + ".per_category", entry.get("per_category", "all"))
         too_long = entry.get("too_long", "skip" if kind == "speed_bench" else "error")
         if too_long not in TOO_LONG:
-            raise check.fail(where + ".too_long", f"must be one of {', '.join(map(repr, TOO_LONG))}"
-                             f"{did_you_mean(too_long, TOO_LONG)}, got {too_long!r}.")
+            raise check.fail(
+                where + ".too_long",
+                f"must be one of {', '.join(map(repr, TOO_LONG))}{did_you_mean(too_long, TOO_LONG)}, got {too_long!r}.",
+            )
         for extra in ("dir", "fallback"):
             if extra in entry and kind != "speed_bench":
                 raise check.fail(f"{where}.{extra}", "only applies to a speed_bench entry.")
         if kind != "speed_bench":
-            out.append(PromptSource(kind, Path(entry[kind]), per_category, too_long, name=entry[kind], key=where,
-                                    path_key=f"{where}.{kind}"))
+            out.append(
+                PromptSource(
+                    kind,
+                    Path(entry[kind]),
+                    per_category,
+                    too_long,
+                    name=entry[kind],
+                    key=where,
+                    path_key=f"{where}.{kind}",
+                )
+            )
             continue
         split = entry["speed_bench"]
         if split not in SPEED_BENCH_SPLITS and not re.fullmatch(r"throughput_\d+k", split):
-            raise check.fail(where + ".speed_bench", f"names split {split!r}{did_you_mean(split, SPEED_BENCH_SPLITS)}; "
-                             f"SPEED-Bench has: {', '.join(SPEED_BENCH_SPLITS)}.")
-        out.append(PromptSource("speed_bench", Path(), per_category, too_long, split=split, key=where,
-                                dir=entry.get("dir", ""), fallback=entry.get("fallback")))
+            raise check.fail(
+                where + ".speed_bench",
+                f"names split {split!r}{did_you_mean(split, SPEED_BENCH_SPLITS)}; "
+                f"SPEED-Bench has: {', '.join(SPEED_BENCH_SPLITS)}.",
+            )
+        out.append(
+            PromptSource(
+                "speed_bench",
+                Path(),
+                per_category,
+                too_long,
+                split=split,
+                key=where,
+                dir=entry.get("dir", ""),
+                fallback=entry.get("fallback"),
+            )
+        )
     return tuple(out)
 
 
@@ -147,21 +188,39 @@ def _speed_bench(check: Checker, source: PromptSource, root: Path) -> PromptSour
     origin = f"{where}.dir = {source.dir!r}" if source.dir else f"${SPEED_BENCH_ENV} = {configured!r}"
     if not configured:
         if fallback_path is None:
-            raise check.fail(where, f"names SPEED-Bench split {split!r}, but no SPEED-Bench directory is configured: set "
-                             f"${SPEED_BENCH_ENV} (or dir = \"...\" in this entry) to a directory holding {split}.jsonl. "
-                             f"{SPEED_BENCH_PREPARE}. Or add fallback = \"fixtures/prompts/general.jsonl\" to gate on that "
-                             "file where the data is absent.")
-        note = (f"SPEED-Bench {split} is not on this machine (set ${SPEED_BENCH_ENV} to its directory), "
-                f"so {fallback} stands in")
+            raise check.fail(
+                where,
+                f"names SPEED-Bench split {split!r}, but no SPEED-Bench directory is configured: set "
+                f'${SPEED_BENCH_ENV} (or dir = "..." in this entry) to a directory holding {split}.jsonl. '
+                f'{SPEED_BENCH_PREPARE}. Or add fallback = "fixtures/prompts/general.jsonl" to gate on that '
+                "file where the data is absent.",
+            )
+        note = (
+            f"SPEED-Bench {split} is not on this machine (set ${SPEED_BENCH_ENV} to its directory), "
+            f"so {fallback} stands in"
+        )
         return PromptSource("file", fallback_path, name=fallback, note=note)
     directory = Path(configured).expanduser()
     directory = directory if directory.is_absolute() else root / directory
     if not directory.is_dir():
-        raise check.fail(where, f"names SPEED-Bench split {split!r} in {origin}, but {directory} is not a directory. "
-                         f"{SPEED_BENCH_PREPARE.replace('DIR', str(directory))}.")
+        raise check.fail(
+            where,
+            f"names SPEED-Bench split {split!r} in {origin}, but {directory} is not a directory. "
+            f"{SPEED_BENCH_PREPARE.replace('DIR', str(directory))}.",
+        )
     path = directory / f"{split}.jsonl"
     if not path.is_file():
-        raise check.fail(where, f"names SPEED-Bench split {split!r}, but {directory} (from {origin}) has no {split}.jsonl. "
-                         + SPEED_BENCH_PREPARE.replace("--config all", f"--config {split}").replace("DIR", str(directory)) + ".")
-    return PromptSource("speed_bench", path.resolve(), source.per_category, source.too_long, split=split,
-                        name=f"SPEED-Bench {split} ({path})")
+        raise check.fail(
+            where,
+            f"names SPEED-Bench split {split!r}, but {directory} (from {origin}) has no {split}.jsonl. "
+            + SPEED_BENCH_PREPARE.replace("--config all", f"--config {split}").replace("DIR", str(directory))
+            + ".",
+        )
+    return PromptSource(
+        "speed_bench",
+        path.resolve(),
+        source.per_category,
+        source.too_long,
+        split=split,
+        name=f"SPEED-Bench {split} ({path})",
+    )

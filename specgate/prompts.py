@@ -50,6 +50,7 @@ _UNDECODABLE = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]")
 # What nvidia/SPEED-Bench holds before its preparation script fetched the real prompts.
 SPEED_BENCH_PLACEHOLDER = "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE"
 
+
 @dataclass(frozen=True)
 class Prompt:
     id: str
@@ -107,7 +108,12 @@ def _checked_messages(messages: Any, where: str) -> tuple[dict[str, str], ...]:
     if not isinstance(messages, list) or not messages:
         raise PromptSetError(f"{where}: 'messages' must be a non-empty list.")
     for i, m in enumerate(messages):
-        if not (isinstance(m, dict) and set(m) == {"role", "content"} and m["role"] in ROLES and isinstance(m["content"], str)):
+        if not (
+            isinstance(m, dict)
+            and set(m) == {"role", "content"}
+            and m["role"] in ROLES
+            and isinstance(m["content"], str)
+        ):
             raise PromptSetError(
                 f"{where}: messages[{i}] must be {{'role': one of {sorted(ROLES)}, 'content': string}}, got {m!r}."
             )
@@ -136,8 +142,10 @@ def load_chat_set(path: Path | str, first_turn: bool = False) -> list[Prompt]:
         if not isinstance(rec, dict):
             raise PromptSetError(f"{where}: each line must be a JSON object.")
         if "messages" not in rec:
-            raise PromptSetError(f"{where}: no 'messages'; every row of a chat prompt file needs 'messages' "
-                                 "(a list of {'role', 'content'}) and 'category'.")
+            raise PromptSetError(
+                f"{where}: no 'messages'; every row of a chat prompt file needs 'messages' "
+                "(a list of {'role', 'content'}) and 'category'."
+            )
         category = rec.get("category")
         if not isinstance(category, str) or not category.strip():
             raise PromptSetError(f"{where}: 'category' must be a non-empty string, got {category!r}.")
@@ -149,7 +157,9 @@ def load_chat_set(path: Path | str, first_turn: bool = False) -> list[Prompt]:
             messages = messages[: first_user + 1]
         elif messages[-1]["role"] != "user":
             raise PromptSetError(f"{where}: the last message must be from the user (the model answers it).")
-        raw = next((rec[k] for k in ("id", "question_id") if isinstance(rec.get(k), (str, int)) and str(rec[k]).strip()), None)
+        raw = next(
+            (rec[k] for k in ("id", "question_id") if isinstance(rec.get(k), (str, int)) and str(rec[k]).strip()), None
+        )
         if raw is None:
             content = json.dumps([category, rec["messages"]], sort_keys=True, ensure_ascii=False)
             raw = hashlib.sha256(content.encode("utf-8")).hexdigest()[:12]
@@ -221,8 +231,10 @@ def naturalness_problems(prompts: list[Prompt], undecodable_share: float = 0.0) 
     problems = []
     bad = [p.id for p in prompts if _UNDECODABLE.search(p.plain_text)]
     if len(bad) > undecodable_share * len(prompts):
-        problems.append(f"prompts {bad[:5]} contain replacement/control characters (undecodable bytes)"
-                        + (f": {len(bad)} of {len(prompts)}" if undecodable_share else ""))
+        problems.append(
+            f"prompts {bad[:5]} contain replacement/control characters (undecodable bytes)"
+            + (f": {len(bad)} of {len(prompts)}" if undecodable_share else "")
+        )
     words = [w for p in prompts for w in _WORD.findall(p.plain_text[:JUDGE_CHARS_PER_PROMPT])]
     if len(words) >= MIN_WORDS_TO_JUDGE:
         coverage = top_word_coverage(words)
@@ -233,7 +245,9 @@ def naturalness_problems(prompts: list[Prompt], undecodable_share: float = 0.0) 
             )
         shape = word_shape_score(words)
         if shape < MIN_WORD_SHAPE_SCORE:
-            problems.append(f"only {shape:.0%} of its words are shaped like words (real text: >= {MIN_WORD_SHAPE_SCORE:.0%})")
+            problems.append(
+                f"only {shape:.0%} of its words are shaped like words (real text: >= {MIN_WORD_SHAPE_SCORE:.0%})"
+            )
     return problems
 
 

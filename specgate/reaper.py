@@ -43,9 +43,14 @@ def ensure(root: Path) -> None:
     path = state_path(root)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.Popen([sys.executable, "-m", "specgate.reaper", str(os.getpid()), str(path)],
-                                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                start_new_session=True, cwd=str(Path(__file__).resolve().parents[1]))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "specgate.reaper", str(os.getpid()), str(path)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=str(Path(__file__).resolve().parents[1]),
+        )
     except OSError:
         return
     _running.update(root=Path(root), proc=proc)
@@ -98,8 +103,14 @@ def watch(owner: int, path: Path) -> int:
         return 0
     me = os.getpid()
     seen: dict[int, tuple[float, str]] = {}
-    state = {"owner": owner, "owner_created": owner_created, "owner_cmd": owner_cmd, "reaper": me,
-             "started": time.time(), "processes": []}
+    state = {
+        "owner": owner,
+        "owner_created": owner_created,
+        "owner_cmd": owner_cmd,
+        "reaper": me,
+        "started": time.time(),
+        "processes": [],
+    }
     _write(path, state)
     phase_path = path.with_suffix(".phase")
     while _alive(owner, owner_created) is not None:
@@ -143,8 +154,10 @@ class StaleRun:
         names = ", ".join(f"{p['name']} (pid {p['pid']})" for p in self.processes[:6])
         more = f" and {len(self.processes) - 6} more" if len(self.processes) > 6 else ""
         at = f", last at: {self.phase}" if self.phase else ""
-        return (f"{len(self.processes)} process(es) of an earlier run (pid {self.owner}: {self.owner_cmd[:120]}{at}) are "
-                f"still alive: {names}{more}. They hold memory (on a GPU, device memory the next engine needs)")
+        return (
+            f"{len(self.processes)} process(es) of an earlier run (pid {self.owner}: {self.owner_cmd[:120]}{at}) are "
+            f"still alive: {names}{more}. They hold memory (on a GPU, device memory the next engine needs)"
+        )
 
 
 def stale_runs(root: Path) -> list[StaleRun]:

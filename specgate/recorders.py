@@ -5,6 +5,8 @@
     CorrectnessWatch   the failed `correctness` tests (the session refuses --update-baselines after one)
     OutcomeRecorder    each gate test's outcome for the run record: its message, whether it is a
                        correctness test, and why its check could not judge (the engine died)
+
+plugin.py registers them at configure time and reads what they hold when the run ends.
 """
 
 from __future__ import annotations
@@ -42,12 +44,16 @@ class RunLife:
         for run in reaper.stale_runs(root):
             if kill:
                 left = reaper.stop_stale(run)
-                self.header.append(f"specgate: stopped {len(run.processes) - len(left)} process(es) left by an earlier run "
-                                   f"(pid {run.owner}){f'; these would not die: {left}' if left else ''}")
+                self.header.append(
+                    f"specgate: stopped {len(run.processes) - len(left)} process(es) left by an earlier run "
+                    f"(pid {run.owner}){f'; these would not die: {left}' if left else ''}"
+                )
             else:
                 pids = " ".join(str(p["pid"]) for p in run.processes)
-                self.header.append(f"specgate: WARNING: {run.describe()}. Stop them with --specgate-kill-stale (or kill "
-                                   f"{pids}); the state file is {run.path}")
+                self.header.append(
+                    f"specgate: WARNING: {run.describe()}. Stop them with --specgate-kill-stale (or kill "
+                    f"{pids}); the state file is {run.path}"
+                )
 
     @pytest.hookimpl
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -112,9 +118,15 @@ class OutcomeRecorder:
         if report.nodeid in self.outcomes and outcome == "passed":
             return
         cause = dict(report.user_properties).get(CAUSE, "") if outcome in ("failed", "error") else ""
-        self.outcomes[report.nodeid] = Outcome(report.nodeid, *described, outcome, message,
-                                               correctness="correctness" in report.keywords, cause=cause,
-                                               at=round(getattr(report, "start", 0.0) or time.time(), 3))
+        self.outcomes[report.nodeid] = Outcome(
+            report.nodeid,
+            *described,
+            outcome,
+            message,
+            correctness="correctness" in report.keywords,
+            cause=cause,
+            at=round(getattr(report, "start", 0.0) or time.time(), 3),
+        )
 
 
 def failure_text(text: str, limit: int = 4000) -> str:

@@ -17,10 +17,10 @@ endpoint seam), and every comparison is paired:
 Each (method, gate, key) gets a verdict: unchanged, better or worse beyond the profile's tolerance
 (worse = the table's `fail`). As in the gate, a method one release does not offer, or whose server
 fails with its `expected_boot_error`, is a skip quoting vLLM; canaries (deliberately worse
-configurations for the stored-baseline gates) run only when named in --methods or with --canaries. On one GPU the two servers share it: each gets half the profile's
-gpu_memory_utilization, so their KV figures compare like with like. The results directory has the
-usual files (the report's "baseline" column is the old release); the exit code is 1 when something
-got worse.
+configurations for the stored-baseline gates) run only when named in --methods or with --canaries.
+On one GPU the two servers share it: each gets half the profile's gpu_memory_utilization, so their
+KV figures compare like with like. The results directory has the usual files (the report's
+"baseline" column is the old release); the exit code is 1 when something got worse.
 """
 
 from __future__ import annotations
@@ -69,9 +69,14 @@ class Rehearsal:
 
         profile = self._shared_profile()
         logs = self.out / "engines"
-        with Server(self.old[1], profile, method, self.root, logs / f"{method.name}-{self.old[0]}.log") as old_server, \
-                Server(self.new[1], profile, method, self.root, logs / f"{method.name}-{self.new[0]}.log") as new_server:
-            old, new = Endpoint(f"{method.name}@{self.old[0]}", old_server.url), Endpoint(f"{method.name}@{self.new[0]}", new_server.url)
+        with (
+            Server(self.old[1], profile, method, self.root, logs / f"{method.name}-{self.old[0]}.log") as old_server,
+            Server(self.new[1], profile, method, self.root, logs / f"{method.name}-{self.new[0]}.log") as new_server,
+        ):
+            old, new = (
+                Endpoint(f"{method.name}@{self.old[0]}", old_server.url),
+                Endpoint(f"{method.name}@{self.new[0]}", new_server.url),
+            )
             for release, _ in (self.old, self.new):
                 self.engines[f"{method.name}@{release}"] = Engine(vllm=release, boots=1)
             try:
@@ -97,30 +102,58 @@ class Rehearsal:
         identical, changed = 0, []
         for category in self.inputs.categories():
             batch = [p for p in self.inputs.tokenized() if p.category == category]
-            a, b = old.run_batch(batch, self.profile.max_tokens, top), new.run_batch(batch, self.profile.max_tokens, top)
+            a, b = (
+                old.run_batch(batch, self.profile.max_tokens, top),
+                new.run_batch(batch, self.profile.max_tokens, top),
+            )
             for p in batch:
                 div = compare(a.outputs[p.id], b.outputs[p.id].token_ids, self.profile.equivalence)
                 if div is None or div.numerical:
                     identical += 1
                 else:
-                    changed.append(f"prompt {p.id} " + div.describe(self.inputs.decode, self.profile.equivalence.logprob_margin,
-                                                                    self.profile.equivalence.mode))
+                    changed.append(
+                        f"prompt {p.id} "
+                        + div.describe(
+                            self.inputs.decode, self.profile.equivalence.logprob_margin, self.profile.equivalence.mode
+                        )
+                    )
             if method.name == BASELINE:
                 continue
             k = method.num_speculative_tokens
             ra = AcceptanceResult.from_batch(a.counters, a.tokens_per_step, k).counters.mean_acceptance_length
             rb = AcceptanceResult.from_batch(b.counters, b.tokens_per_step, k).counters.mean_acceptance_length
             if ra is None or rb is None:
-                self._judge(method.name, "acceptance", category, "mean_acceptance_length", rb, ra, UNCHANGED if ra == rb else WORSE,
-                            "no drafts on one side" if ra != rb else "no drafts on either side")
+                self._judge(
+                    method.name,
+                    "acceptance",
+                    category,
+                    "mean_acceptance_length",
+                    rb,
+                    ra,
+                    UNCHANGED if ra == rb else WORSE,
+                    "no drafts on one side" if ra != rb else "no drafts on either side",
+                )
                 continue
             tol = self.profile.tolerance.acceptance_rtol
             ratio = rb / ra
-            self._judge(method.name, "acceptance", category, "mean_acceptance_length", rb, ra, verdict_of(ratio, ratio, tol),
-                        f"{ratio - 1:+.1%} (acceptance_rtol {tol})", bound=ra * (1 - tol))
+            self._judge(
+                method.name,
+                "acceptance",
+                category,
+                "mean_acceptance_length",
+                rb,
+                ra,
+                verdict_of(ratio, ratio, tol),
+                f"{ratio - 1:+.1%} (acceptance_rtol {tol})",
+                bound=ra * (1 - tol),
+            )
         compared = len(self.inputs.tokenized())
         verdict = UNCHANGED if not changed else WORSE
-        message = (f"{len(changed)} of {compared} prompts changed greedy output: " + "; ".join(changed[:3])) if changed else ""
+        message = (
+            (f"{len(changed)} of {compared} prompts changed greedy output: " + "; ".join(changed[:3]))
+            if changed
+            else ""
+        )
         self._judge(method.name, "equivalence", "greedy", "identical", identical, compared, verdict, message)
 
     def _speed(self, method, old, new) -> None:
@@ -140,42 +173,104 @@ class Rehearsal:
                     into.append(side.closed_loop(batch, c, max_tokens, cfg.temperature)[0].throughput)
             est = stats.ratio_estimate(new_tp, old_tp, seed=self.profile.seed)
             tol = self.profile.tolerance.speedup_rtol
-            self._judge(method.name, "speedup", f"C={c}", "throughput_new_over_old", est.value, 1.0,
-                        verdict_of(est.low, est.high, tol), f"{est.describe()} (speedup_rtol {tol}); "
-                        f"{stats.median(new_tp):.1f} vs {stats.median(old_tp):.1f} tok/s", ci=(est.low, est.high), concurrency=c)
+            self._judge(
+                method.name,
+                "speedup",
+                f"C={c}",
+                "throughput_new_over_old",
+                est.value,
+                1.0,
+                verdict_of(est.low, est.high, tol),
+                f"{est.describe()} (speedup_rtol {tol}); "
+                f"{stats.median(new_tp):.1f} vs {stats.median(old_tp):.1f} tok/s",
+                ci=(est.low, est.high),
+                concurrency=c,
+            )
 
     def _memory(self, method, old, new, old_peak: int, new_peak: int) -> None:
         tol = self.profile.tolerance
         a, b = old.kv_capacity_tokens(), new.kv_capacity_tokens()
         if a and b:
             ratio = b / a
-            self._judge(method.name, "memory", "kv_capacity", "kv_capacity_tokens", b, a, verdict_of(ratio, ratio, tol.memory_rtol),
-                        f"{ratio - 1:+.1%} (memory_rtol {tol.memory_rtol})", bound=a * (1 - tol.memory_rtol))
+            self._judge(
+                method.name,
+                "memory",
+                "kv_capacity",
+                "kv_capacity_tokens",
+                b,
+                a,
+                verdict_of(ratio, ratio, tol.memory_rtol),
+                f"{ratio - 1:+.1%} (memory_rtol {tol.memory_rtol})",
+                bound=a * (1 - tol.memory_rtol),
+            )
         mib = 1024**2
         ceiling = old_peak / mib * (1 + tol.memory_rtol) + tol.process_slack_mib
-        verdict = WORSE if new_peak / mib > ceiling else BETTER if new_peak / mib < old_peak / mib * (1 - tol.memory_rtol) - tol.process_slack_mib else UNCHANGED
-        self._judge(method.name, "memory", "process", "peak_process_mib", new_peak / mib, old_peak / mib, verdict,
-                    f"{new_peak / mib:.0f} vs {old_peak / mib:.0f} MiB (memory_rtol {tol.memory_rtol} + {tol.process_slack_mib} MiB)",
-                    bound=ceiling)
+        verdict = (
+            WORSE
+            if new_peak / mib > ceiling
+            else BETTER
+            if new_peak / mib < old_peak / mib * (1 - tol.memory_rtol) - tol.process_slack_mib
+            else UNCHANGED
+        )
+        self._judge(
+            method.name,
+            "memory",
+            "process",
+            "peak_process_mib",
+            new_peak / mib,
+            old_peak / mib,
+            verdict,
+            f"{new_peak / mib:.0f} vs {old_peak / mib:.0f} MiB (memory_rtol {tol.memory_rtol} + "
+            f"{tol.process_slack_mib} MiB)",
+            bound=ceiling,
+        )
 
-    def _judge(self, method, gate, key, metric, new, old, verdict, message, bound=None, ci=(None, None), concurrency=None):
+    def _judge(
+        self, method, gate, key, metric, new, old, verdict, message, bound=None, ci=(None, None), concurrency=None
+    ):
         table_verdict = "fail" if verdict == WORSE else "pass"
         text = f"{verdict}" + (f": {message}" if message else "")
-        self.rows.append({"method": method, "gate": gate, "key": key, "metric": metric, "value": new, "baseline": old,
-                          "bound": bound, "ci_low": ci[0], "ci_high": ci[1], "concurrency": concurrency,
-                          "verdict": table_verdict, "message": text, "unit": ""})
-        self.outcomes.append(Outcome(f"rehearse::{method}::{gate}::{key}", method, gate, key,
-                                     "failed" if verdict == WORSE else "passed", text, correctness=gate == "equivalence",
-                                     change=verdict, at=time.time()))
+        self.rows.append(
+            {
+                "method": method,
+                "gate": gate,
+                "key": key,
+                "metric": metric,
+                "value": new,
+                "baseline": old,
+                "bound": bound,
+                "ci_low": ci[0],
+                "ci_high": ci[1],
+                "concurrency": concurrency,
+                "verdict": table_verdict,
+                "message": text,
+                "unit": "",
+            }
+        )
+        self.outcomes.append(
+            Outcome(
+                f"rehearse::{method}::{gate}::{key}",
+                method,
+                gate,
+                key,
+                "failed" if verdict == WORSE else "passed",
+                text,
+                correctness=gate == "equivalence",
+                change=verdict,
+                at=time.time(),
+            )
+        )
 
     def fail_method(self, method: str, error: Exception) -> None:
-        self.outcomes.append(Outcome(f"rehearse::{method}", method, "lifecycle", "", "error", str(error), change="error",
-                                     at=time.time()))
+        self.outcomes.append(
+            Outcome(f"rehearse::{method}", method, "lifecycle", "", "error", str(error), change="error", at=time.time())
+        )
 
     def skip_method(self, method: str, why: str) -> None:
         """A method that cannot run here, as the gate skips it: its expected refusal, or not offered."""
-        self.outcomes.append(Outcome(f"rehearse::{method}", method, "lifecycle", "", "skipped", why, change="skipped",
-                                     at=time.time()))
+        self.outcomes.append(
+            Outcome(f"rehearse::{method}", method, "lifecycle", "", "skipped", why, change="skipped", at=time.time())
+        )
 
     def cannot_run(self, method, error: Exception | None = None) -> str | None:
         """Why `method` does not run on one of the two releases, as the gate would skip it: a method
@@ -186,8 +281,10 @@ class Rehearsal:
             for release, python in (self.old, self.new):
                 offered = venvs.offered_methods(python)
                 if method.name != BASELINE and offered and method.kind not in offered:
-                    return (f"method '{method.name}': vLLM {release} does not offer speculative_config.method = "
-                            f"{method.kind!r}; it offers: {', '.join(offered)}")
+                    return (
+                        f"method '{method.name}': vLLM {release} does not offer speculative_config.method = "
+                        f"{method.kind!r}; it offers: {', '.join(offered)}"
+                    )
             return None
         quote = method.expected_refusal(enginelog.failure_text(error))
         return f"method '{method.name}' cannot run on this engine; vLLM said: {quote}" if quote else None
@@ -200,12 +297,19 @@ class Rehearsal:
         from specgate.machine import detect_device, hardware_key
 
         run = RunRecord(
-            kind=REHEARSAL, run_id=self.out.name, profile=self.profile.name, profile_path=str(self.profile.path),
+            kind=REHEARSAL,
+            run_id=self.out.name,
+            profile=self.profile.name,
+            profile_path=str(self.profile.path),
             hardware=hardware_key(*detect_device(self.profile.hardware)),
-            rehearsal={"from": self.old[0], "to": self.new[0]}, vllm=f"{self.old[0]} -> {self.new[0]}",
+            rehearsal={"from": self.old[0], "to": self.new[0]},
+            vllm=f"{self.old[0]} -> {self.new[0]}",
             started=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)),
-            finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"), wall_s=round(time.time() - started),
-            engines=self.engines, outcomes=self.outcomes, summary_lines=self.lines(),
+            finished=_dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            wall_s=round(time.time() - started),
+            engines=self.engines,
+            outcomes=self.outcomes,
+            summary_lines=self.lines(),
         )
         table = pd.DataFrame(self.rows)
         paths = report.write_tables(self.out, table)
@@ -214,7 +318,10 @@ class Rehearsal:
         return paths
 
     def lines(self) -> list[str]:
-        head = f"rehearsal {self.old[0]} -> {self.new[0]} (profile {self.profile.name}): method / gate / key: old -> new, verdict"
+        head = (
+            f"rehearsal {self.old[0]} -> {self.new[0]} (profile {self.profile.name}): method / gate / key: "
+            "old -> new, verdict"
+        )
         out = [head, f"  (in the tables, 'baseline' is vLLM {self.old[0]} and the measured value vLLM {self.new[0]})"]
         for o in self.outcomes:
             row = next((r for r in self.rows if (r["method"], r["gate"], r["key"]) == (o.method, o.gate, o.key)), None)
@@ -259,18 +366,44 @@ def main(args: argparse.Namespace) -> int:
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("rehearse", help="run two vLLM releases side by side and compare them directly",
-                            description="Boot the old and the new vLLM release on this machine in one run (each from "
-                            "its own virtualenv, as servers) and compare them paired: greedy outputs, acceptance per "
-                            "category, throughput, memory. Exit 1 when something got worse.")
-    p.add_argument("--from", dest="old", required=True, metavar="RELEASE", help="the release you run today, e.g. 0.31.0")
+    p = commands.add_parser(
+        "rehearse",
+        help="run two vLLM releases side by side and compare them directly",
+        description="Boot the old and the new vLLM release on this machine in one run (each from "
+        "its own virtualenv, as servers) and compare them paired: greedy outputs, acceptance per "
+        "category, throughput, memory. Exit 1 when something got worse.",
+    )
+    p.add_argument(
+        "--from", dest="old", required=True, metavar="RELEASE", help="the release you run today, e.g. 0.31.0"
+    )
     p.add_argument("--to", dest="new", required=True, metavar="RELEASE", help="the release you move to, e.g. 0.32.0")
     p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument("--methods", default="", metavar="A,B",
-                   help="methods of the profile (default: all but its canaries); the baseline always runs")
+    p.add_argument(
+        "--methods",
+        default="",
+        metavar="A,B",
+        help="methods of the profile (default: all but its canaries); the baseline always runs",
+    )
     p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
-    p.add_argument("--out", default=None, type=Path, metavar="DIR", help="results directory (default results/rehearse-A-to-B-<time>)")
-    p.add_argument("--from-python", type=Path, default=None, metavar="PATH", help="the old release's python (default: its .venvs/ venv)")
-    p.add_argument("--to-python", type=Path, default=None, metavar="PATH", help="the new release's python (default: its .venvs/ venv)")
+    p.add_argument(
+        "--out",
+        default=None,
+        type=Path,
+        metavar="DIR",
+        help="results directory (default results/rehearse-A-to-B-<time>)",
+    )
+    p.add_argument(
+        "--from-python",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the old release's python (default: its .venvs/ venv)",
+    )
+    p.add_argument(
+        "--to-python",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="the new release's python (default: its .venvs/ venv)",
+    )
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
-

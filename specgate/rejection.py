@@ -66,9 +66,7 @@ class SpecRequest:
         logits = np.ascontiguousarray(self.target_logits, dtype=np.float32)
         k = len(drafts)
         if logits.ndim != 2 or logits.shape[0] != k + 1 or logits.shape[1] < 1:
-            raise ValueError(
-                f"target_logits must have shape [{k} + 1, vocab_size], got {logits.shape}"
-            )
+            raise ValueError(f"target_logits must have shape [{k} + 1, vocab_size], got {logits.shape}")
         vocab_size = logits.shape[1]
         if any(not 0 <= t < vocab_size for t in drafts):
             raise ValueError(f"draft token ids {drafts} are outside [0, {vocab_size})")
@@ -76,9 +74,7 @@ class SpecRequest:
         if probs is not None:
             probs = np.ascontiguousarray(probs, dtype=np.float32)
             if probs.shape != (k, vocab_size):
-                raise ValueError(
-                    f"draft_probs must have shape {(k, vocab_size)}, got {probs.shape}"
-                )
+                raise ValueError(f"draft_probs must have shape {(k, vocab_size)}, got {probs.shape}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
         if self.position is not None and self.position < 0:
@@ -184,9 +180,7 @@ class ReferenceSampler:
 
     def target_distributions(self, request: SpecRequest) -> np.ndarray:
         """p_1..p_{k+1}, one row per position."""
-        return np.stack(
-            [target_distribution(row, request.temperature) for row in request.target_logits]
-        )
+        return np.stack([target_distribution(row, request.temperature) for row in request.target_logits])
 
     def draft_distributions(self, request: SpecRequest) -> np.ndarray:
         """q_1..q_k; a drafter without a distribution proposed its token with certainty."""
@@ -229,7 +223,6 @@ class ReferenceSampler:
 
 
 reference_rejection_sample = ReferenceSampler()
-
 
 
 class BlockReferenceSampler(ReferenceSampler):

@@ -109,9 +109,7 @@ def vllm_rejection_sample(
             # The engine's layout: each request's draft rows, then its bonus row.
             logits = on_device(np.concatenate([r.target_logits for r in requests]).reshape(-1, vocab_size))
             starts = np.concatenate([[0], np.cumsum(num_drafts[:-1]) + np.arange(1, len(requests))])
-            target_idx = np.concatenate(
-                [np.arange(s, s + k) for s, k in zip(starts, num_drafts)]
-            ).astype(np.int32)
+            target_idx = np.concatenate([np.arange(s, s + k) for s, k in zip(starts, num_drafts)]).astype(np.int32)
             metadata = SpecDecodeMetadata(
                 draft_token_ids=draft_ids,
                 num_draft_tokens=num_drafts,
@@ -157,7 +155,9 @@ def sampler_device() -> str:
         # FlashInfer installed its import would fail (the property tests run without it).
         os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
         return "cuda"
-    raise RuntimeError(f"the sampler adapter drives vLLM on CPU or CUDA; this vLLM is built for {platform.device_type!r}")
+    raise RuntimeError(
+        f"the sampler adapter drives vLLM on CPU or CUDA; this vLLM is built for {platform.device_type!r}"
+    )
 
 
 @contextlib.contextmanager

@@ -64,8 +64,11 @@ class V2Rule:
             raise ValueError("the fly rule needs fly_window_size (vLLM's default is min(6, k - 1))")
 
     def describe(self) -> str:
-        extra = {k: v for k, v in asdict(self).items() if k != "method" and v is not None
-                 and v != V2Rule.__dataclass_fields__[k].default}
+        extra = {
+            k: v
+            for k, v in asdict(self).items()
+            if k != "method" and v is not None and v != V2Rule.__dataclass_fields__[k].default
+        }
         return self.method + (f" {extra}" if extra else "")
 
 
@@ -134,8 +137,13 @@ class Worker:
         env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # top-k / top-p only; not installed here
         with open(self.log, "wb") as log:
-            self.process = subprocess.Popen([sys.executable, "-m", "specgate.v2_worker"], stdin=subprocess.PIPE,
-                                            stdout=subprocess.PIPE, stderr=log, env=env)
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "specgate.v2_worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=env,
+            )
         self.info: dict | None = None
         self.send("setup", ())
 
@@ -166,8 +174,9 @@ class Worker:
 
     def _died(self, how: str):
         code = self.process.wait()
-        raise V2Unavailable(f"V2 sampler worker ({self.where()}) died (exit {code}, {how}); "
-                            f"its log {self.log} ends:\n{self.tail()}") from None
+        raise V2Unavailable(
+            f"V2 sampler worker ({self.where()}) died (exit {code}, {how}); its log {self.log} ends:\n{self.tail()}"
+        ) from None
 
     def where(self) -> str:
         return str(self.source) if self.source is not None else "the installed vLLM"

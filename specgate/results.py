@@ -34,13 +34,18 @@ def summary_lines(session, outcomes=()) -> list[str]:
     host, plan, measured = session.host, session.plan, session.measured
     ran = [r for r in host.records.values() if r.boot_s and r.method != BASELINE]
     failed = [r for r in host.records.values() if r.boot_error]
-    lines = [f"{session.interrupted}: the run stopped there; what it measured until then follows"] if session.interrupted else []
+    lines = (
+        [f"{session.interrupted}: the run stopped there; what it measured until then follows"]
+        if session.interrupted
+        else []
+    )
     lines += [judged_line(list(outcomes))] if outcomes else []
     lines += header_lines(session)
     lines += [
         f"profile {session.profile.name} ({session.profile.path}); results in {plan.out_dir}",
         *prompt_lines(session),
-        f"engines booted: {host.engines_booted} (methods run: {len(ran)} + {len(host.records[BASELINE].boot_s)} baseline"
+        f"engines booted: {host.engines_booted} (methods run: {len(ran)} + {len(host.records[BASELINE].boot_s)} "
+        "baseline"
         f"{f'; {len(failed)} failed to boot' if failed else ''}); wall time {time.monotonic() - session.started:.0f} s",
     ]
     lines += diagnosis(session)
@@ -70,7 +75,10 @@ def summary_lines(session, outcomes=()) -> list[str]:
             counts = {row.metric: int(row.value) for row in greedy.rows} if greedy else {}
             if counts.get("compared"):
                 near = counts["compared"] - counts["identical"] - counts["diverged"]
-                state += f"; greedy: {counts['identical']}/{counts['compared']} identical, {near} near-ties, {counts['diverged']} diverged"
+                state += (
+                    f"; greedy: {counts['identical']}/{counts['compared']} identical, {near} near-ties, "
+                    f"{counts['diverged']} diverged"
+                )
         lines.append(f"  {r.method:<14} {state}")
         lines += _figure_lines(measured.get(r.method, {}), r.method == BASELINE, _across_runners(session, r.method))
     boots = {r.method: r.boots for r in host.records.values() if r.boots > 1}
@@ -87,8 +95,10 @@ def time_lines(session) -> list[str]:
     order = ["boots", "equivalence", "acceptance", "speedup", "memory", "lifecycle"]
     parts = sorted(session.spent.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
     rest = total - sum(session.spent.values())
-    return [f"time: {', '.join(f'{name} {spent:.0f} s' for name, spent in parts)}, other {max(0.0, rest):.0f} s "
-            f"(prompts, endpoint test, results; total {total:.0f} s)"]
+    return [
+        f"time: {', '.join(f'{name} {spent:.0f} s' for name, spent in parts)}, other {max(0.0, rest):.0f} s "
+        f"(prompts, endpoint test, results; total {total:.0f} s)"
+    ]
 
 
 def header_lines(session) -> list[str]:
@@ -96,24 +106,37 @@ def header_lines(session) -> list[str]:
     judgements, baselines from another vLLM."""
     lines = session.header()
     if session.profile.tolerance_file:
-        lines.append(f"tolerances calibrated on this machine (specgate calibrate) held over the profile's: "
-                     f"{session.profile.tolerance_file}")
+        lines.append(
+            f"tolerances calibrated on this machine (specgate calibrate) held over the profile's: "
+            f"{session.profile.tolerance_file}"
+        )
     coarse = [j for j in session.judgements.values() if j.basis == "coarse" and j.key != "summary"]
     if coarse and not session.baselines.borrowed.get("speedup"):
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))
-        lines.append(f"speedups judged coarsely at {keys} (coarse_speedup_rtol {session.profile.tolerance.coarse_speedup_rtol}): "
-                     + coarse[0].message.removeprefix("coarse judgement: ").split("; held to")[0])
-    across = [f"{m} ({runners})" for m in dict.fromkeys(m for (m, g, _) in session.judgements if g == "speedup")
-              if m != BASELINE and (runners := _across_runners(session, m))]
+        lines.append(
+            f"speedups judged coarsely at {keys} (coarse_speedup_rtol "
+            f"{session.profile.tolerance.coarse_speedup_rtol}): "
+            + coarse[0].message.removeprefix("coarse judgement: ").split("; held to")[0]
+        )
+    across = [
+        f"{m} ({runners})"
+        for m in dict.fromkeys(m for (m, g, _) in session.judgements if g == "speedup")
+        if m != BASELINE and (runners := _across_runners(session, m))
+    ]
     if across:
-        lines.append(f"speedups across model runners: {', '.join(across)}: vLLM ran these methods' engines on another "
-                     "model runner than the baseline engine's, so their speedups mix the two runners' step costs "
-                     "(docs/gpu-runners.md, 'Model runners')")
+        lines.append(
+            f"speedups across model runners: {', '.join(across)}: vLLM ran these methods' engines on another "
+            "model runner than the baseline engine's, so their speedups mix the two runners' step costs "
+            "(docs/gpu-runners.md, 'Model runners')"
+        )
     if upgrade := session.baselines.upgrade():
         lines.append(upgrade)
     inputs = session.plan.inputs
     load = inputs.speedup_inputs()
-    for role, notes in (("equivalence and acceptance", inputs.notes()), ("speedup load", load.notes() if load is not inputs else [])):
+    for role, notes in (
+        ("equivalence and acceptance", inputs.notes()),
+        ("speedup load", load.notes() if load is not inputs else []),
+    ):
         lines += [f"{role} prompts: {note}" for note in notes]
     return lines
 
@@ -127,8 +150,10 @@ def prompt_lines(session) -> list[str]:
     try:
         if load is inputs:
             return [f"prompts (every gate): {inputs.summary()}"]
-        return [f"prompts for equivalence and acceptance: {inputs.summary()}",
-                f"prompts for the speedup load ({load.max_tokens} output tokens each): {load.summary()}"]
+        return [
+            f"prompts for equivalence and acceptance: {inputs.summary()}",
+            f"prompts for the speedup load ({load.max_tokens} output tokens each): {load.summary()}",
+        ]
     except SpecgateError as exc:
         return [f"prompts: not loaded: {exc}"]
 
@@ -174,11 +199,19 @@ def diagnosis(session) -> list[str]:
 def engines(session) -> dict[str, Engine]:
     """Per method: the vLLM that served it, its model runner, its boots and how it ended (for run.json)."""
     served_by = None if session.plan.endpoints is not None else vllm_release()
-    return {name: Engine(vllm=served_by if r.boots else None, runner=r.runner or None, boots=r.boots,
-                         boot_s=[round(x, 2) for x in r.boot_s], boot_error=r.boot_error.reason if r.boot_error else None,
-                         died=r.died.reason if r.died else None, skipped=r.skipped_reason,
-                         longest_idle_s=round(r.longest_idle_s, 2))
-            for name, r in session.host.records.items()}
+    return {
+        name: Engine(
+            vllm=served_by if r.boots else None,
+            runner=r.runner or None,
+            boots=r.boots,
+            boot_s=[round(x, 2) for x in r.boot_s],
+            boot_error=r.boot_error.reason if r.boot_error else None,
+            died=r.died.reason if r.died else None,
+            skipped=r.skipped_reason,
+            longest_idle_s=round(r.longest_idle_s, 2),
+        )
+        for name, r in session.host.records.items()
+    }
 
 
 def _across_runners(session, method: str) -> str:
@@ -204,8 +237,9 @@ def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]
         for key, v in speed.items():
             if "geomean_speedup" in v:  # the summary over the levels
                 cross = v.get("crossover_concurrency")
-                part = (f"geometric mean {v['geomean_speedup']:.2f}, crossover "
-                        + (f"C={cross}" if cross is not None else f"none up to C={v.get('top_level')}"))
+                part = f"geometric mean {v['geomean_speedup']:.2f}, crossover " + (
+                    f"C={cross}" if cross is not None else f"none up to C={v.get('top_level')}"
+                )
             elif "speedup" in v:
                 part = f"{key} {v['speedup']:.2f} [{v['ci_low']:.2f}, {v['ci_high']:.2f}]"
                 if v.get("measured_over_expected") is not None:

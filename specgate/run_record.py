@@ -29,8 +29,9 @@ from specgate.errors import ResultsError
 SCHEMA = 1
 GATE, REHEARSAL = "gate", "rehearsal"
 DIED, NO_BOOT = "engine died", "engine did not boot"  # Outcome.cause: the check could not judge
-HINT = ("a results directory is what a gate run writes (results/<run-id>/ or --specgate-out); rerun the gate to "
-        "recreate it")
+HINT = (
+    "a results directory is what a gate run writes (results/<run-id>/ or --specgate-out); rerun the gate to recreate it"
+)
 
 
 @dataclass(frozen=True)
@@ -105,8 +106,13 @@ class RunRecord:
         """The failed and errored outcomes (of `methods` and `gates` when given; an engine's death
         whatever the gate), the first correctness failures and engine deaths leading in the order they
         happened, then every other failure in the order it happened."""
-        failed = [o for o in self.outcomes if o.failed and (methods is None or o.method in methods)
-                  and (gates is None or o.gate in gates or o.cause == DIED)]
+        failed = [
+            o
+            for o in self.outcomes
+            if o.failed
+            and (methods is None or o.method in methods)
+            and (gates is None or o.gate in gates or o.cause == DIED)
+        ]
         first = [o for o in failed if (o.correctness and not o.cause) or o.cause == DIED]
         return first + [o for o in failed if o not in first]
 
@@ -156,21 +162,29 @@ class RunRecord:
             raise ResultsError(f"{where} is not a JSON object; {hint}.")
         version = data.get("schema")
         if version is None:
-            raise ResultsError(f"{where} has no schema version: a specgate from before run records were versioned "
-                               f"(schema {SCHEMA}) wrote it. Rerun the gate (or the rehearsal) with this specgate to "
-                               "write it again, or read it with the specgate that wrote it.")
+            raise ResultsError(
+                f"{where} has no schema version: a specgate from before run records were versioned "
+                f"(schema {SCHEMA}) wrote it. Rerun the gate (or the rehearsal) with this specgate to "
+                "write it again, or read it with the specgate that wrote it."
+            )
         if version != SCHEMA:
             newer = isinstance(version, int) and not isinstance(version, bool) and version > SCHEMA
             raise ResultsError(
-                f"{where} is run record schema {version!r}, {'newer than' if newer else 'not the one'} this specgate reads "
-                f"(schema {SCHEMA}): " + ("a later specgate wrote it; upgrade specgate (pull the checkout, or pip "
-                                          "install -U specgate) to read it." if newer else
-                                          "rerun the gate (or the rehearsal) with this specgate to write it again, or "
-                                          "read it with the specgate that wrote it."))
+                f"{where} is run record schema {version!r}, {'newer than' if newer else 'not the one'} this specgate "
+                f"reads (schema {SCHEMA}): "
+                + (
+                    "a later specgate wrote it; upgrade specgate (pull the checkout, or pip "
+                    "install -U specgate) to read it."
+                    if newer
+                    else "rerun the gate (or the rehearsal) with this specgate to write it again, or "
+                    "read it with the specgate that wrote it."
+                )
+            )
         known = {f.name for f in fields(cls)}
         if unknown := sorted(set(data) - known):
-            raise ResultsError(f"{where} (schema {SCHEMA}) has keys this specgate does not write: {', '.join(unknown)}; "
-                               f"{hint}.")
+            raise ResultsError(
+                f"{where} (schema {SCHEMA}) has keys this specgate does not write: {', '.join(unknown)}; {hint}."
+            )
         if missing := [k for k in ("kind", "run_id", "profile") if not isinstance(data.get(k), str)]:
             raise ResultsError(f"{where} lacks {', '.join(missing)} (or they are not strings); {hint}.")
         record = dict(data)
@@ -178,7 +192,9 @@ class RunRecord:
             record["engines"] = {str(k): Engine(**v) for k, v in (data.get("engines") or {}).items()}
             record["outcomes"] = [Outcome(**o) for o in data.get("outcomes") or []]
         except (TypeError, AttributeError) as exc:
-            raise ResultsError(f"{where}: an engine or an outcome is not what schema {SCHEMA} holds ({exc}); {hint}.") from None
+            raise ResultsError(
+                f"{where}: an engine or an outcome is not what schema {SCHEMA} holds ({exc}); {hint}."
+            ) from None
         return cls(**record)
 
 

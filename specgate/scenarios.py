@@ -73,8 +73,10 @@ class ScenarioRuns:
         max_num_seqs requests need together (at most that many run at once), and never fewer than one
         request of max_model_len needs (vLLM refuses to boot below that)."""
         size = int(self.profile.engine_kwargs.get("block_size") or DEFAULT_BLOCK_SIZE[self.profile.hardware])
-        per_request = sorted((math.ceil((len(p.token_ids) + self.profile.max_tokens) / size)
-                              for p in self.store.inputs.tokenized()), reverse=True)
+        per_request = sorted(
+            (math.ceil((len(p.token_ids) + self.profile.max_tokens) / size) for p in self.store.inputs.tokenized()),
+            reverse=True,
+        )
         needed = sum(per_request[: self.profile.engine_kwargs.get("max_num_seqs") or len(per_request)])
         floor = math.ceil(self.profile.max_model_len / size) + 1
         return max(floor, int(self.profile.scenarios.preemption.kv_share * needed)), needed
@@ -129,11 +131,14 @@ class ScenarioRuns:
     def structured(self, name: str) -> BatchResult:
         """The structured prompts under the schema; the baseline engine keeps its top-k logprobs (the
         reference of a tie-aware comparison)."""
+
         def measure() -> BatchResult:
             engine = self.store.engine(name)
             inputs = self.structured_inputs()
             top = self.profile.equivalence.top_logprobs if name == BASELINE else 0
-            return self.store.measuring(engine.run_batch, inputs.tokenized(), inputs.max_tokens, top, schema=self.schema())
+            return self.store.measuring(
+                engine.run_batch, inputs.tokenized(), inputs.max_tokens, top, schema=self.schema()
+            )
 
         return self._once("structured", name, self._structured, measure)
 

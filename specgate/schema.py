@@ -30,13 +30,31 @@ from specgate.errors import ProfileError
 Bound = Callable[[Any], "str | None"]
 
 
-def setting(default: Any = dataclasses.MISSING, kind: type = object, *, key: str = "", bound: Bound | None = None,
-            doc: str = "", measures: bool = True, table: type | None = None, required: bool | str = False,
-            parse: Callable | None = None, factory: Callable | None = None) -> Any:
+def setting(
+    default: Any = dataclasses.MISSING,
+    kind: type = object,
+    *,
+    key: str = "",
+    bound: Bound | None = None,
+    doc: str = "",
+    measures: bool = True,
+    table: type | None = None,
+    required: bool | str = False,
+    parse: Callable | None = None,
+    factory: Callable | None = None,
+) -> Any:
     """A dataclass field read from TOML: see the module's docstring. A mutable default (a dict, a table's
     dataclass) is given as `factory`; `required` may be the problem to say when the key is missing."""
-    metadata = {"kind": kind, "key": key, "bound": bound, "doc": doc, "measures": measures, "table": table,
-                "required": required, "parse": parse}
+    metadata = {
+        "kind": kind,
+        "key": key,
+        "bound": bound,
+        "doc": doc,
+        "measures": measures,
+        "table": table,
+        "required": required,
+        "parse": parse,
+    }
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -121,7 +139,9 @@ class Checker:
         self.table(data, allowed(cls), prefix)
         for f in settings(cls):
             if (required := f.metadata["required"]) and key_of(f) not in data:
-                raise self.fail(prefix + key_of(f), required if isinstance(required, str) else "is required but missing.")
+                raise self.fail(
+                    prefix + key_of(f), required if isinstance(required, str) else "is required but missing."
+                )
         for group in dict.fromkeys(key_of(f).partition(".")[0] for f in settings(cls) if "." in key_of(f)):
             if isinstance(data.get(group), dict):
                 self.table(data[group], allowed(cls, group), f"{prefix}{group}.")
@@ -146,9 +166,11 @@ class Checker:
 def held_as_float(bound: Bound) -> Callable:
     """A `parse` hook for a float setting bounded as the float it is held as (a deadline written `0`
     is said as 0.0)."""
+
     def parse(check: Checker, key: str, value, values) -> float:
         check.bounded(key, float(value), bound)
         return float(value)
+
     return parse
 
 

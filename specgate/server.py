@@ -88,8 +88,9 @@ class Server:
         reaper.ensure(self.root)
         reaper.set_phase(f"booting server '{self.name}'")
         with open(self.log, "wb") as fh:
-            self.proc = subprocess.Popen(self.args, stdout=fh, stderr=subprocess.STDOUT, env=self.env,
-                                         start_new_session=True)
+            self.proc = subprocess.Popen(
+                self.args, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+            )
         try:
             self._wait_healthy()
         except BaseException:
@@ -107,8 +108,9 @@ class Server:
             if self.proc.poll() is not None:
                 reason, tail = enginelog.root_cause(self.log, RuntimeError(f"exit code {self.proc.returncode}"))
                 raise ServerError(
-                    f"server '{self.name}' ({' '.join(self.args[:3])} ...) exited with {self.proc.returncode} before it "
-                    f"answered /health: {reason.rstrip('.')}. Last lines of its log ({self.log}):\n{tail}", self.log
+                    f"server '{self.name}' ({' '.join(self.args[:3])} ...) exited with {self.proc.returncode} before "
+                    f"it answered /health: {reason.rstrip('.')}. Last lines of its log ({self.log}):\n{tail}",
+                    self.log,
                 )
             try:
                 with urllib.request.urlopen(self.url + "/health", timeout=2) as resp:
@@ -119,8 +121,15 @@ class Server:
             try:
                 self.watch.check(started, f"booting server '{self.name}'")
             except Overdue as over:
-                message = stop_overdue(over, f"server '{self.name}'", self._processes(), self.stacks, self.watch.stall_s,
-                                       self.watch.boot_s, self.source)
+                message = stop_overdue(
+                    over,
+                    f"server '{self.name}'",
+                    self._processes(),
+                    self.stacks,
+                    self.watch.stall_s,
+                    self.watch.boot_s,
+                    self.source,
+                )
                 raise ServerError(f"{message}. Its log: {self.log}", self.log) from None
 
     def _processes(self) -> dict[int, str]:

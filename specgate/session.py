@@ -25,11 +25,11 @@ from specgate.backend import BootEngine
 from specgate.baseline_store import BaselineStore
 from specgate.checks import GATES, Context, Judgement, key_of
 from specgate.checks.acceptance import AcceptanceCheck
+from specgate.checks.drift import DRIFTING
 from specgate.checks.equivalence import EquivalenceCheck
 from specgate.checks.lifecycle import LifecycleCheck
 from specgate.checks.memory import MemoryCheck
 from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
-from specgate.checks.drift import DRIFTING
 from specgate.checks.speedup import SpeedupCheck
 from specgate.errors import SpecgateError
 from specgate.history import History, read
@@ -38,7 +38,6 @@ from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
 from specgate.prompt_inputs import PromptInputs
 from specgate.scenarios import ScenarioRuns
-
 
 OWN_ENGINE = {"preemption"}  # gates whose check boots the engine it measures
 
@@ -97,9 +96,15 @@ class GateSession:
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
         self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
         self._history: History | None = None
-        ctx = Context(plan.profile, self.baselines, plan.strict, plan.update_baselines,
-                      runner_of=lambda name: self.host.records[name].runner, measured_now=self._measured_now,
-                      history=self.history)
+        ctx = Context(
+            plan.profile,
+            self.baselines,
+            plan.strict,
+            plan.update_baselines,
+            runner_of=lambda name: self.host.records[name].runner,
+            measured_now=self._measured_now,
+            history=self.history,
+        )
         self.checks = {
             "equivalence": EquivalenceCheck(ctx, self.store, plan.inputs),
             "acceptance": AcceptanceCheck(ctx, self.store),
@@ -108,11 +113,13 @@ class GateSession:
             "lifecycle": LifecycleCheck(self.host),
         }
         self.scenarios = ScenarioRuns(self.store)
-        self.checks.update({
-            "structured": StructuredCheck(ctx, self.scenarios),
-            "prefix_soak": PrefixSoakCheck(ctx, self.scenarios, self.store, plan.inputs),
-            "preemption": PreemptionCheck(ctx, self.store, self.scenarios, plan.inputs),
-        })
+        self.checks.update(
+            {
+                "structured": StructuredCheck(ctx, self.scenarios),
+                "prefix_soak": PrefixSoakCheck(ctx, self.scenarios, self.store, plan.inputs),
+                "preemption": PreemptionCheck(ctx, self.store, self.scenarios, plan.inputs),
+            }
+        )
         self.judgements: dict[tuple[str, str, str], Judgement] = {}
         self.spent: dict[str, float] = {}  # where the run's time went: boots, each gate, scenarios, canaries
         self.started, self.started_wall = time.monotonic(), time.time()
@@ -129,7 +136,11 @@ class GateSession:
         other machines' files used) and, when the run judges drift, why it could not."""
         lines = self.baselines.header()
         drift_rtol = self.profile.tolerance.drift_rtol
-        if drift_rtol and {gate for gate, _ in DRIFTING} & self.selection.gates and not (history := self.history()).usable:
+        if (
+            drift_rtol
+            and {gate for gate, _ in DRIFTING} & self.selection.gates
+            and not (history := self.history()).usable
+        ):
             lines.append(f"drift (tolerance.drift_rtol {drift_rtol}) not judged: {history.problem}")
         return lines
 
@@ -209,9 +220,13 @@ class GateSession:
         stores a wrong machine stamp with them)."""
         measured, note = self.measured, ""
         if disturbed := sorted({k for (_, g, k), j in self.judgements.items() if j.basis == "disturbed"}):
-            measured = {m: rest for m, kinds in measured.items() if (rest := {g: v for g, v in kinds.items() if g != "speedup"})}
-            note = (f"\nspeed figures not stored, at any level: the machine was disturbed during this run's speedup "
-                    f"trials at {', '.join(disturbed)}; acceptance and memory were. Rerun the update on a quiet machine.")
+            measured = {
+                m: rest for m, kinds in measured.items() if (rest := {g: v for g, v in kinds.items() if g != "speedup"})
+            }
+            note = (
+                f"\nspeed figures not stored, at any level: the machine was disturbed during this run's speedup "
+                f"trials at {', '.join(disturbed)}; acceptance and memory were. Rerun the update on a quiet machine."
+            )
         return self.baselines.write(measured, set(self.plan.method_order)) + note
 
     def summary_lines(self, outcomes=()) -> list[str]:

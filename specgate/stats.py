@@ -77,8 +77,9 @@ def ratio_estimate(numerators: Sequence[float], denominators: Sequence[float], s
     return Estimate(median(ratios), low, high, len(ratios))
 
 
-def sequential(estimate: Callable[[], Estimate], more: Callable[[int], None], floor: float | None,
-               max_n: int, step: int) -> Estimate:
+def sequential(
+    estimate: Callable[[], Estimate], more: Callable[[int], None], floor: float | None, max_n: int, step: int
+) -> Estimate:
     """Add trials (`more(step)`) while the interval straddles the floor (low < floor <= high), up to
     `max_n`; the final estimate. Cells the evidence already decides (the interval clear of the floor
     either way) stop at once, so the extra time goes where the decision is close."""
@@ -101,8 +102,12 @@ def geometric_mean(values: Sequence[float]) -> float:
 def geometric_mean_estimate(estimates: Sequence[Estimate]) -> Estimate:
     """The geometric mean of several levels' estimates, with the geometric means of their bounds as
     its interval (each level inside its own interval puts the mean inside this one)."""
-    return Estimate(geometric_mean([e.value for e in estimates]), geometric_mean([e.low for e in estimates]),
-                    geometric_mean([e.high for e in estimates]), min(e.n for e in estimates))
+    return Estimate(
+        geometric_mean([e.value for e in estimates]),
+        geometric_mean([e.low for e in estimates]),
+        geometric_mean([e.high for e in estimates]),
+        min(e.n for e in estimates),
+    )
 
 
 def crossover(levels: Sequence[int], estimates: Sequence[Estimate]) -> int | None:

@@ -71,7 +71,9 @@ class FakeScript:
 
     @classmethod
     def from_dict(cls, data: dict) -> FakeScript:
-        return cls(FakeMachine(**data.get("machine", {})), {n: FakeMethod(**m) for n, m in data.get("methods", {}).items()})
+        return cls(
+            FakeMachine(**data.get("machine", {})), {n: FakeMethod(**m) for n, m in data.get("methods", {}).items()}
+        )
 
     @classmethod
     def from_env(cls) -> FakeScript:
@@ -105,17 +107,26 @@ class FakeEngine:
         """Wait on the core that never answers, under the profile's stall_timeout_s, as Engine.run does."""
         import asyncio
 
-        from specgate.eventloop import EventLoopThread
         from specgate.errors import EngineStalled
+        from specgate.eventloop import EventLoopThread
         from specgate.watchdog import Overdue, Watch, stop_overdue
 
         loop, watch = EventLoopThread(), Watch(self.profile.stall_timeout_s, None, self.log_path)
         try:
             loop.run(asyncio.sleep(3600), watch, what)
         except Overdue as over:
-            message = stop_overdue(over, f"the engine for method '{self.method.name}'", {self.core.pid: "fake EngineCore"},
-                                   Path(self.log_path).with_suffix(".stacks"), watch.stall_s, None, str(self.profile.path))
-            raise EngineStalled(message, self.method.name, f"no progress for {over.idle_s:.0f} s while {what}") from None
+            message = stop_overdue(
+                over,
+                f"the engine for method '{self.method.name}'",
+                {self.core.pid: "fake EngineCore"},
+                Path(self.log_path).with_suffix(".stacks"),
+                watch.stall_s,
+                None,
+                str(self.profile.path),
+            )
+            raise EngineStalled(
+                message, self.method.name, f"no progress for {over.idle_s:.0f} s while {what}"
+            ) from None
         finally:
             loop.close()
 
@@ -138,8 +149,15 @@ class FakeEngine:
         per_pos = tuple(round(drafts * min(1.0, max(0.0, self.behaviour.accepted - i))) for i in range(self.k))
         return SpecCounters(drafts, drafts * self.k, sum(per_pos), per_pos)
 
-    def run_batch(self, prompts, max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0,
-                  seed: int | None = None, schema: dict | None = None) -> BatchResult:
+    def run_batch(
+        self,
+        prompts,
+        max_tokens: int,
+        top_logprobs: int = 0,
+        temperature: float = 0.0,
+        seed: int | None = None,
+        schema: dict | None = None,
+    ) -> BatchResult:
         if self.core is not None:
             self._stall(f"generating a batch of {len(prompts)} prompts (engine '{self.method.name}')")
         out, steps = {}, {}
@@ -210,7 +228,10 @@ class FakeBoot:
         if error:
             raise EngineBootError(
                 f"engine for method '{method.name}' (fake) failed to boot: {error}",
-                log_tail=error, method=method.name, reason=error, detail=error,
+                log_tail=error,
+                method=method.name,
+                reason=error,
+                detail=error,
             )
         return FakeEngine(method, self.script, self.boots, profile, log_path)
 
@@ -234,12 +255,27 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(FakeEnginePlugin(FakeScript.from_env()), "specgate-fake-engine")
 
 
-def fake_session(profile, root: Path, script: FakeScript | None = None, *, methods: list[str] | None = None,
-                 update_baselines: bool = False, strict: bool = False, hardware: str | None = None):
+def fake_session(
+    profile,
+    root: Path,
+    script: FakeScript | None = None,
+    *,
+    methods: list[str] | None = None,
+    update_baselines: bool = False,
+    strict: bool = False,
+    hardware: str | None = None,
+):
     """A GateSession over fake engines, for testing verdicts and baseline policy without pytest or vLLM:
     `fake_session(profile, tmp_path).judge("acceptance", "ngram", "code")`."""
     from specgate.session import GateSession, RunPlan, Selection
 
-    plan = RunPlan(profile, profile.select(methods), root, Path(root) / "results", update_baselines=update_baselines,
-                   strict=strict, hardware=hardware)
+    plan = RunPlan(
+        profile,
+        profile.select(methods),
+        root,
+        Path(root) / "results",
+        update_baselines=update_baselines,
+        strict=strict,
+        hardware=hardware,
+    )
     return GateSession(plan, Selection(levels=tuple(profile.concurrency)), boot=FakeBoot(script))

@@ -41,29 +41,42 @@ def apply(profile, path: Path):
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        raise ProfileError(f"calibrated tolerances {path}: not valid TOML ({exc}); rerun `specgate calibrate` or "
-                           "restore the file from git.") from None
+        raise ProfileError(
+            f"calibrated tolerances {path}: not valid TOML ({exc}); rerun `specgate calibrate` or "
+            "restore the file from git."
+        ) from None
     allowed = {f.name for f in fields(Tolerance)}
 
     def values(table, where: str) -> dict[str, float]:
         if not isinstance(table, dict):
             raise ProfileError(f"calibrated tolerances {path}: '{where}' must be a table.")
-        bad = sorted(k for k, v in table.items() if k not in allowed or isinstance(v, bool) or not isinstance(v, (int, float))
-                     or v < 0)
+        bad = sorted(
+            k
+            for k, v in table.items()
+            if k not in allowed or isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0
+        )
         if bad:
-            raise ProfileError(f"calibrated tolerances {path}: '{where}' holds {', '.join(bad)}, which are not tolerances "
-                               f"(allowed: {', '.join(sorted(allowed))}) or not numbers >= 0.")
+            raise ProfileError(
+                f"calibrated tolerances {path}: '{where}' holds {', '.join(bad)}, which are not tolerances "
+                f"(allowed: {', '.join(sorted(allowed))}) or not numbers >= 0."
+            )
         return {k: float(v) for k, v in table.items()}
 
     unknown = sorted(set(data) - {"tolerance", "methods", "equivalence"})
     if unknown:
-        raise ProfileError(f"calibrated tolerances {path}: unknown tables {', '.join(unknown)}; it holds [tolerance], "
-                           "[equivalence] and [methods.<name>.tolerance] only.")
+        raise ProfileError(
+            f"calibrated tolerances {path}: unknown tables {', '.join(unknown)}; it holds [tolerance], "
+            "[equivalence] and [methods.<name>.tolerance] only."
+        )
     tolerance = replace(profile.tolerance, **values(data.get("tolerance", {}), "tolerance"))
     rule = data.get("equivalence", {})
-    if set(rule) - set(EQUIVALENCE) or any(isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in rule.values()):
-        raise ProfileError(f"calibrated tolerances {path}: [equivalence] holds {', '.join(sorted(rule))}; it may set "
-                           f"{', '.join(EQUIVALENCE)} (numbers >= 0).")
+    if set(rule) - set(EQUIVALENCE) or any(
+        isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 for v in rule.values()
+    ):
+        raise ProfileError(
+            f"calibrated tolerances {path}: [equivalence] holds {', '.join(sorted(rule))}; it may set "
+            f"{', '.join(EQUIVALENCE)} (numbers >= 0)."
+        )
     equivalence = replace(profile.equivalence, **{k: float(v) for k, v in rule.items()})
     methods = dict(profile.methods)
     for name, table in data.get("methods", {}).items():
@@ -74,8 +87,12 @@ def apply(profile, path: Path):
     return replace(profile, tolerance=tolerance, equivalence=equivalence, methods=methods, tolerance_file=str(path))
 
 
-def render(header: list[str], profile_wide: dict[str, float], per_method: dict[str, dict[str, float]],
-           equivalence: dict[str, float] | None = None) -> str:
+def render(
+    header: list[str],
+    profile_wide: dict[str, float],
+    per_method: dict[str, dict[str, float]],
+    equivalence: dict[str, float] | None = None,
+) -> str:
     """The file's text: comment lines, then the tables."""
     lines = [f"# {h}" for h in header]
     if profile_wide:

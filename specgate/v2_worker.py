@@ -69,8 +69,13 @@ def setup() -> dict:
         interpreter_shim.apply(utils)
         interpreter_shim.host_buffers(importlib.import_module("vllm.v1.worker.gpu.buffer_utils"))
     importlib.import_module(RS)
-    return {"release": vllm_compat.release(), "source": str(Path(utils.__file__).parents[5]),
-            "device": str(device()), "interpreted": interpreted, "torch": torch.__version__}
+    return {
+        "release": vllm_compat.release(),
+        "source": str(Path(utils.__file__).parents[5]),
+        "device": str(device()),
+        "interpreted": interpreted,
+        "torch": torch.__version__,
+    }
 
 
 def sample(requests: list[SpecRequest], seed: int, rule: dict, path: str, mutant: tuple) -> np.ndarray:
@@ -112,18 +117,37 @@ def sample(requests: list[SpecRequest], seed: int, rule: dict, path: str, mutant
     try:
         if path == "call":
             batch = vllm_compat.v2_input_batch(
-                num_reqs=n, idx_mapping=t(slots, torch.int32), idx_mapping_np=slots,
-                expanded_idx_mapping=t(slot_of_logit, torch.int32), expanded_local_pos=t(local_pos, torch.int32),
-                input_ids=t(input_ids, torch.int32), positions=t(positions, torch.int64),
+                num_reqs=n,
+                idx_mapping=t(slots, torch.int32),
+                idx_mapping_np=slots,
+                expanded_idx_mapping=t(slot_of_logit, torch.int32),
+                expanded_local_pos=t(local_pos, torch.int32),
+                input_ids=t(input_ids, torch.int32),
+                positions=t(positions, torch.int64),
                 logits_indices=t(np.arange(len(input_ids)), torch.int32),
-                cu_num_logits=t(cu, torch.int32), cu_num_logits_np=cu,
-                seq_lens=t(seq_lens, torch.int32), seq_lens_cpu_upper_bound=torch.from_numpy(seq_lens),
+                cu_num_logits=t(cu, torch.int32),
+                cu_num_logits_np=cu,
+                seq_lens=t(seq_lens, torch.int32),
+                seq_lens_cpu_upper_bound=torch.from_numpy(seq_lens),
             )
             out = rejection_sampler(logits, batch, draft_logits)
             sampled, num_sampled = out.sampled_token_ids, out.num_sampled
         else:
-            sampled, num_sampled = _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positions,
-                                           seq_lens, cu, slots, slot_of_logit, local_pos, steps, t)
+            sampled, num_sampled = _direct(
+                rejection_sampler,
+                kernels,
+                logits,
+                draft_logits,
+                input_ids,
+                positions,
+                seq_lens,
+                cu,
+                slots,
+                slot_of_logit,
+                local_pos,
+                steps,
+                t,
+            )
     finally:
         rs_module.rejection_sample = original
     sampled, num_sampled = sampled.cpu().numpy(), num_sampled.cpu().numpy()
@@ -133,8 +157,21 @@ def sample(requests: list[SpecRequest], seed: int, rule: dict, path: str, mutant
     return rows
 
 
-def _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positions, seq_lens, cu, slots,
-            slot_of_logit, local_pos, K, t):
+def _direct(
+    rejection_sampler,
+    kernels,
+    logits,
+    draft_logits,
+    input_ids,
+    positions,
+    seq_lens,
+    cu,
+    slots,
+    slot_of_logit,
+    local_pos,
+    K,
+    t,
+):
     """`apply_sampling_params`, then `rejection_sample` with the layout written here (rejection_sampler.py
     0.33:264-295 makes the same two calls)."""
     import torch
@@ -143,23 +180,38 @@ def _direct(rejection_sampler, kernels, logits, draft_logits, input_ids, positio
     expanded = t(slot_of_logit, torch.int32)
     pos, draft_sampled = t(positions, torch.int64), t(input_ids, torch.int64)
     processed = sampler.apply_sampling_params(
-        logits, expanded, t(slots, torch.int32), slots, pos, draft_sampled, t(local_pos, torch.int32), seq_lens)
+        logits, expanded, t(slots, torch.int32), slots, pos, draft_sampled, t(local_pos, torch.int32), seq_lens
+    )
     states = sampler.sampling_states
     kwargs = {"use_fp64": sampler.use_fp64_gumbel, "use_block_verification": rejection_sampler.use_block_verification}
     if getattr(rejection_sampler, "fly_window_size", 0):
-        kwargs.update(fly_window_size=rejection_sampler.fly_window_size,
-                      fly_entropy_threshold=rejection_sampler.fly_entropy_threshold,
-                      fly_entropy_top_k=rejection_sampler.fly_entropy_top_k)
+        kwargs.update(
+            fly_window_size=rejection_sampler.fly_window_size,
+            fly_entropy_threshold=rejection_sampler.fly_entropy_threshold,
+            fly_entropy_top_k=rejection_sampler.fly_entropy_top_k,
+        )
     return kernels.rejection_sample(
-        processed, draft_logits, draft_sampled, t(cu, torch.int32), pos, t(slots, torch.int32), expanded,
-        t(local_pos, torch.int32), states.temperature.gpu, states.seeds.gpu, K,
-        rejection_sampler.synthetic_conditional_rates, **kwargs)
+        processed,
+        draft_logits,
+        draft_sampled,
+        t(cu, torch.int32),
+        pos,
+        t(slots, torch.int32),
+        expanded,
+        t(local_pos, torch.int32),
+        states.temperature.gpu,
+        states.seeds.gpu,
+        K,
+        rejection_sampler.synthetic_conditional_rates,
+        **kwargs,
+    )
 
 
 def step_positions(requests: list[SpecRequest]) -> np.ndarray:
     """Each request's P, the position of its first logits row (see the layout above)."""
-    starts = np.array([PROMPT_LEN + OUTPUT_SO_FAR if r.position is None else r.position for r in requests],
-                      dtype=np.int64)
+    starts = np.array(
+        [PROMPT_LEN + OUTPUT_SO_FAR if r.position is None else r.position for r in requests], dtype=np.int64
+    )
     if (starts < PROMPT_LEN).any():
         raise ValueError(f"a decode step starts after the {PROMPT_LEN}-token prefill: positions {starts.tolist()}")
     return starts
@@ -175,8 +227,7 @@ def _sampler(requests, slots, seed, K, vocab, dev, last_start):
     max_len = last_start + K + 2
     states = RequestState(n, max_len, n * (K + 1), K, vocab, dev)
     # The sampler reads only the reasoning config (thinking budgets) from the engine's config.
-    sampler = Sampler(types.SimpleNamespace(reasoning_config=None), n, vocab, dev, states,
-                      num_speculative_tokens=K)
+    sampler = Sampler(types.SimpleNamespace(reasoning_config=None), n, vocab, dev, states, num_speculative_tokens=K)
     np.random.seed(seed)  # unseeded requests draw their seed from numpy's global generator
     for r, slot in zip(requests, slots):
         sampler.add_request(int(slot), SamplingParams(temperature=float(r.temperature), seed=r.seed))
@@ -194,11 +245,17 @@ def _spec_config(rule: dict, K: int):
     if method == "synthetic":
         SpeculativeConfig = vllm_compat.load("vllm.config.speculative:SpeculativeConfig")
         rates = SpeculativeConfig._resolve_synthetic_acceptance_rates(
-            K, rule.get("synthetic_acceptance_rates"), rule.get("synthetic_acceptance_length"))
+            K, rule.get("synthetic_acceptance_rates"), rule.get("synthetic_acceptance_length")
+        )
     return types.SimpleNamespace(
-        num_speculative_tokens=K, enable_adaptive_verification=False, rejection_sample_method=method,
-        synthetic_acceptance_rates=rates, fly_window_size=rule.get("fly_window_size"),
-        fly_entropy_threshold=rule.get("fly_entropy_threshold", 0.3), fly_entropy_top_k=rule.get("fly_entropy_top_k", 3))
+        num_speculative_tokens=K,
+        enable_adaptive_verification=False,
+        rejection_sample_method=method,
+        synthetic_acceptance_rates=rates,
+        fly_window_size=rule.get("fly_window_size"),
+        fly_entropy_threshold=rule.get("fly_entropy_threshold", 0.3),
+        fly_entropy_top_k=rule.get("fly_entropy_top_k", 3),
+    )
 
 
 def _mutant(patches: tuple[tuple[str, str], ...]) -> types.ModuleType:

@@ -35,7 +35,9 @@ def release_python(root: Path, release: str, hardware: str, given: Path | None =
     .venvs/<release>'s, built with the setup script when missing."""
     if given is not None:
         if not Path(given).is_file():
-            raise SpecgateError(f"--from-python / --to-python {given} does not exist; give the python of a venv with that vLLM.")
+            raise SpecgateError(
+                f"--from-python / --to-python {given} does not exist; give the python of a venv with that vLLM."
+            )
         return Path(given)
     return build(root, release_venv(root, release, hardware), hardware, release=release)
 
@@ -77,8 +79,10 @@ def build(root: Path, venv: Path, hardware: str, release: str | None = None, req
         done = subprocess.run(["bash", script], cwd=root, stdout=fh, stderr=subprocess.STDOUT, env=env)
     if done.returncode != 0 or not python.is_file():
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
-        raise VenvError(f"could not build the virtualenv {venv} for {what} with {script} (exit {done.returncode}); "
-                        f"fix what its log {log} says, or delete {venv} and retry. The log ends:\n{tail}")
+        raise VenvError(
+            f"could not build the virtualenv {venv} for {what} with {script} (exit {done.returncode}); "
+            f"fix what its log {log} says, or delete {venv} and retry. The log ends:\n{tail}"
+        )
     return python
 
 

@@ -61,8 +61,22 @@ def fetch(release: str) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".fetch-{release}-") as tmp:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-                        "--disable-pip-version-check", "-d", tmp, f"vllm=={release}"], check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary=:all:",
+                "--disable-pip-version-check",
+                "-d",
+                tmp,
+                f"vllm=={release}",
+            ],
+            check=True,
+        )
         (wheel,) = Path(tmp).glob("vllm-*.whl")
         staging = Path(tmp) / "tree"
         with zipfile.ZipFile(wheel) as archive:
@@ -76,8 +90,13 @@ def fetch(release: str) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specgate.vllm_source", description=__doc__.split("\n\n")[0])
-    parser.add_argument("releases", nargs="*", default=list(RELEASES), metavar="RELEASE",
-                        help=f"CUDA vLLM releases to unpack (default: {' '.join(RELEASES)})")
+    parser.add_argument(
+        "releases",
+        nargs="*",
+        default=list(RELEASES),
+        metavar="RELEASE",
+        help=f"CUDA vLLM releases to unpack (default: {' '.join(RELEASES)})",
+    )
     for release in parser.parse_args(argv).releases:
         print(f"vllm_source: vLLM {release}'s Python sources in {fetch(release)}")
     return 0

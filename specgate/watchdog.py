@@ -125,8 +125,10 @@ def wait(future: concurrent.futures.Future, watch: Watch | None, what: str):
 def describe(over: Overdue, name: str, stall_s: float, boot_s: float | None, source: str, stacks: Path | None) -> str:
     """The one-line verdict for a deadline that passed, naming the setting and where it is set."""
     if over.kind == "boot":
-        head = (f"{name} did not finish booting within {boot_s:.0f} s (boot_timeout_s in {source}); the boot was at: "
-                f"{_short(over.last_line) or 'nothing logged yet'!r}, the log silent for the last {over.idle_s:.0f} s")
+        head = (
+            f"{name} did not finish booting within {boot_s:.0f} s (boot_timeout_s in {source}); the boot was at: "
+            f"{_short(over.last_line) or 'nothing logged yet'!r}, the log silent for the last {over.idle_s:.0f} s"
+        )
     else:
         head = f"no progress for {over.idle_s:.0f} s while {over.what} (stall_timeout_s {stall_s:.0f} in {source})"
         if over.last_line:
@@ -139,8 +141,9 @@ def _short(line: str, limit: int = 160) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def stop_overdue(over: Overdue, name: str, processes: dict[int, str], stacks: Path, stall_s: float,
-                 boot_s: float | None, source: str) -> str:
+def stop_overdue(
+    over: Overdue, name: str, processes: dict[int, str], stacks: Path, stall_s: float, boot_s: float | None, source: str
+) -> str:
     """A deadline passed for `name` (an engine): write its processes' stacks to `stacks`, stop them and
     everything under them, and return the one-paragraph message that says so."""
     from specgate.processes import stop_tree
@@ -148,8 +151,10 @@ def stop_overdue(over: Overdue, name: str, processes: dict[int, str], stacks: Pa
     dumped = dump_stacks(processes, stacks)
     left = stop_tree(list(processes))
     listed = ", ".join(f"{n} (pid {p})" for p, n in processes.items()) or "none yet"
-    return (f"{describe(over, name, stall_s, boot_s, source, dumped)}. Its processes ({listed}) were stopped"
-            f"{f', but {left} would not die' if left else ''}; the other methods still run")
+    return (
+        f"{describe(over, name, stall_s, boot_s, source, dumped)}. Its processes ({listed}) were stopped"
+        f"{f', but {left} would not die' if left else ''}; the other methods still run"
+    )
 
 
 def python_stacks_env(stacks_file: Path) -> dict[str, str]:
@@ -195,8 +200,9 @@ def dump_stacks(processes: dict[int, str], path: Path, timeout_s: float = 20.0) 
 def _spy_dump(spy: str, pid: int, out, timeout_s: float) -> bool:
     """py-spy's view of the process (without pausing it: a stopped or wedged process is read as is)."""
     try:
-        done = subprocess.run([spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, text=True,
-                              timeout=timeout_s)
+        done = subprocess.run(
+            [spy, "dump", "--pid", str(pid), "--nonblocking"], capture_output=True, text=True, timeout=timeout_s
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         out.write(f"(py-spy failed: {exc})\n")
         return False

@@ -48,9 +48,11 @@ class HeavyImportGuard(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 
 def _advice() -> str:
-    return ("the fast loop (-m '... not needs_vllm') imports neither torch nor vLLM; mark the test "
-            "`@pytest.mark.needs_vllm` (a whole file: pytestmark) or import the heavy module lazily, inside "
-            "the code that needs it")
+    return (
+        "the fast loop (-m '... not needs_vllm') imports neither torch nor vLLM; mark the test "
+        "`@pytest.mark.needs_vllm` (a whole file: pytestmark) or import the heavy module lazily, inside "
+        "the code that needs it"
+    )
 
 
 def _guard(config: pytest.Config) -> HeavyImportGuard | None:
@@ -66,8 +68,10 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     loaded = sorted(m for m in sys.modules if m.partition(".")[0] in HEAVY)
     if loaded:
-        raise pytest.UsageError(f"{', '.join(loaded[:3])} already imported before the tests were collected "
-                                f"(a plugin or conftest): {_advice()}")
+        raise pytest.UsageError(
+            f"{', '.join(loaded[:3])} already imported before the tests were collected "
+            f"(a plugin or conftest): {_advice()}"
+        )
     guard = HeavyImportGuard()
     sys.meta_path.insert(0, guard)
     config.stash[_GUARD_KEY] = guard
@@ -87,7 +91,9 @@ def pytest_make_collect_report(collector):
     report = yield
     if guard and guard.refused[before:] and report.passed:
         report.outcome = "failed"
-        report.longrepr = f"{collector.nodeid}: imported {', '.join(dict.fromkeys(guard.refused[before:]))}: {_advice()}"
+        report.longrepr = (
+            f"{collector.nodeid}: imported {', '.join(dict.fromkeys(guard.refused[before:]))}: {_advice()}"
+        )
     return report
 
 
@@ -107,9 +113,9 @@ def pytest_runtest_makereport(item, call):
     if guard is None:
         return report
     seen = item.stash.setdefault(_SEEN_KEY, [len(guard.refused)])  # set before setup ran
-    if guard.refused[seen[0]:] and not report.failed:
+    if guard.refused[seen[0] :] and not report.failed:
         report.outcome = "failed"
-        report.longrepr = f"{item.nodeid}: imported {', '.join(dict.fromkeys(guard.refused[seen[0]:]))}: {_advice()}"
+        report.longrepr = f"{item.nodeid}: imported {', '.join(dict.fromkeys(guard.refused[seen[0] :]))}: {_advice()}"
     seen[0] = len(guard.refused)
     return report
 
@@ -119,5 +125,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     guard = _guard(session.config)
     loaded = sorted(m for m in sys.modules if m.partition(".")[0] in HEAVY) if guard else []
     if loaded:
-        session.config.get_terminal_writer().line(f"fast loop: {', '.join(loaded[:3])} got imported: {_advice()}", red=True)
+        session.config.get_terminal_writer().line(
+            f"fast loop: {', '.join(loaded[:3])} got imported: {_advice()}", red=True
+        )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED

@@ -70,8 +70,10 @@ def block(profile, engines: Engines, prompts, warm: bool) -> dict:
         for _ in range(cfg.trials):
             for name, engine in engines.engines.items():
                 runs[name].append(engine.closed_loop(batch, c, max_tokens)[0].throughput)
-        timed = {name: engine.timed_steps(lambda e=engine, b=batch, c=c: e.closed_loop(b, c, max_tokens)) or {}
-                 for name, engine in engines.engines.items()}
+        timed = {
+            name: engine.timed_steps(lambda e=engine, b=batch, c=c: e.closed_loop(b, c, max_tokens)) or {}
+            for name, engine in engines.engines.items()
+        }
         base_fwd = _per_call(timed[BASELINE], "forward")
         level = {}
         for name in engines.engines:
@@ -80,13 +82,20 @@ def block(profile, engines: Engines, prompts, warm: bool) -> dict:
                 continue
             est = stats.ratio_estimate(runs[name], runs[BASELINE], seed=profile.seed)
             fwd, draft = _per_call(timed[name], "forward"), _per_call(timed[name], "propose")
-            level[name] = {"speedup": est.value, "ci_low": est.low, "ci_high": est.high,
-                           "draft_cost": draft / fwd if draft and fwd else None,
-                           "verify_cost": fwd / base_fwd if fwd and base_fwd else None}
+            level[name] = {
+                "speedup": est.value,
+                "ci_low": est.low,
+                "ci_high": est.high,
+                "draft_cost": draft / fwd if draft and fwd else None,
+                "verify_cost": fwd / base_fwd if fwd and base_fwd else None,
+            }
         out[f"C={c}"] = level
     after = cpu_times()
-    out["_machine"] = {"seconds": time.monotonic() - started, "steal_s": after["steal"] - before["steal"],
-                       "iowait_s": after["iowait"] - before["iowait"]}
+    out["_machine"] = {
+        "seconds": time.monotonic() - started,
+        "steal_s": after["steal"] - before["steal"],
+        "iowait_s": after["iowait"] - before["iowait"],
+    }
     return out
 
 
@@ -100,13 +109,18 @@ def spread(values: list[float]) -> float:
 
 
 def report(label: str, blocks: list[dict]) -> None:
-    print(f"\n{label}: {len(blocks)} blocks; steal {sum(b['_machine']['steal_s'] for b in blocks):.1f} s, "
-          f"iowait {sum(b['_machine']['iowait_s'] for b in blocks):.1f} s in all")
+    print(
+        f"\n{label}: {len(blocks)} blocks; steal {sum(b['_machine']['steal_s'] for b in blocks):.1f} s, "
+        f"iowait {sum(b['_machine']['iowait_s'] for b in blocks):.1f} s in all"
+    )
     for level in [k for k in blocks[0] if k.startswith("C=")]:
         for name in blocks[0][level]:
             if name == BASELINE:
                 tput = [b[level][name]["throughput"] for b in blocks]
-                print(f"  {level:<5} {name:<14} throughput {', '.join(f'{v:.0f}' for v in tput)} tok/s; spread {spread(tput):.1%}")
+                print(
+                    f"  {level:<5} {name:<14} throughput {', '.join(f'{v:.0f}' for v in tput)} tok/s; spread "
+                    f"{spread(tput):.1%}"
+                )
                 continue
             for metric in ("speedup", "draft_cost", "verify_cost"):
                 vals = [b[level][name][metric] for b in blocks]
@@ -158,7 +172,9 @@ def main(argv: list[str] | None = None) -> int:
             engines.close()
     (args.out / "drift.json").write_text(json.dumps({"env": extra, "nice": args.nice, **results}, indent=1))
     for label, blocks in results.items():
-        report(f"{label} ({'one boot' if label == 'session' else 'a boot per block'}; env {extra or 'profile'})", blocks)
+        report(
+            f"{label} ({'one boot' if label == 'session' else 'a boot per block'}; env {extra or 'profile'})", blocks
+        )
     return 0
 
 

@@ -27,14 +27,54 @@ cut short is run again). Exit codes: 0 a first bad release was found; 1 not foun
 passed, or only skips are left); 2 bad input; 130 interrupted.
 """
 
-from specgate.bisect.candidates import (Candidate, file_candidates, index_versions, package_of, releases_between,
-                                        venv_for)
+from specgate.bisect.candidates import (
+    Candidate,
+    file_candidates,
+    index_versions,
+    package_of,
+    releases_between,
+    venv_for,
+)
 from specgate.bisect.command import add_parser, main
 from specgate.bisect.runner import GateRunner
 from specgate.bisect.search import STATE_VERSION, Bisection, next_candidate, verdict
-from specgate.bisect.steps import (BAD, CHASEABLE, GOOD, RUN_GATES, SKIP, BisectError, Step, classify, describe_figure,
-                                   figure_name, moved)
+from specgate.bisect.steps import (
+    BAD,
+    CHASEABLE,
+    GOOD,
+    RUN_GATES,
+    SKIP,
+    BisectError,
+    Step,
+    classify,
+    describe_figure,
+    figure_name,
+    moved,
+)
 
-__all__ = ["BAD", "CHASEABLE", "GOOD", "RUN_GATES", "SKIP", "STATE_VERSION", "BisectError", "Bisection", "Candidate",
-           "GateRunner", "Step", "add_parser", "classify", "describe_figure", "figure_name", "file_candidates",
-           "index_versions", "main", "moved", "next_candidate", "package_of", "releases_between", "venv_for", "verdict"]
+__all__ = [
+    "BAD",
+    "CHASEABLE",
+    "GOOD",
+    "RUN_GATES",
+    "SKIP",
+    "STATE_VERSION",
+    "BisectError",
+    "Bisection",
+    "Candidate",
+    "GateRunner",
+    "Step",
+    "add_parser",
+    "classify",
+    "describe_figure",
+    "figure_name",
+    "file_candidates",
+    "index_versions",
+    "main",
+    "moved",
+    "next_candidate",
+    "package_of",
+    "releases_between",
+    "venv_for",
+    "verdict",
+]

@@ -35,7 +35,9 @@ def _version(text: str):
 
 def index_versions(package: str, pre: bool, python: str = sys.executable) -> list[str]:
     """Every version of `package` the package index lists (pip's own client: `pip index versions`)."""
-    args = [python, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"] + (["--pre"] if pre else [])
+    args = [python, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"] + (
+        ["--pre"] if pre else []
+    )
     try:
         done = subprocess.run(args, capture_output=True, text=True, timeout=300)
     except (OSError, subprocess.SubprocessError) as exc:
@@ -47,9 +49,11 @@ def index_versions(package: str, pre: bool, python: str = sys.executable) -> lis
             return [v.strip() for v in found.group(1).split(",") if v.strip()]
         problem = (done.stderr or done.stdout).strip().splitlines()[-1:] or [f"exit {done.returncode}"]
         problem = problem[0]
-    raise BisectError(f"could not list the releases of {package} from the package index (`{' '.join(args[1:])}`: "
-                      f"{problem}); check the index is reachable (pip config list), or give the candidates yourself "
-                      f"with --candidates FILE (one wheel, URL or requirement per line, oldest first).")
+    raise BisectError(
+        f"could not list the releases of {package} from the package index (`{' '.join(args[1:])}`: "
+        f"{problem}); check the index is reachable (pip config list), or give the candidates yourself "
+        f"with --candidates FILE (one wheel, URL or requirement per line, oldest first)."
+    )
 
 
 def releases_between(versions: list[str], good: str, bad: str, package: str, pre: bool) -> list[Candidate]:
@@ -58,13 +62,22 @@ def releases_between(versions: list[str], good: str, bad: str, package: str, pre
     for which, v in (("--good", good), ("--bad", bad)):
         if v not in parsed:
             close = [x for x in versions if x.startswith(v.rsplit(".", 1)[0])][:6]
-            raise BisectError(f"{which} {v} is not a release of {package} on the package index"
-                              + (f" (close: {', '.join(close)})" if close else "") + "; give a listed version, e.g. "
-                              f"{', '.join(versions[:4])}.")
+            raise BisectError(
+                f"{which} {v} is not a release of {package} on the package index"
+                + (f" (close: {', '.join(close)})" if close else "")
+                + "; give a listed version, e.g. "
+                f"{', '.join(versions[:4])}."
+            )
     lo, hi = parsed[good], parsed[bad]
     if not lo < hi:
-        raise BisectError(f"--good {good} must be older than --bad {bad}: bisect finds the first bad release after a good one.")
-    inside = [v for v, p in parsed.items() if p is not None and lo <= p <= hi and (pre or not p.is_prerelease or v in (good, bad))]
+        raise BisectError(
+            f"--good {good} must be older than --bad {bad}: bisect finds the first bad release after a good one."
+        )
+    inside = [
+        v
+        for v, p in parsed.items()
+        if p is not None and lo <= p <= hi and (pre or not p.is_prerelease or v in (good, bad))
+    ]
     inside.sort(key=lambda v: parsed[v])
     return [Candidate(v, f"{package}=={v}", release=v) for v in inside]
 
@@ -85,7 +98,9 @@ def file_candidates(path: Path, package: str) -> list[Candidate]:
     requirement per line, oldest first; blank lines and # comments are ignored."""
     path = Path(path)
     if not path.is_file():
-        raise BisectError(f"--candidates {path} does not exist; write one wheel file, URL or pip requirement per line, oldest first.")
+        raise BisectError(
+            f"--candidates {path} does not exist; write one wheel file, URL or pip requirement per line, oldest first."
+        )
     out: list[Candidate] = []
     for n, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         line = raw.split(" #", 1)[0].strip()
@@ -100,11 +115,15 @@ def file_candidates(path: Path, package: str) -> list[Candidate]:
         out.append(Candidate(_label(line), line, release=pinned.group(1) if pinned else ""))
     labels = [c.label for c in out]
     if len(out) < 2:
-        raise BisectError(f"--candidates {path} lists {len(out)} candidate(s); a bisection needs a good and a bad one at least.")
+        raise BisectError(
+            f"--candidates {path} lists {len(out)} candidate(s); a bisection needs a good and a bad one at least."
+        )
     if len(set(labels)) != len(labels):
         twice = sorted({x for x in labels if labels.count(x) > 1})
-        raise BisectError(f"--candidates {path} names {', '.join(twice)} twice (a candidate is named by its version); "
-                          "give each wheel a distinct version (a local label such as 0.32.0+abc1234 will do).")
+        raise BisectError(
+            f"--candidates {path} names {', '.join(twice)} twice (a candidate is named by its version); "
+            "give each wheel a distinct version (a local label such as 0.32.0+abc1234 will do)."
+        )
     return out
 
 

@@ -36,7 +36,9 @@ def main(args: argparse.Namespace) -> int:
         good, bad = args.good or candidates[0].label, args.bad or candidates[-1].label
     else:
         if not (args.good and args.bad):
-            raise BisectError("give --good RELEASE and --bad RELEASE (releases of the package index), or --candidates FILE.")
+            raise BisectError(
+                "give --good RELEASE and --bad RELEASE (releases of the package index), or --candidates FILE."
+            )
         candidates = releases_between(index_versions(package, args.pre), args.good, args.bad, package, args.pre)
         good, bad = args.good, args.bad
     run_gates = [g for g in RUN_GATES if not gates or g in gates or g in ("equivalence", "lifecycle")]
@@ -51,8 +53,11 @@ def main(args: argparse.Namespace) -> int:
     try:
         code = bisection.run(runner)
     except KeyboardInterrupt:
-        print(f"bisect: interrupted; {len(bisection.order)} steps are kept in {bisection.state_path}: rerun the same "
-              "command to go on.", file=sys.stderr)
+        print(
+            f"bisect: interrupted; {len(bisection.order)} steps are kept in {bisection.state_path}: rerun the same "
+            "command to go on.",
+            file=sys.stderr,
+        )
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -66,29 +71,60 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(commands) -> None:
     p = commands.add_parser(
-        "bisect", help="find the first vLLM release (or wheel) between a good and a bad one that fails the gate",
+        "bisect",
+        help="find the first vLLM release (or wheel) between a good and a bad one that fails the gate",
         description="Bisect over the vLLM releases between --good and --bad (or the wheels of --candidates): each "
-                    "step is a gate run from that release's own venv, judged against the good release's figures "
-                    "measured first in the same session. Ends with the first bad release, the previous good one "
-                    "and what moved. Resumable: rerun the same command after an interruption.")
-    p.add_argument("--good", metavar="RELEASE", help="a release that passes (with --candidates: default the first line)")
+        "step is a gate run from that release's own venv, judged against the good release's figures "
+        "measured first in the same session. Ends with the first bad release, the previous good one "
+        "and what moved. Resumable: rerun the same command after an interruption.",
+    )
+    p.add_argument(
+        "--good", metavar="RELEASE", help="a release that passes (with --candidates: default the first line)"
+    )
     p.add_argument("--bad", metavar="RELEASE", help="a release that fails (with --candidates: default the last line)")
-    p.add_argument("--candidates", type=Path, metavar="FILE",
-                   help="one wheel file, URL or pip requirement per line, oldest first (e.g. nightly per-commit wheels)")
+    p.add_argument(
+        "--candidates",
+        type=Path,
+        metavar="FILE",
+        help="one wheel file, URL or pip requirement per line, oldest first (e.g. nightly per-commit wheels)",
+    )
     p.add_argument("--pre", action="store_true", help="include the index's pre-releases between --good and --bad")
     p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument("--methods", default="", metavar="A,B",
-                   help="methods of the profile (default: all but its canaries; the baseline engine always runs)")
+    p.add_argument(
+        "--methods",
+        default="",
+        metavar="A,B",
+        help="methods of the profile (default: all but its canaries; the baseline engine always runs)",
+    )
     p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
-    p.add_argument("--gate", default="", metavar="G[,G]",
-                   help=f"the failure to chase ({', '.join(CHASEABLE)}); default: whatever the bad release fails. "
-                        "Runs only these gates (and equivalence, lifecycle) in every step")
-    p.add_argument("--out", type=Path, default=None, metavar="DIR",
-                   help="session directory with the state file (default results/bisect-<profile>-<good>-<bad>)")
+    p.add_argument(
+        "--gate",
+        default="",
+        metavar="G[,G]",
+        help=f"the failure to chase ({', '.join(CHASEABLE)}); default: whatever the bad release fails. "
+        "Runs only these gates (and equivalence, lifecycle) in every step",
+    )
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="session directory with the state file (default results/bisect-<profile>-<good>-<bad>)",
+    )
     p.add_argument("--restart", action="store_true", help="discard the state in --out and start over")
-    p.add_argument("--step-timeout", type=float, default=3600.0, metavar="S",
-                   help="stop a step's gate run after S seconds and count it as a skip (default 3600)")
-    p.add_argument("--lock", type=Path, default=None, metavar="FILE",
-                   help="take this file lock (flock) around each step's gate run, so engine runs on a shared machine "
-                        "take turns; venv builds do not hold it")
+    p.add_argument(
+        "--step-timeout",
+        type=float,
+        default=3600.0,
+        metavar="S",
+        help="stop a step's gate run after S seconds and count it as a skip (default 3600)",
+    )
+    p.add_argument(
+        "--lock",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="take this file lock (flock) around each step's gate run, so engine runs on a shared machine "
+        "take turns; venv builds do not hold it",
+    )
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

@@ -21,8 +21,16 @@ from specgate.errors import SpecgateError
 class GateRunner:
     """One gate run per candidate from its own venv, judged against the session's baselines directory."""
 
-    def __init__(self, root: Path, out: Path, profile, methods: list[str], run_gates: list[str], timeout_s: float,
-                 lock: Path | None = None):
+    def __init__(
+        self,
+        root: Path,
+        out: Path,
+        profile,
+        methods: list[str],
+        run_gates: list[str],
+        timeout_s: float,
+        lock: Path | None = None,
+    ):
         self.root, self.out, self.profile = Path(root), Path(out), profile
         self.methods, self.run_gates, self.timeout_s, self.lock = methods, run_gates, timeout_s, lock
         self.waited = 0.0
@@ -32,26 +40,42 @@ class GateRunner:
 
         started, self.waited = time.time(), 0.0
         try:
-            python = venvs.build(self.root, venv_for(self.root, candidate, self.profile.hardware), self.profile.hardware,
-                                 release=candidate.release or None, requirement=None if candidate.release else candidate.requirement)
+            python = venvs.build(
+                self.root,
+                venv_for(self.root, candidate, self.profile.hardware),
+                self.profile.hardware,
+                release=candidate.release or None,
+                requirement=None if candidate.release else candidate.requirement,
+            )
         except SpecgateError as exc:
             return Step(candidate.label, SKIP, f"install failed: {str(exc).splitlines()[0]}", time.time() - started)
         offered = venvs.offered_methods(python)
         kinds = {m.name: m.kind for m in self.profile.select(self.methods)}
         missing = [f"{name} ({kind})" for name, kind in kinds.items() if offered and kind not in offered]
         if missing and len(missing) == len(kinds):
-            return Step(candidate.label, SKIP, f"{package_of(self.profile.hardware)} {candidate.label} does not offer "
-                        f"{', '.join(missing)}; it offers: {', '.join(offered)}", time.time() - started)
+            return Step(
+                candidate.label,
+                SKIP,
+                f"{package_of(self.profile.hardware)} {candidate.label} does not offer "
+                f"{', '.join(missing)}; it offers: {', '.join(offered)}",
+                time.time() - started,
+            )
         results = self.out / "steps" / candidate.label
         if results.exists():
             shutil.rmtree(results)
         log = self.out / "steps" / f"{candidate.label}.log"
-        print(f"bisect: {candidate.label}: gate run ({', '.join(self.run_gates)}; methods {', '.join(self.methods)})"
-              f"{' storing the reference figures' if reference else ''}; log {log} ...", flush=True)
+        print(
+            f"bisect: {candidate.label}: gate run ({', '.join(self.run_gates)}; methods {', '.join(self.methods)})"
+            f"{' storing the reference figures' if reference else ''}; log {log} ...",
+            flush=True,
+        )
         rc = self._pytest(python, results, log, reference)
         if rc is None:
-            step = Step(candidate.label, SKIP, f"the gate run did not end within {self.timeout_s:.0f} s (--step-timeout); "
-                                               f"stopped; its log {log}")
+            step = Step(
+                candidate.label,
+                SKIP,
+                f"the gate run did not end within {self.timeout_s:.0f} s (--step-timeout); stopped; its log {log}",
+            )
         else:
             step = classify(results, self.methods, chase, log)
             step.label = candidate.label
@@ -71,27 +95,52 @@ class GateRunner:
                     if kind != "provenance" and method in self.methods:
                         stored.setdefault(kind, set()).add(method)
         if step.verdict == BAD or not stored:
-            return Step(step.label, BAD, f"{step.reason}; its gate run stored no figures to judge the others against "
-                                         f"(a correctness failure refuses --update-baselines); see {results / 'summary.md'}")
+            return Step(
+                step.label,
+                BAD,
+                f"{step.reason}; its gate run stored no figures to judge the others against "
+                f"(a correctness failure refuses --update-baselines); see {results / 'summary.md'}",
+            )
         missing = [g for g in ("acceptance", "speedup", "memory") if g in self.run_gates and g not in stored]
-        note = (f"; no {', '.join(missing)} figures stored (see its summary: a disturbed machine stores no speed "
-                f"figure), so later steps cannot judge {'that gate' if len(missing) == 1 else 'those gates'}") if missing else ""
+        note = (
+            (
+                f"; no {', '.join(missing)} figures stored (see its summary: a disturbed machine stores no speed "
+                f"figure), so later steps cannot judge {'that gate' if len(missing) == 1 else 'those gates'}"
+            )
+            if missing
+            else ""
+        )
         return Step(step.label, GOOD, f"reference figures stored: {', '.join(sorted(stored))}{note}")
 
     def _pytest(self, python: Path, results: Path, log: Path, reference: bool) -> int | None:
         from specgate.baselines import BASELINES_DIR_ENV
 
-        args = [str(python), "-m", "pytest", "-m", "gpu", "-p", "no:randomly", "-q",
-                *(f"tests/gate/test_{g}.py" for g in self.run_gates),
-                "--specgate-profile", str(self.profile.path), "--specgate-methods", ",".join(self.methods),
-                "--specgate-out", str(results)] + (["--update-baselines"] if reference else [])
+        args = [
+            str(python),
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-p",
+            "no:randomly",
+            "-q",
+            *(f"tests/gate/test_{g}.py" for g in self.run_gates),
+            "--specgate-profile",
+            str(self.profile.path),
+            "--specgate-methods",
+            ",".join(self.methods),
+            "--specgate-out",
+            str(results),
+        ] + (["--update-baselines"] if reference else [])
         env = {**os.environ, BASELINES_DIR_ENV: str(self.out / "baselines")}
         env.pop("VIRTUAL_ENV", None)
         log.parent.mkdir(parents=True, exist_ok=True)
         waiting = time.time()
         with _held(self.lock), open(log, "wb") as fh:
             self.waited = time.time() - waiting
-            proc = subprocess.Popen(args, cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                args, cwd=self.root, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
+            )
             try:
                 return proc.wait(timeout=self.timeout_s)
             except subprocess.TimeoutExpired:

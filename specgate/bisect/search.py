@@ -47,7 +47,9 @@ class Bisection:
     chase)` (reference: the good end, whose figures become the session's baselines; chase: the gates
     that decide, None for all)."""
 
-    def __init__(self, out: Path, settings: dict, candidates: list[Candidate], good: str, bad: str, restart: bool = False):
+    def __init__(
+        self, out: Path, settings: dict, candidates: list[Candidate], good: str, bad: str, restart: bool = False
+    ):
         self.out, self.settings, self.candidates = Path(out), settings, candidates
         self.labels = [c.label for c in candidates]
         for which, lab in (("--good", good), ("--bad", bad)):
@@ -55,7 +57,7 @@ class Bisection:
                 raise BisectError(f"{which} {lab} is not one of the candidates ({', '.join(self.labels)}).")
         if self.labels.index(good) >= self.labels.index(bad):
             raise BisectError(f"--good {good} must come before --bad {bad} in the candidates (oldest first).")
-        self.labels = self.labels[self.labels.index(good): self.labels.index(bad) + 1]
+        self.labels = self.labels[self.labels.index(good) : self.labels.index(bad) + 1]
         self.candidates = [c for c in candidates if c.label in self.labels]
         self.good, self.bad = good, bad
         self.steps: dict[str, Step] = {}
@@ -75,11 +77,15 @@ class Bisection:
         try:
             state = json.loads(self.state_path.read_text(encoding="utf-8"))
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise BisectError(f"the bisection state {self.state_path} is not valid JSON ({exc}); delete it "
-                              f"(or pass --restart) to start over.") from None
+            raise BisectError(
+                f"the bisection state {self.state_path} is not valid JSON ({exc}); delete it "
+                f"(or pass --restart) to start over."
+            ) from None
         if state.get("version") != STATE_VERSION or state.get("identity") != self._identity():
-            raise BisectError(f"{self.state_path} holds a bisection with other settings (good/bad, candidates, profile, "
-                              f"methods or gates); give another --out, or --restart to discard it.")
+            raise BisectError(
+                f"{self.state_path} holds a bisection with other settings (good/bad, candidates, profile, "
+                f"methods or gates); give another --out, or --restart to discard it."
+            )
         self.chase = state.get("chase")
         for s in state.get("steps", []):
             self.steps[s["label"]] = Step(**s)
@@ -88,8 +94,12 @@ class Bisection:
     def save(self) -> None:
         from specgate.baselines import write_text_atomic
 
-        state = {"version": STATE_VERSION, "identity": self._identity(), "chase": self.chase,
-                 "steps": [asdict(self.steps[lab]) for lab in self.order]}
+        state = {
+            "version": STATE_VERSION,
+            "identity": self._identity(),
+            "chase": self.chase,
+            "steps": [asdict(self.steps[lab]) for lab in self.order],
+        }
         write_text_atomic(self.state_path, json.dumps(state, indent=2) + "\n")
 
     def record(self, step: Step) -> None:
@@ -108,15 +118,19 @@ class Bisection:
             step = run_step(self.candidate(self.good), reference=True, chase=None)
             step.role = "reference"
             if step.verdict != GOOD:
-                raise BisectError(f"the good release {self.good} is not good on its own ({step.verdict}: {step.reason}); "
-                                  f"pick another --good (its gate run: {step.results or 'none'}).")
+                raise BisectError(
+                    f"the good release {self.good} is not good on its own ({step.verdict}: {step.reason}); "
+                    f"pick another --good (its gate run: {step.results or 'none'})."
+                )
             self.record(step)
         if self.bad not in self.steps:
             step = run_step(self.candidate(self.bad), reference=False, chase=self.chase)
             step.role = "bad"
             if step.verdict == SKIP:
-                raise BisectError(f"the bad release {self.bad} could not be tested ({step.reason}); fix that or pick "
-                                  f"another --bad, then rerun (the good release's figures are kept).")
+                raise BisectError(
+                    f"the bad release {self.bad} could not be tested ({step.reason}); fix that or pick "
+                    f"another --bad, then rerun (the good release's figures are kept)."
+                )
             if step.verdict == BAD and not self.chase:
                 self.chase = [g for g in step.failed_gates if g in CHASEABLE] or None
             self.record(step)
@@ -133,24 +147,33 @@ class Bisection:
         everything = not chased or set(chased) >= set(RUN_GATES) - {"equivalence"}
         how = " (--gate)" if s.get("gates") else "" if everything or not self.chase else f" (what {self.bad} failed)"
         chase = "every gate" if everything else ", ".join(chased)
-        out = [f"bisect {s['package']} {self.good} (good) .. {self.bad} (bad): profile {s['profile']}, methods "
-               f"{', '.join(s['methods'])}; chasing {chase}{how} and greedy equivalence",
-               f"  candidates ({len(self.labels)}): {' '.join(self.labels)}"]
+        out = [
+            f"bisect {s['package']} {self.good} (good) .. {self.bad} (bad): profile {s['profile']}, methods "
+            f"{', '.join(s['methods'])}; chasing {chase}{how} and greedy equivalence",
+            f"  candidates ({len(self.labels)}): {' '.join(self.labels)}",
+        ]
         total = waited = 0.0
         for n, lab in enumerate(self.order, start=1):
             st = self.steps[lab]
             total += st.wall_s
             waited += st.waited_s
-            role = {"reference": " (reference: its figures are every step's baselines)", "bad": " (the bad end)"}.get(st.role, "")
+            role = {"reference": " (reference: its figures are every step's baselines)", "bad": " (the bad end)"}.get(
+                st.role, ""
+            )
             out.append(f"  step {n}: {lab:<12} {st.verdict:<4} {st.wall_s:6.0f} s{role}: {st.reason}")
-        out.append(f"  {len(self.order)} steps, {total:.0f} s" + (f" (and {waited:.0f} s waiting for --lock)" if waited >= 1 else ""))
+        out.append(
+            f"  {len(self.order)} steps, {total:.0f} s"
+            + (f" (and {waited:.0f} s waiting for --lock)" if waited >= 1 else "")
+        )
         bad = self.steps.get(self.bad)
         if bad is not None and bad.verdict != BAD:
-            out.append(f"not bisected: the bad end {self.bad} passes against {self.good}'s figures measured here in this "
-                       f"session ({bad.reason}): between these releases nothing moved that the gate sees on this "
-                       f"machine. A red gate on {self.bad} came from what it was compared with (baselines stored on "
-                       f"another machine or day: re-measure them with --update-baselines), from noise, or from a "
-                       f"method or gate left out here (--methods, --gate).")
+            out.append(
+                f"not bisected: the bad end {self.bad} passes against {self.good}'s figures measured here in this "
+                f"session ({bad.reason}): between these releases nothing moved that the gate sees on this "
+                f"machine. A red gate on {self.bad} came from what it was compared with (baselines stored on "
+                f"another machine or day: re-measure them with --update-baselines), from noise, or from a "
+                f"method or gate left out here (--methods, --gate)."
+            )
             return out
         found = verdict(self.labels, self.steps)
         if found is None:
@@ -160,8 +183,10 @@ class Bisection:
         first, prev = self.steps[self.labels[hi]], self.labels[lo]
         if skipped:
             maybe = ", ".join(self.labels[i] for i in skipped)
-            out.append(f"first bad: one of {maybe}, {self.labels[hi]} (previous good: {prev}); {maybe} could not be "
-                       f"tested (skip): " + "; ".join(f"{self.labels[i]}: {self.steps[self.labels[i]].reason}" for i in skipped))
+            out.append(
+                f"first bad: one of {maybe}, {self.labels[hi]} (previous good: {prev}); {maybe} could not be tested "
+                "(skip): " + "; ".join(f"{self.labels[i]}: {self.steps[self.labels[i]].reason}" for i in skipped)
+            )
         else:
             out.append(f"first bad: {self.labels[hi]} (previous good: {prev})")
         if first.diagnosis:
@@ -171,8 +196,10 @@ class Bisection:
         for fig in moved_figures[:6]:
             before = previous.get(figure_name(fig), fig.get("baseline"))
             word = "ceiling" if fig["gate"] == "memory" else "floor"
-            out.append(f"  moved: {figure_name(fig)}: {prev} {num(before)} -> {self.labels[hi]} {num(fig['value'])} "
-                       f"(reference {self.good} {num(fig.get('baseline'))}, {word} {num(fig.get('bound'))})")
+            out.append(
+                f"  moved: {figure_name(fig)}: {prev} {num(before)} -> {self.labels[hi]} {num(fig['value'])} "
+                f"(reference {self.good} {num(fig.get('baseline'))}, {word} {num(fig.get('bound'))})"
+            )
         if len(moved_figures) > 6:
             out.append(f"  ... and {len(moved_figures) - 6} more figures past their bounds (see {first.results})")
         return out

@@ -30,7 +30,9 @@ class Step:
     waited_s: float = 0.0  # waiting for --lock
     role: str = ""  # 'reference' (the good release, whose figures every step is judged against), 'bad', ''
     results: str = ""
-    figures: list[dict] = field(default_factory=list)  # the figures that failed: method gate key metric value baseline bound
+    figures: list[dict] = field(
+        default_factory=list
+    )  # the figures that failed: method gate key metric value baseline bound
     failed_gates: list[str] = field(default_factory=list)
     diagnosis: str = ""  # a step whose engine died after it booted: the run's diagnosis, or which engine died how
 
@@ -57,8 +59,9 @@ def figure_name(row: dict) -> str:
 def describe_figure(row: dict) -> str:
     bound = row.get("bound")
     word = "ceiling" if row.get("gate") == "memory" else "floor"
-    return (f"{figure_name(row)}: {num(row.get('baseline'))} -> {num(row.get('value'))}"
-            + (f" ({word} {num(bound)})" if bound is not None else ""))
+    return f"{figure_name(row)}: {num(row.get('baseline'))} -> {num(row.get('value'))}" + (
+        f" ({word} {num(bound)})" if bound is not None else ""
+    )
 
 
 def _tail(path: Path, n: int = 12) -> str:
@@ -76,8 +79,14 @@ def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path |
     out = Path(out)
     label = out.name
     if not (out / "run.json").is_file():
-        return Step(label, SKIP, f"the gate run wrote no run.json (it crashed before the end); its log {log} ends: "
-                                 + " / ".join(_tail(log, 4).splitlines()) if log else "the gate run wrote no run.json")
+        return Step(
+            label,
+            SKIP,
+            f"the gate run wrote no run.json (it crashed before the end); its log {log} ends: "
+            + " / ".join(_tail(log, 4).splitlines())
+            if log
+            else "the gate run wrote no run.json",
+        )
     run = read(out)
     base = run.engines.get("baseline") or Engine()
     if base.boot_error or base.died:
@@ -104,7 +113,9 @@ def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path |
         return Step(label, SKIP, "; ".join(f"method {m}'s engine did not boot: {why}" for m, why in no_boot.items()))
     if any(o.outcome == "passed" for o in outcomes if o.gate in (chase or RUN_GATES)):
         judged = sum(o.outcome == "passed" for o in outcomes)
-        return Step(label, GOOD, f"{judged} checks of {', '.join(sorted(gates))} passed against the reference's figures")
+        return Step(
+            label, GOOD, f"{judged} checks of {', '.join(sorted(gates))} passed against the reference's figures"
+        )
     skipped = [o.message.splitlines()[0] for o in outcomes if o.outcome == "skipped" and o.message]
     return Step(label, SKIP, "nothing judged: " + (skipped[0][:300] if skipped else "no test of the chased gates ran"))
 
@@ -117,7 +128,16 @@ def _failed_figures(out: Path, failed: list[Outcome]) -> list[dict]:
         rows = json.loads((out / "measurements.json").read_text(encoding="utf-8"))
     bad = {(o.method, o.gate) for o in failed if not o.cause}
     correctness = {(o.method, o.gate) for o in failed if o.correctness}
-    figures = [r for r in rows if r.get("verdict") in ("fail", "error") and (r.get("method"), r.get("gate")) in bad and moved(r)]
+    figures = [
+        r
+        for r in rows
+        if r.get("verdict") in ("fail", "error") and (r.get("method"), r.get("gate")) in bad and moved(r)
+    ]
     figures.sort(key=lambda r: ((r.get("method"), r.get("gate")) not in correctness, r.get("position") is not None))
-    return [{k: r.get(k) for k in ("method", "gate", "key", "metric", "position", "value", "baseline", "bound",
-                                   "ci_low", "ci_high")} for r in figures]
+    return [
+        {
+            k: r.get(k)
+            for k in ("method", "gate", "key", "metric", "position", "value", "baseline", "bound", "ci_low", "ci_high")
+        }
+        for r in figures
+    ]

@@ -95,12 +95,24 @@ class Judgement:
         """Rows of the measurements table (report.COLUMNS)."""
         out = []
         for r in self.rows:
-            verdict = self.verdict.value if r.headline else ("fail" if r.failing and self.verdict is Verdict.FAIL else "")
+            verdict = (
+                self.verdict.value if r.headline else ("fail" if r.failing and self.verdict is Verdict.FAIL else "")
+            )
             row = {
-                "method": self.method, "gate": self.gate, "key": self.key, "metric": r.metric,
-                "value": None if r.value is None else float(r.value), "baseline": r.baseline, "bound": r.bound,
-                "ci_low": r.ci_low, "ci_high": r.ci_high, "unit": r.unit, "concurrency": r.concurrency,
-                "position": r.position, "verdict": verdict, "message": self.message if r.headline else "",
+                "method": self.method,
+                "gate": self.gate,
+                "key": self.key,
+                "metric": r.metric,
+                "value": None if r.value is None else float(r.value),
+                "baseline": r.baseline,
+                "bound": r.bound,
+                "ci_low": r.ci_low,
+                "ci_high": r.ci_high,
+                "unit": r.unit,
+                "concurrency": r.concurrency,
+                "position": r.position,
+                "verdict": verdict,
+                "message": self.message if r.headline else "",
                 "basis": self.basis,
             }
             out.append(row)
@@ -179,9 +191,9 @@ class Context:
                 j.verdict = Verdict.SKIP
                 j.messages = [
                     f"not decisive here: canary '{j.method}' ({j.gate}, {j.key}) passed '{ref}''s "
-                    f"{'coarse judgement' if j.basis == 'coarse' else 'baseline of another machine'}, which is too wide "
-                    f"to show that the gate can fail; it is decisive against '{ref}' measured in the same run (run both "
-                    "methods) or against this machine's own baselines"
+                    f"{'coarse judgement' if j.basis == 'coarse' else 'baseline of another machine'}, which is too "
+                    f"wide to show that the gate can fail; it is decisive against '{ref}' measured in the same run "
+                    "(run both methods) or against this machine's own baselines"
                 ]
                 return j
             j.verdict = Verdict.FAIL

@@ -43,15 +43,21 @@ def acceptance_floors(
     checks = []
     if stored is not None and "mean_acceptance_length" in stored:
         base = float(stored["mean_acceptance_length"])
-        checks.append(Floor("mean acceptance length", c.mean_acceptance_length, base * (1 - acceptance_rtol), base, source))
+        checks.append(
+            Floor("mean acceptance length", c.mean_acceptance_length, base * (1 - acceptance_rtol), base, source)
+        )
         measured_rates = c.per_position_rates
         for i, base_rate in enumerate(stored.get("per_position", [])):
             rate = measured_rates[i] if i < len(measured_rates) else None
-            checks.append(Floor(f"acceptance rate at position {i + 1}", rate, base_rate * (1 - position_rtol), base_rate, source))
+            checks.append(
+                Floor(f"acceptance rate at position {i + 1}", rate, base_rate * (1 - position_rtol), base_rate, source)
+            )
     if "acceptance_rate" in floors:
         checks.append(Floor("acceptance rate (profile floor)", c.acceptance_rate, floors["acceptance_rate"]))
     if "mean_acceptance_length" in floors:
-        checks.append(Floor("mean acceptance length (profile floor)", c.mean_acceptance_length, floors["mean_acceptance_length"]))
+        checks.append(
+            Floor("mean acceptance length (profile floor)", c.mean_acceptance_length, floors["mean_acceptance_length"])
+        )
     return checks
 
 
@@ -73,8 +79,14 @@ class AcceptanceCheck:
         found = ctx.lookup(method, self.gate, key)  # portable: another machine's serves too
         stored, source = (found.values, found.source) if found else (None, "")
         floors = ctx.method(method).floors
-        j = Judgement(self.gate, method, key, Verdict.PASS, record=result.record(),
-                      basis="portable" if found and not found.own else "")
+        j = Judgement(
+            self.gate,
+            method,
+            key,
+            Verdict.PASS,
+            record=result.record(),
+            basis="portable" if found and not found.own else "",
+        )
 
         def failed(checks: list[Floor]) -> list[str]:
             return [f"method '{method}', category '{key}': {msg}" for c in checks if (msg := c.fails())]

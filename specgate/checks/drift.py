@@ -73,7 +73,9 @@ class DriftCheck:
 
     def _points(self, history, method: str):
         since = self.ctx.profile.drift_since
-        return [p for p in history.comparable(method, self.ctx.profile.path) if not since or p.update.date[:10] >= since]
+        return [
+            p for p in history.comparable(method, self.ctx.profile.path) if not since or p.update.date[:10] >= since
+        ]
 
     def _judge(self, method, key, what, measured, series, higher, slack) -> tuple[float, float, str | None]:
         """(best, bound, failure message or None) of one figure against its history (oldest first)."""
@@ -84,18 +86,26 @@ class DriftCheck:
         bound = best * (1 - tol.drift_rtol) if higher else max(best, 0.0) * (1 + tol.drift_rtol) + extra
         if (measured >= bound - ROUNDING) if higher else (measured <= bound + ROUNDING):
             return best, bound, None
-        after = series[at + 1:]
+        after = series[at + 1 :]
         first = next(((p, v) for p, v in after if (v < best - ROUNDING if higher else v > best + ROUNDING)), None)
         releases = list(dict.fromkeys([best_point.vllm] + [p.vllm for p, _ in after] + [_running_vllm()]))
-        dropped = (f"It first dropped at {first[0].describe()}: {best:.4g} -> {first[1]:.4g}" if first else
-                   f"Every later update stored {best:.4g}: it dropped in this run")
+        dropped = (
+            f"It first dropped at {first[0].describe()}: {best:.4g} -> {first[1]:.4g}"
+            if first
+            else f"Every later update stored {best:.4g}: it dropped in this run"
+        )
         change = f"{(measured - best) / abs(best):+.1%}" if best else f"{measured - best:+.4g}"
-        return best, bound, (
-            f"method '{method}', {key}: {what} {measured:.4g} is {change} from the best the baseline history stored, "
-            f"{best:.4g} at {best_point.describe()}; drift_rtol {tol.drift_rtol} allows "
-            f"{'down to' if higher else 'up to'} {bound:.4g}. {dropped}; vLLM since the best: {' -> '.join(releases)} "
-            f"(this run). Find the release with `specgate bisect`; accept the drop with drift_since = \"YYYY-MM-DD\" "
-            f"in {self.ctx.profile.path.name}"
+        return (
+            best,
+            bound,
+            (
+                f"method '{method}', {key}: {what} {measured:.4g} is {change} from the best the baseline history "
+                f"stored, {best:.4g} at {best_point.describe()}; drift_rtol {tol.drift_rtol} allows "
+                f"{'down to' if higher else 'up to'} {bound:.4g}. {dropped}; vLLM since the best: "
+                f"{' -> '.join(releases)} "
+                f'(this run). Find the release with `specgate bisect`; accept the drop with drift_since = "YYYY-MM-DD" '
+                f"in {self.ctx.profile.path.name}"
+            ),
         )
 
 

@@ -25,32 +25,62 @@ class EquivalenceCheck:
         rule = self.ctx.profile.equivalence
         prompts = self.inputs.tokenized()
         outputs = {pid: out.token_ids for pid, out in self.store.greedy_outputs(method).items()}
-        result = compare_all(self.store.greedy_outputs(BASELINE), outputs, prompts, rule, self.inputs.decode,
-                             lambda p: f"method '{method}', prompt {p.id} ({p.category})")
+        result = compare_all(
+            self.store.greedy_outputs(BASELINE),
+            outputs,
+            prompts,
+            rule,
+            self.inputs.decode,
+            lambda p: f"method '{method}', prompt {p.id} ({p.category})",
+        )
         failures, numerical, gaps, identical = result.failures, len(result.forgiven), result.gaps, result.identical
         allowed = self.ctx.method(method).lossy.get("max_diverged_share")
         lossy = allowed is not None
         broken = len(failures) > (allowed * len(prompts) if lossy else 0)
         forgiving = None if lossy else result.too_forgiving(rule)
-        j = Judgement(self.gate, method, key, Verdict.FAIL if broken or forgiving else Verdict.PASS,
-                      basis="lossy" if lossy else "")
+        j = Judgement(
+            self.gate,
+            method,
+            key,
+            Verdict.FAIL if broken or forgiving else Verdict.PASS,
+            basis="lossy" if lossy else "",
+        )
         more = f"\n... and {len(failures) - SHOW} more" if len(failures) > SHOW else ""
         if broken:
-            j.messages = [f"{len(failures)} of {len(prompts)} prompts diverge from the baseline"
-                          + (f" (more than the declared lossy max_diverged_share {allowed})" if lossy else "")
-                          + ":\n" + "\n".join(failures[:SHOW]) + more]
+            j.messages = [
+                f"{len(failures)} of {len(prompts)} prompts diverge from the baseline"
+                + (f" (more than the declared lossy max_diverged_share {allowed})" if lossy else "")
+                + ":\n"
+                + "\n".join(failures[:SHOW])
+                + more
+            ]
         elif lossy:
-            j.messages = [f"lossy method: judged on its declared tolerance, not greedy equivalence: {len(failures)} of "
-                          f"{len(prompts)} prompts diverge (max_diverged_share {allowed})"]
+            j.messages = [
+                f"lossy method: judged on its declared tolerance, not greedy equivalence: {len(failures)} of "
+                f"{len(prompts)} prompts diverge (max_diverged_share {allowed})"
+            ]
         if forgiving:
             j.messages.append(f"method '{method}': {forgiving}")
-        j.rows = [Row("identical", identical, headline=True), Row("compared", len(prompts), headline=True),
-                  Row("diverged", len(failures), bound=int(allowed * len(prompts)) if lossy else 0, headline=True)]
+        j.rows = [
+            Row("identical", identical, headline=True),
+            Row("compared", len(prompts), headline=True),
+            Row("diverged", len(failures), bound=int(allowed * len(prompts)) if lossy else 0, headline=True),
+        ]
         if rule.mode == "tie-aware":
-            j.rows.append(Row("forgiven", numerical, bound=rule.max_forgiven_share * len(prompts), failing=bool(forgiving)))
+            j.rows.append(
+                Row("forgiven", numerical, bound=rule.max_forgiven_share * len(prompts), failing=bool(forgiving))
+            )
         # every divergence's logprob gap in the baseline's top-k (tie-aware's margin is calibrated on these)
-        j.rows += [Row("logprob_gap", gap, bound=rule.logprob_margin if rule.mode == "tie-aware" else None, unit="nats",
-                       position=pos) for pos, gap in gaps]
+        j.rows += [
+            Row(
+                "logprob_gap",
+                gap,
+                bound=rule.logprob_margin if rule.mode == "tie-aware" else None,
+                unit="nats",
+                position=pos,
+            )
+            for pos, gap in gaps
+        ]
         return j
 
     def _reference(self) -> Judgement:

@@ -56,7 +56,9 @@ def ceilings(measured: dict, stored: dict | None, tol, source: str = "") -> list
     if stored is None:
         return []
     return [
-        Ceiling(what, float(measured[key]), max(float(stored[key]), 0.0), tol.memory_rtol, _slack(tol, slack), unit, source)
+        Ceiling(
+            what, float(measured[key]), max(float(stored[key]), 0.0), tol.memory_rtol, _slack(tol, slack), unit, source
+        )
         for key, (what, unit, slack) in GATED.items()
         if key in measured and key in stored
     ]
@@ -72,11 +74,12 @@ def consistency_problem(rec: dict, rtol: float) -> str | None:
     if abs(measured - analytic) <= rtol * max(analytic, measured):
         return None
     more = measured > analytic
+    why = "a tensor loaded twice, or counted on every tensor-parallel rank" if more else "a tensor it did not load"
     return (
-        f"drafter weights measured in the engine ({measured:.3f} MiB) and computed from its checkpoint ({analytic:.3f} MiB) "
-        f"differ by more than memory_rtol {rtol:.0%}: the engine holds {'more' if more else 'less'} than the checkpoint "
-        f"({'a tensor loaded twice, or counted on every tensor-parallel rank' if more else 'a tensor it did not load'}). "
-        "Both figures leave out the tensors vLLM takes from the target; the engine log's weight-loading lines say what it loaded"
+        f"drafter weights measured in the engine ({measured:.3f} MiB) and computed from its checkpoint "
+        f"({analytic:.3f} MiB) differ by more than memory_rtol {rtol:.0%}: the engine holds "
+        f"{'more' if more else 'less'} than the checkpoint ({why}). Both figures leave out the tensors vLLM takes "
+        "from the target; the engine log's weight-loading lines say what it loaded"
     )
 
 
@@ -118,11 +121,20 @@ class MemoryCheck:
         """Figures this run could not take, and why: shown as such, never silently absent."""
         out = []
         if overhead.static_bytes_analytic is None:
-            out.append(("static_mib_analytic", "the drafter's checkpoint is not on this disk (not in the Hugging Face "
-                                               "cache), or holds no weight file vLLM would load that could be read"))
+            out.append(
+                (
+                    "static_mib_analytic",
+                    "the drafter's checkpoint is not on this disk (not in the Hugging Face "
+                    "cache), or holds no weight file vLLM would load that could be read",
+                )
+            )
         if overhead.static_bytes_measured is None:
-            out.append(("static_mib_measured", reading.drafter_not_measured
-                        or "this vLLM's model runner offers no drafter module to count"))
+            out.append(
+                (
+                    "static_mib_measured",
+                    reading.drafter_not_measured or "this vLLM's model runner offers no drafter module to count",
+                )
+            )
         return out
 
     def _rows(self, values: dict, base: dict, device_source: str = "") -> list[Row]:
@@ -135,6 +147,8 @@ class MemoryCheck:
             _, unit, slack = GATED[metric]
             if metric == "device_mib" and device_source == "device":
                 unit = "MiB (device-wide: NVML saw none of the engine's PIDs)"
-            bound = max(float(base[metric]), 0.0) * (1 + tol.memory_rtol) + _slack(tol, slack) if metric in base else None
+            bound = (
+                max(float(base[metric]), 0.0) * (1 + tol.memory_rtol) + _slack(tol, slack) if metric in base else None
+            )
             rows.append(Row(metric, value, base.get(metric), bound, unit=unit, headline=True))
         return rows

@@ -48,8 +48,13 @@ class SpeedupCheck:
         cfg = self.ctx.profile.speedup
         if cfg.max_trials and stored is not None and "speedup" in stored and not self.ctx.update:
             floor = stored["speedup"] * (1 - rtol)
-            stats.sequential(lambda: self.store.speedup(method, concurrency).estimate,
-                             lambda n: self.store.more_trials(method, concurrency, n), floor, cfg.max_trials, cfg.step_trials)
+            stats.sequential(
+                lambda: self.store.speedup(method, concurrency).estimate,
+                lambda n: self.store.more_trials(method, concurrency, n),
+                floor,
+                cfg.max_trials,
+                cfg.step_trials,
+            )
             result = self.store.speedup(method, concurrency)
         if disturbed := self._disturbed(result, alone):  # not recorded either: an update keeps the stored value
             j.basis = "disturbed"
@@ -58,7 +63,9 @@ class SpeedupCheck:
         j.record.update(self._cost(result))
         j.rows = self._rows(method, j.record, stored or {}, concurrency, False, rtol)
         if result.not_measured:
-            j.rows.append(Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency))
+            j.rows.append(
+                Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency)
+            )
         j.rows += self._runner(method, concurrency)
         failures = self._tail_latency(method, concurrency, j.record, stored) if not coarse else []
         failures += self._step_costs(method, concurrency, j.record, stored) if not coarse else []
@@ -67,9 +74,11 @@ class SpeedupCheck:
             if stats.fails_floor(result.estimate, floor):
                 failures.append(
                     f"method '{method}', C={concurrency}: speedup {result.estimate.describe()} is below the "
-                    f"{'coarse ' if coarse else ''}floor {floor:.2f} ({'measured' if found.this_run else 'stored'} {stored['speedup']:.2f} for '{ref}' x "
+                    f"{'coarse ' if coarse else ''}floor {floor:.2f} ({'measured' if found.this_run else 'stored'} "
+                    f"{stored['speedup']:.2f} for '{ref}' x "
                     f"(1 - {rtol_name} {rtol}), {found.source}); throughput {result.throughput:.1f} vs baseline engine "
-                    f"{result.baseline_throughput:.1f} tok/s" + (f"; {result.model_check()}" if result.expected else "")
+                    f"{result.baseline_throughput:.1f} tok/s"
+                    + (f"; {result.model_check()}" if result.expected else "")
                     + (f"; coarse judgement: {coarse}" if coarse else "")
                 )
         j = self.ctx.decide(j, stored, [], failures)
@@ -84,8 +93,11 @@ class SpeedupCheck:
         if not price or not result.throughput or not result.baseline_throughput:
             return {}
         per_mtok = lambda tok_s: round(price / (tok_s * 3600) * 1e6, 6)  # noqa: E731
-        return {"usd_per_mtok": per_mtok(result.throughput), "baseline_usd_per_mtok": per_mtok(result.baseline_throughput),
-                "cost_saving": round(1 - result.baseline_throughput / result.throughput, 6)}
+        return {
+            "usd_per_mtok": per_mtok(result.throughput),
+            "baseline_usd_per_mtok": per_mtok(result.baseline_throughput),
+            "cost_saving": round(1 - result.baseline_throughput / result.throughput, 6),
+        }
 
     def _tail_latency(self, method: str, concurrency: int, record: dict, stored: dict | None) -> list[str]:
         """With ttft_p95_rtol > 0: TTFT p95 with speculation over the baseline engine's in the same
@@ -97,9 +109,12 @@ class SpeedupCheck:
         now, before = record[keys[0]] / record[keys[1]], stored[keys[0]] / stored[keys[1]]
         if now <= before * (1 + rtol):
             return []
-        return [f"method '{method}', C={concurrency}: TTFT p95 is {now:.2f}x the baseline engine's "
-                f"({record[keys[0]]:.1f} vs {record[keys[1]]:.1f} ms), stored {before:.2f}x; ceiling {before * (1 + rtol):.2f}x "
-                f"(ttft_p95_rtol {rtol})"]
+        return [
+            f"method '{method}', C={concurrency}: TTFT p95 is {now:.2f}x the baseline engine's "
+            f"({record[keys[0]]:.1f} vs {record[keys[1]]:.1f} ms), stored {before:.2f}x; ceiling "
+            f"{before * (1 + rtol):.2f}x "
+            f"(ttft_p95_rtol {rtol})"
+        ]
 
     def step_cost_bounds(self, method: str, stored: dict | None) -> dict[str, float]:
         """Ceilings of the step-cost check: draft_cost (absolute) and verify_cost (relative), with the
@@ -115,16 +130,23 @@ class SpeedupCheck:
         """The worker's own step timers, beside the wall-clock speedup: a drafter that costs more of a
         step than stored fails here even where the speedup's interval cannot separate it from drift."""
         tol, out = self.ctx.tolerance(method, self.gate), []
-        said = {"draft_cost": ("a drafting call costs", "of a verification step", f"draft_cost_tol {tol.draft_cost_tol}"),
-                "verify_cost": ("a verification step costs", "plain steps of the baseline engine",
-                                f"verify_cost_rtol {tol.verify_cost_rtol}")}
+        said = {
+            "draft_cost": ("a drafting call costs", "of a verification step", f"draft_cost_tol {tol.draft_cost_tol}"),
+            "verify_cost": (
+                "a verification step costs",
+                "plain steps of the baseline engine",
+                f"verify_cost_rtol {tol.verify_cost_rtol}",
+            ),
+        }
         for metric, ceiling in self.step_cost_bounds(method, stored).items():
             value = record.get(metric)
             if value is None or value <= ceiling + ROUNDING:
                 continue
             what, unit, setting = said[metric]
-            out.append(f"method '{method}', C={concurrency}: step cost: {what} {value:.3f} {unit}, stored "
-                       f"{stored[metric]:.3f}; ceiling {ceiling:.3f} ({setting})")
+            out.append(
+                f"method '{method}', C={concurrency}: step cost: {what} {value:.3f} {unit}, stored "
+                f"{stored[metric]:.3f}; ceiling {ceiling:.3f} ({setting})"
+            )
         return out
 
     def _summary(self, method: str) -> Judgement:
@@ -145,16 +167,25 @@ class SpeedupCheck:
         stored = found.values if found else None
         # stored on another machine, or this machine's baseline engine now runs outside machine_rtol of
         # its stored speed at some level: judged coarsely, as the levels are
-        coarse = bool(found) and not found.this_run and (
-            not found.own or any(self._other_machine(c, self.store.baseline_alone(c)) for c in levels))
-        rtol_name, rtol = ("coarse_speedup_rtol", self.ctx.profile.tolerance.coarse_speedup_rtol) if coarse \
+        coarse = (
+            bool(found)
+            and not found.this_run
+            and (not found.own or any(self._other_machine(c, self.store.baseline_alone(c)) for c in levels))
+        )
+        rtol_name, rtol = (
+            ("coarse_speedup_rtol", self.ctx.profile.tolerance.coarse_speedup_rtol)
+            if coarse
             else ("geomean_rtol", self.ctx.profile.tolerance.geomean_rtol)
+        )
         j.basis = "coarse" if coarse else ""
         floor = stored["geomean_speedup"] * (1 - rtol) if stored and "geomean_speedup" in stored else None
         failures = []
         if floor is not None and stats.fails_floor(summary, floor - ROUNDING):
-            failures.append(f"method '{method}': the geometric mean of its speedups over C={levels} is {summary.value:.3f} "
-                            f"(of their upper bounds {summary.high:.3f}), below {floor:.3f} (stored {stored['geomean_speedup']:.3f} x (1 - {rtol_name} {rtol}), {found.source})")
+            failures.append(
+                f"method '{method}': the geometric mean of its speedups over C={levels} is {summary.value:.3f} "
+                f"(of their upper bounds {summary.high:.3f}), below {floor:.3f} (stored "
+                f"{stored['geomean_speedup']:.3f} x (1 - {rtol_name} {rtol}), {found.source})"
+            )
         crossover_unit = "" if crossover is not None else f"none up to C={max(levels)}"
         if stored is not None and crossover is not None and not coarse:  # another machine's crossover: shown only
             before = stored.get("crossover_concurrency")
@@ -165,14 +196,30 @@ class SpeedupCheck:
                 at = estimates[levels.index(crossover)]
                 level_rtol = self.ctx.profile.tolerance.speedup_rtol
                 if stats.fails_floor(at, 1 - level_rtol):
-                    failures.append(f"method '{method}': speculation is now slower than the baseline engine from "
-                                    f"C={crossover} ({at.describe(3)}), stored: {was} ({found.source})")
+                    failures.append(
+                        f"method '{method}': speculation is now slower than the baseline engine from "
+                        f"C={crossover} ({at.describe(3)}), stored: {was} ({found.source})"
+                    )
                 else:
                     crossover_unit = f"was {was}; within speedup_rtol {level_rtol} of break-even: not a failure"
-        j.rows = [Row("geomean_speedup", summary.value, stored.get("geomean_speedup") if stored else None, floor,
-                      ci_low=summary.low, ci_high=summary.high, headline=True),
-                  Row("crossover_concurrency", crossover, stored.get("crossover_concurrency") if stored else None,
-                      unit=crossover_unit, headline=True)] + self._runner(method)
+        j.rows = [
+            Row(
+                "geomean_speedup",
+                summary.value,
+                stored.get("geomean_speedup") if stored else None,
+                floor,
+                ci_low=summary.low,
+                ci_high=summary.high,
+                headline=True,
+            ),
+            Row(
+                "crossover_concurrency",
+                crossover,
+                stored.get("crossover_concurrency") if stored else None,
+                unit=crossover_unit,
+                headline=True,
+            ),
+        ] + self._runner(method)
         return self.ctx.decide(j, stored, [], failures)
 
     def _runner(self, method: str, concurrency: int | None = None) -> list[Row]:
@@ -182,21 +229,34 @@ class SpeedupCheck:
         if not (runners := self.ctx.runners(method)):
             return []
         ours, theirs = runners
-        unit = ours if ours == theirs else (f"{ours} vs baseline {theirs}: across model runners, not like for like "
-                                            "(vLLM chose the runner per engine)")
+        unit = (
+            ours
+            if ours == theirs
+            else (
+                f"{ours} vs baseline {theirs}: across model runners, not like for like "
+                "(vLLM chose the runner per engine)"
+            )
+        )
         return [Row("runner", None, unit=unit, concurrency=concurrency)]
 
     def rtol(self, basis: str) -> tuple[str, float]:
         tol = self.ctx.profile.tolerance
-        return ("coarse_speedup_rtol", tol.coarse_speedup_rtol) if basis == "coarse" else ("speedup_rtol", tol.speedup_rtol)
+        return (
+            ("coarse_speedup_rtol", tol.coarse_speedup_rtol)
+            if basis == "coarse"
+            else ("speedup_rtol", tol.speedup_rtol)
+        )
 
-    def _rows(self, method: str, values: dict, base: dict, concurrency: int, is_baseline: bool, rtol: float = 0.0) -> list[Row]:
+    def _rows(
+        self, method: str, values: dict, base: dict, concurrency: int, is_baseline: bool, rtol: float = 0.0
+    ) -> list[Row]:
         rows = []
         for metric, value in values.items():
             if value is None or metric in ("trials", "ci_low", "ci_high"):
                 continue
             unit = {"tok_s": "tok/s", "_ms": "ms", "usd_per_mtok": "USD / M tokens"}.get(
-                next((e for e in ("tok_s", "_ms", "usd_per_mtok") if metric.endswith(e)), ""), "")
+                next((e for e in ("tok_s", "_ms", "usd_per_mtok") if metric.endswith(e)), ""), ""
+            )
             row = dict(baseline=base.get(metric), unit=unit, concurrency=concurrency)
             if (ceiling := self.step_cost_bounds(method, base).get(metric)) is not None:
                 row.update(bound=ceiling, failing=value > ceiling + ROUNDING)
@@ -221,8 +281,8 @@ class SpeedupCheck:
             return None
         return (
             f"C={result.concurrency}: the baseline engine's trials paired with this method ran at "
-            f"{result.baseline_throughput:.1f} tok/s against {alone:.1f} on their own earlier in this run ({ratio:.2f}x, "
-            f"outside machine_rtol {rtol}): the machine changed under the measurement, so "
+            f"{result.baseline_throughput:.1f} tok/s against {alone:.1f} on their own earlier in this run "
+            f"({ratio:.2f}x, outside machine_rtol {rtol}): the machine changed under the measurement, so "
             f"the speedup {result.estimate.describe()} is neither judged nor stored. Rerun on a quiet machine"
         )
 
@@ -242,7 +302,8 @@ class SpeedupCheck:
         if stats.within_rtol(ratio, rtol):
             return None
         return (
-            f"C={concurrency}: the baseline engine runs at {now:.1f} tok/s here against {stored['throughput_tok_s']:.1f} stored "
+            f"C={concurrency}: the baseline engine runs at {now:.1f} tok/s here against "
+            f"{stored['throughput_tok_s']:.1f} stored "
             f"({ratio:.2f}x, outside machine_rtol {rtol}; {self.ctx.baselines.source(BASELINE)}), so this is not the "
             f"machine (or the load) the speedups were stored under. Store this machine's with "
             f"`pytest -m gpu --specgate-profile {self.ctx.profile.name} --update-baselines`"

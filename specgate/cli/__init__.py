@@ -41,7 +41,8 @@ COMMANDS = {
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="specgate", description="Reports and baselines of the specgate speculative-decoding gate.")
+        prog="specgate", description="Reports and baselines of the specgate speculative-decoding gate."
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module in COMMANDS.values():
         importlib.import_module(module).add_parser(commands)

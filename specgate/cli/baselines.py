@@ -16,15 +16,24 @@ def add_parser(commands) -> None:
     base = commands.add_parser("baselines", help="stored baselines")
     base_commands = base.add_subparsers(dest="baselines_command", required=True, metavar="COMMAND")
     diff = base_commands.add_parser(
-        "diff", help="old -> new table of every value that differs between A and B",
+        "diff",
+        help="old -> new table of every value that differs between A and B",
         description="Compare two baseline files, or a baseline file and a run (a results directory's "
-                    "baselines.json). Prints a markdown table of every value that moved, with its relative change.")
+        "baselines.json). Prints a markdown table of every value that moved, with its relative change.",
+    )
     diff.add_argument("old", metavar="A", type=Path, help="baseline JSON file or results directory (old side)")
     diff.add_argument("new", metavar="B", type=Path, help="baseline JSON file or results directory (new side)")
-    diff.add_argument("--format", choices=("markdown", "text"), default="markdown",
-                      help="markdown table (default; fits a pull-request body) or aligned text")
-    diff.add_argument("--exit-code", action="store_true",
-                      help="exit 1 when A and B differ, 0 when they do not (default: 0 either way)")
+    diff.add_argument(
+        "--format",
+        choices=("markdown", "text"),
+        default="markdown",
+        help="markdown table (default; fits a pull-request body) or aligned text",
+    )
+    diff.add_argument(
+        "--exit-code",
+        action="store_true",
+        help="exit 1 when A and B differ, 0 when they do not (default: 0 either way)",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -44,12 +53,14 @@ def load_any(path: Path) -> baselines.BaselineFile:
         if not (path / "baselines.json").is_file():
             raise BaselineError(
                 f"{path} is a directory without baselines.json; give a baseline file "
-                f"(baselines/<profile>/<hardware>.json) or the results directory of a gate run (results/<run-id>/).")
+                f"(baselines/<profile>/<hardware>.json) or the results directory of a gate run (results/<run-id>/)."
+            )
         path = path / "baselines.json"
     elif not path.is_file():
         raise BaselineError(
             f"{path} does not exist; give a baseline file (baselines/<profile>/<hardware>.json) or the results "
-            f"directory of a gate run (results/<run-id>/).")
+            f"directory of a gate run (results/<run-id>/)."
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -68,8 +79,10 @@ def diff_markdown(old: baselines.BaselineFile, new: baselines.BaselineFile) -> s
     changes = baselines.diff(old, new)
     lines = [f"### Baselines: `{old.path}` → `{new.path}`", ""]
     if (old.profile, old.hardware) != (new.profile, new.hardware):
-        lines += [f"Note: A is profile {old.profile} on {old.hardware}, B is profile {new.profile} on "
-                  f"{new.hardware}.", ""]
+        lines += [
+            f"Note: A is profile {old.profile} on {old.hardware}, B is profile {new.profile} on {new.hardware}.",
+            "",
+        ]
     if moved := baselines.upgrade_line(old, new):
         lines += [f"Measured by: {moved.replace(' -> ', ' → ')}.", ""]
     if not changes:
@@ -81,12 +94,22 @@ def diff_markdown(old: baselines.BaselineFile, new: baselines.BaselineFile) -> s
             lines.append(f"| {method} | {kind} | {key} | ({len(group)} values) | – | – | {state} |")
             continue
         for c in group:
-            rel = ("new" if c.old is None else "removed" if c.new is None
-                   else "–" if c.relative is None else f"{c.relative:+.1%}")
+            rel = (
+                "new"
+                if c.old is None
+                else "removed"
+                if c.new is None
+                else "–"
+                if c.relative is None
+                else f"{c.relative:+.1%}"
+            )
             lines.append(f"| {method} | {kind} | {key} | {c.field} | {num(c.old, '–')} | {num(c.new, '–')} | {rel} |")
     moved = sorted({c.method for c in changes})
-    sources = [(m, old.source(m), new.source(m)) for m in moved
-               if m in old.methods and m in new.methods and old.source(m) != new.source(m)]
+    sources = [
+        (m, old.source(m), new.source(m))
+        for m in moved
+        if m in old.methods and m in new.methods and old.source(m) != new.source(m)
+    ]
     if sources:
         lines += ["", "Provenance:", ""] + [f"- {m}: {a} → {b}" for m, a, b in sources]
     return "\n".join(lines) + "\n"

@@ -46,8 +46,10 @@ def table(history: History, runs: list[Path] = ()) -> list[Row]:
     rows = []
     for update in history.updates:
         these = [p for p in history.points if p.update is update and p.method != "baseline"]
-        rows += [Row(update.short, update.date[:10], p.hardware, p.method, p.vllm, headlines(p.values), True, update.subject)
-                 for p in these] or [Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)]
+        rows += [
+            Row(update.short, update.date[:10], p.hardware, p.method, p.vllm, headlines(p.values), True, update.subject)
+            for p in these
+        ] or [Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)]
     for run in runs:
         rows += _run_rows(Path(run))
     return rows
@@ -57,8 +59,10 @@ def _run_rows(run: Path) -> list[Row]:
     """A results directory's measurements (its baselines.json and run.json), as rows of the table."""
     path = run / "baselines.json"
     if not path.is_file():
-        raise HistoryError(f"{run} has no baselines.json; give the results directory of a gate run "
-                           f"(results/<run-id>/, written by `pytest -m gpu`).")
+        raise HistoryError(
+            f"{run} has no baselines.json; give the results directory of a gate run "
+            f"(results/<run-id>/, written by `pytest -m gpu`)."
+        )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -71,8 +75,17 @@ def _run_rows(run: Path) -> list[Row]:
             continue
         prov = entry.get("provenance", {})
         date = str(started or prov.get("date") or "")[:10]
-        out.append(Row(run.name, date, str(data.get("hardware")), method, str(prov.get("vllm") or vllm),
-                       headlines(entry), False))
+        out.append(
+            Row(
+                run.name,
+                date,
+                str(data.get("hardware")),
+                method,
+                str(prov.get("vllm") or vllm),
+                headlines(entry),
+                False,
+            )
+        )
     return out
 
 
@@ -107,13 +120,17 @@ def main(args: argparse.Namespace) -> int:
         hardware = here if (baselines_dir(root) / profile.name / f"{here}.json").is_file() else None
     history = read(root, profile.name, hardware)
     if history.top is None:
-        raise HistoryError(f"no history to read: {history.problem}. `specgate history` reads the git history of "
-                           f"{baselines_dir(root) / profile.name}; run it in a git clone of the project.")
+        raise HistoryError(
+            f"no history to read: {history.problem}. `specgate history` reads the git history of "
+            f"{baselines_dir(root) / profile.name}; run it in a git clone of the project."
+        )
     rows = table(history, args.runs)
     if not rows:
-        raise HistoryError(f"no committed update of {baselines_dir(root) / profile.name}"
-                           f"{'/' + hardware + '.json' if hardware else ''} and no results directory given: nothing to show. "
-                           f"Commit a baseline file (pytest -m gpu --update-baselines) first.")
+        raise HistoryError(
+            f"no committed update of {baselines_dir(root) / profile.name}"
+            f"{'/' + hardware + '.json' if hardware else ''} and no results directory given: nothing to show. "
+            f"Commit a baseline file (pytest -m gpu --update-baselines) first."
+        )
     out = Path(args.out or root / "results" / f"history-{profile.name}")
     paths = page.write(out, profile.name, hardware or "every machine", rows, releases(rows), history.problem)
     print(Path(paths["markdown"]).read_text(encoding="utf-8"), end="")
@@ -123,14 +140,24 @@ def main(args: argparse.Namespace) -> int:
 
 def add_parser(commands) -> None:
     p = commands.add_parser(
-        "history", help="every committed update of a profile's baselines over time: table and plots",
+        "history",
+        help="every committed update of a profile's baselines over time: table and plots",
         description="Read the git history of baselines/<profile>/<hardware>.json (each committed update: date, "
-                    "revision, the vLLM that measured each method) and the results directories given, and write a "
-                    "history table and plots (each gate's headline figure per method over the updates, vLLM "
-                    "releases marked) to history.md and history.html.")
-    p.add_argument("runs", nargs="*", type=Path, metavar="RESULTS_DIR", help="gate runs to add after the stored updates")
+        "revision, the vLLM that measured each method) and the results directories given, and write a "
+        "history table and plots (each gate's headline figure per method over the updates, vLLM "
+        "releases marked) to history.md and history.html.",
+    )
+    p.add_argument(
+        "runs", nargs="*", type=Path, metavar="RESULTS_DIR", help="gate runs to add after the stored updates"
+    )
     p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument("--hardware", default="", metavar="KEY|all",
-                   help="one machine's file (default: this machine's when it has one, else every machine's)")
-    p.add_argument("--out", type=Path, default=None, metavar="DIR", help="where to write (default results/history-<profile>)")
+    p.add_argument(
+        "--hardware",
+        default="",
+        metavar="KEY|all",
+        help="one machine's file (default: this machine's when it has one, else every machine's)",
+    )
+    p.add_argument(
+        "--out", type=Path, default=None, metavar="DIR", help="where to write (default results/history-<profile>)"
+    )
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

@@ -7,9 +7,12 @@ from pathlib import Path
 
 
 def add_parser(commands) -> None:
-    p = commands.add_parser("matrix", help="the vLLM release matrix table of ci/vllm-matrix.sh's results",
-                            description="Print release x gate -> pass / fail / skip with the diagnosis, from "
-                                        "the per-release results ci/vllm-matrix.sh writes (default results/matrix).")
+    p = commands.add_parser(
+        "matrix",
+        help="the vLLM release matrix table of ci/vllm-matrix.sh's results",
+        description="Print release x gate -> pass / fail / skip with the diagnosis, from "
+        "the per-release results ci/vllm-matrix.sh writes (default results/matrix).",
+    )
     p.add_argument("matrix_dir", metavar="DIR", type=Path, nargs="?", default=Path("results/matrix"))
 
 

@@ -13,12 +13,52 @@ unknown key, an unknown method, a model path that does not exist or a value out 
 
 from specgate.profile.parse import parse
 from specgate.profile.resolve import find_profile, load_profile, model_ref, profile_dir, resolve
-from specgate.profile.spec import (BASELINE, CANARY_GATES, DEFAULT_DEADLINES, DTYPES, FLOOR_KEYS, HARDWARE,
-                                   LOSSY_REJECTION, MODEL_FREE_METHODS, Method, Profile)
-from specgate.profile.tables import (SCENARIOS, Equivalence, Preemption, PrefixSoak, Scenarios, Speedup, Structured,
-                                     Tolerance)
+from specgate.profile.spec import (
+    BASELINE,
+    CANARY_GATES,
+    DEFAULT_DEADLINES,
+    DTYPES,
+    FLOOR_KEYS,
+    HARDWARE,
+    LOSSY_REJECTION,
+    MODEL_FREE_METHODS,
+    Method,
+    Profile,
+)
+from specgate.profile.tables import (
+    SCENARIOS,
+    Equivalence,
+    Preemption,
+    PrefixSoak,
+    Scenarios,
+    Speedup,
+    Structured,
+    Tolerance,
+)
 
-__all__ = ["BASELINE", "CANARY_GATES", "DEFAULT_DEADLINES", "DTYPES", "FLOOR_KEYS", "HARDWARE", "LOSSY_REJECTION",
-           "MODEL_FREE_METHODS", "SCENARIOS", "Equivalence", "Method", "Preemption", "PrefixSoak", "Profile", "Scenarios",
-           "Speedup", "Structured", "Tolerance", "find_profile", "load_profile", "model_ref", "parse", "profile_dir",
-           "resolve"]
+__all__ = [
+    "BASELINE",
+    "CANARY_GATES",
+    "DEFAULT_DEADLINES",
+    "DTYPES",
+    "FLOOR_KEYS",
+    "HARDWARE",
+    "LOSSY_REJECTION",
+    "MODEL_FREE_METHODS",
+    "SCENARIOS",
+    "Equivalence",
+    "Method",
+    "Preemption",
+    "PrefixSoak",
+    "Profile",
+    "Scenarios",
+    "Speedup",
+    "Structured",
+    "Tolerance",
+    "find_profile",
+    "load_profile",
+    "model_ref",
+    "parse",
+    "profile_dir",
+    "resolve",
+]

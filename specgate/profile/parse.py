@@ -19,17 +19,26 @@ def parse(data: dict, path: Path, cls: type[Profile] = Profile) -> Profile:
     values["methods"] = methods(check, values["methods"])
     profile = cls(path=Path(path), **values)
     if profile.max_tokens >= profile.max_model_len:
-        raise check.fail("max_tokens", f"({profile.max_tokens}) must be smaller than max_model_len ({profile.max_model_len}).")
+        raise check.fail(
+            "max_tokens", f"({profile.max_tokens}) must be smaller than max_model_len ({profile.max_model_len})."
+        )
     speedup = profile.speedup
     if speedup.max_tokens >= profile.max_model_len:
-        raise check.fail("speedup.max_tokens", f"({speedup.max_tokens}) must be smaller than max_model_len "
-                         f"({profile.max_model_len}).")
+        raise check.fail(
+            "speedup.max_tokens",
+            f"({speedup.max_tokens}) must be smaller than max_model_len ({profile.max_model_len}).",
+        )
     if speedup.max_trials and speedup.max_trials < speedup.trials:
-        raise check.fail("speedup.max_trials", f"({speedup.max_trials}) must be 0 (off) or >= trials ({speedup.trials}).")
+        raise check.fail(
+            "speedup.max_trials", f"({speedup.max_trials}) must be 0 (off) or >= trials ({speedup.trials})."
+        )
     if profile.equivalence.mode == "tie-aware" and "max_forgiven_share" not in data.get("equivalence", {}):
-        raise check.fail("equivalence.max_forgiven_share", "is required with mode = 'tie-aware': the share of a run's prompts "
-                         "whose divergence the rule may forgive as a near-tie, set from A/A runs (docs/gpu-runners.md, "
-                         "'bf16 equivalence'); without it a verifier bug whose divergences each look small would pass.")
+        raise check.fail(
+            "equivalence.max_forgiven_share",
+            "is required with mode = 'tie-aware': the share of a run's prompts "
+            "whose divergence the rule may forgive as a near-tie, set from A/A runs (docs/gpu-runners.md, "
+            "'bf16 equivalence'); without it a verifier bug whose divergences each look small would pass.",
+        )
     return profile
 
 
@@ -55,15 +64,23 @@ def methods(check: Checker, data: dict) -> dict[str, Method]:
             raise check.fail(prefix + "speculative_config.method", f"must name a speculative method, got {kind!r}.")
         k = sc.get("num_speculative_tokens")
         ks = k if isinstance(k, list) else [k]  # a list: a draft-length sweep, one engine per value
-        if not ks or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ks) or len(set(ks)) != len(ks):
-            raise check.fail(prefix + "speculative_config.num_speculative_tokens",
-                             f"must be an integer >= 1 or a list of distinct ones (a sweep), got {k!r}.")
+        if (
+            not ks
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 1 for x in ks)
+            or len(set(ks)) != len(ks)
+        ):
+            raise check.fail(
+                prefix + "speculative_config.num_speculative_tokens",
+                f"must be an integer >= 1 or a list of distinct ones (a sweep), got {k!r}.",
+            )
         values["lossy"] = _lossy(check, prefix, sc, spec.get("lossy"))
         swept = len(ks) > 1 or isinstance(k, list)
         for one_k in ks:
             variant = f"{name}@k{one_k}" if swept else name
             own = {key: dict(v) if isinstance(v, dict) else v for key, v in values.items()}  # each variant its own
-            out[variant] = Method(variant, {**sc, "num_speculative_tokens": one_k}, sweep_of=name if swept else "", **own)
+            out[variant] = Method(
+                variant, {**sc, "num_speculative_tokens": one_k}, sweep_of=name if swept else "", **own
+            )
     for name, m in out.items():
         check.table(m.canary_of, {g: str for g in CANARY_GATES}, f"methods.{name}.canary_of.")
         for gate, ref in m.canary_of.items():

@@ -45,9 +45,16 @@ def resolve(profile: Profile, root: Path) -> Profile:
     target = model_ref(check, "target", profile.target, root)
     methods = {name: _method(check, m, root) for name, m in profile.methods.items()}
     speedup = replace(profile.speedup, prompts=resolve_sources(check, profile.speedup.prompts, root))
-    return replace(profile, path=profile.path.resolve(), target=target, prompt_sources=sources,
-                   prompts=tuple(src.path for src in sources), methods=methods, speedup=speedup,
-                   scenarios=_scenarios(check, profile.scenarios, root))
+    return replace(
+        profile,
+        path=profile.path.resolve(),
+        target=target,
+        prompt_sources=sources,
+        prompts=tuple(src.path for src in sources),
+        methods=methods,
+        speedup=speedup,
+        scenarios=_scenarios(check, profile.scenarios, root),
+    )
 
 
 def _method(check: Checker, method: Method, root: Path) -> Method:
@@ -70,8 +77,10 @@ def _method(check: Checker, method: Method, root: Path) -> Method:
         from specgate.plants import PLANTS
 
         if method.plant not in PLANTS:
-            raise check.fail(prefix + "plant", f"is not a known plant{did_you_mean(method.plant, PLANTS)}; "
-                             f"known: {', '.join(PLANTS)}.")
+            raise check.fail(
+                prefix + "plant",
+                f"is not a known plant{did_you_mean(method.plant, PLANTS)}; known: {', '.join(PLANTS)}.",
+            )
     return replace(method, speculative_config=sc, engine_kwargs=kwargs)
 
 
@@ -96,7 +105,8 @@ def model_ref(check: Checker, key: str, ref: Any, root: Path) -> str:
         name = ref[4:]
         if name not in ZOO_MODELS:
             raise check.fail(
-                key, f"names embedded model {name!r}{did_you_mean(name, ZOO_MODELS)}; the zoo has: {', '.join(ZOO_MODELS)}."
+                key,
+                f"names embedded model {name!r}{did_you_mean(name, ZOO_MODELS)}; the zoo has: {', '.join(ZOO_MODELS)}.",
             )
         return ref
     local = Path(ref).expanduser()
@@ -123,7 +133,9 @@ def _scenarios(check: Checker, scenarios: Scenarios, root: Path) -> Scenarios:
     try:
         json.loads(schema.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
-        raise check.fail("scenarios.structured.schema", f"names {schema}, which is not a JSON schema file ({exc}).") from None
+        raise check.fail(
+            "scenarios.structured.schema", f"names {schema}, which is not a JSON schema file ({exc})."
+        ) from None
     prompts = prompt_file(check, "scenarios.structured.prompts", str(structured.prompts), root)
     return replace(scenarios, structured=replace(structured, prompts=prompts, schema=schema))
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import ProfileError
-from specgate.prompt_sources import PromptSource, parse_sources
 from specgate.profile.tables import Equivalence, Scenarios, Speedup, Tolerance
+from specgate.prompt_sources import PromptSource, parse_sources
 from specgate.schema import did_you_mean, held_as_float, non_negative, one_of, positive, rule, setting
 
 # Methods that draft from the prompt/history and load no drafter weights.
@@ -69,36 +69,60 @@ class Method:
     """One row of the method matrix: a name and the `speculative_config` handed to vLLM."""
 
     name: str
-    speculative_config: dict[str, Any] | None = setting(kind=dict, parse=lambda check, key, value, _: dict(value),
-                                                        doc="handed to vLLM as is (method, model, num_speculative_tokens)")
+    speculative_config: dict[str, Any] | None = setting(
+        kind=dict,
+        parse=lambda check, key, value, _: dict(value),
+        doc="handed to vLLM as is (method, model, num_speculative_tokens)",
+    )
     engine_kwargs: dict[str, Any] = setting(kind=dict, key="engine.kwargs", factory=dict, doc="this engine's arguments")
     # If the engine fails to boot with an error matching this regex, the method's tests are
     # skipped with the engine's own message instead of erroring (e.g. a method the CPU engine
     # does not implement). Any other boot failure is still an error.
-    expected_boot_error: str | None = setting(None, str, bound=_regex, measures=False,
-                                              doc="a boot error matching this regex is a skip, quoting vLLM")
+    expected_boot_error: str | None = setting(
+        None, str, bound=_regex, measures=False, doc="a boot error matching this regex is a skip, quoting vLLM"
+    )
     note: str = setting("", str, measures=False, doc="said next to the method")
     # Absolute sanity floors, e.g. {"acceptance_rate": 0.98} for a drafter identical to the target.
-    floors: dict[str, float] = setting(kind=dict, factory=dict, parse=_floors, measures=False,
-                                       doc="absolute floors: acceptance_rate, mean_acceptance_length")
+    floors: dict[str, float] = setting(
+        kind=dict,
+        factory=dict,
+        parse=_floors,
+        measures=False,
+        doc="absolute floors: acceptance_rate, mean_acceptance_length",
+    )
     # A deliberately worse configuration, per gate: {"acceptance": "draft_self"} means this method's
     # acceptance must FAIL draft_self's baseline checks, which shows in every run that the gate can
     # fail. Gates not named here check the method against its own baselines as usual.
-    canary_of: dict[str, str] = setting(kind=dict, factory=dict, parse=lambda check, key, value, _: dict(value),
-                                        measures=False, doc="gate -> the method it must fail against")
+    canary_of: dict[str, str] = setting(
+        kind=dict,
+        factory=dict,
+        parse=lambda check, key, value, _: dict(value),
+        measures=False,
+        doc="gate -> the method it must fail against",
+    )
     # A lossy method's declared tolerance, e.g. {"max_diverged_share": 0.2}: equivalence is judged on it.
-    lossy: dict[str, float] = setting(kind=dict, factory=dict, measures=False,
-                                      doc="max_diverged_share: required for lossy verification")
+    lossy: dict[str, float] = setting(
+        kind=dict, factory=dict, measures=False, doc="max_diverged_share: required for lossy verification"
+    )
     # Calibration only: each drafting call also sleeps this share of the engine's mean step time (a
     # proposer made ~that much slower), to measure how small a loss the speedup gate detects.
-    slow_steps: float = setting(0.0, float, bound=rule(lambda v: 0 <= v < 1, "is a share of a step in [0, 1)"),
-                                doc="calibration: each drafting call also sleeps this share of a step")
+    slow_steps: float = setting(
+        0.0,
+        float,
+        bound=rule(lambda v: 0 <= v < 1, "is a share of a step in [0, 1)"),
+        doc="calibration: each drafting call also sleeps this share of a step",
+    )
     # The suite's own tests only: a regression written into vLLM's worker at boot (specgate.plants), to
     # show that a check fails on it.
     plant: str = setting("", str, doc="the suite's own tests: a regression written into the worker")
     # This method's own tolerances over the profile's [tolerance] (e.g. a model drafter's draft_cost_tol).
-    tolerance: dict[str, float] = setting(kind=dict, factory=dict, parse=_method_tolerance, measures=False,
-                                          doc="this method's own tolerances over [tolerance]")
+    tolerance: dict[str, float] = setting(
+        kind=dict,
+        factory=dict,
+        parse=_method_tolerance,
+        measures=False,
+        doc="this method's own tolerances over [tolerance]",
+    )
     # A draft-length sweep's variant ("eagle3@k3" of "eagle3"): the report compares them by k.
     sweep_of: str = ""
 
@@ -137,8 +161,11 @@ def _concurrency(check, key: str, value: list, _) -> tuple[int, ...]:
 
 
 def _temperatures(check, key: str, value: list, _) -> tuple[float, ...]:
-    if not value or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in value) \
-            or len(set(value)) != len(value):
+    if (
+        not value
+        or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in value)
+        or len(set(value)) != len(value)
+    ):
         raise check.fail(key, f"must be a list of distinct temperatures >= 0, got {value!r}.")
     return tuple(float(t) for t in value)
 
@@ -164,37 +191,90 @@ class Profile:
     concurrency: tuple[int, ...] = setting((1,), list, parse=_concurrency, doc="the speedup gate's levels C")
     seed: int = setting(0, int, doc="every engine's seed, the prompts' draws, the bootstrap")
     prompt_sources: tuple[PromptSource, ...] = setting(
-        kind=list, key="prompts", required=True, parse=lambda check, key, value, _: parse_sources(check, key, value),
-        doc="prompt sets: paths or tables (file, chat, speed_bench; per_category, too_long)")
+        kind=list,
+        key="prompts",
+        required=True,
+        parse=lambda check, key, value, _: parse_sources(check, key, value),
+        doc="prompt sets: paths or tables (file, chat, speed_bench; per_category, too_long)",
+    )
     methods: dict[str, Method] = setting(kind=dict, required=True, doc="[methods.NAME] tables: the method matrix")
     tolerance: Tolerance = setting(kind=dict, table=Tolerance, factory=Tolerance, measures=False, doc="[tolerance]")
     equivalence: Equivalence = setting(kind=dict, table=Equivalence, factory=Equivalence, doc="[equivalence]")
     speedup: Speedup = setting(kind=dict, table=Speedup, factory=Speedup, measures=False, doc="[speedup]")
-    engine_kwargs: dict[str, Any] = setting(kind=dict, key="engine.kwargs", factory=dict, doc="every engine's arguments")
-    engine_env: dict[str, str] = setting(kind=dict, key="engine.env", factory=dict, doc="every engine's environment",
-                                         parse=lambda check, key, value, _: {str(k): str(v) for k, v in value.items()})
+    engine_kwargs: dict[str, Any] = setting(
+        kind=dict, key="engine.kwargs", factory=dict, doc="every engine's arguments"
+    )
+    engine_env: dict[str, str] = setting(
+        kind=dict,
+        key="engine.env",
+        factory=dict,
+        doc="every engine's environment",
+        parse=lambda check, key, value, _: {str(k): str(v) for k, v in value.items()},
+    )
     # The suite's own deadlines ([engine] boot_timeout_s, stall_timeout_s; see specgate/watchdog.py): a
     # boot that takes longer, or any wait on an engine or server without a token or a log line for
     # that long, stops its processes and fails the method (the others still run). None: the
     # hardware's DEFAULT_DEADLINES.
-    boot_timeout_s: float | None = setting(None, float, key="engine.boot_timeout_s", parse=held_as_float(positive),
-                                           measures=False, doc="a boot longer than this fails the method")
-    stall_timeout_s: float | None = setting(None, float, key="engine.stall_timeout_s", parse=held_as_float(positive),
-                                            measures=False, doc="a wait without a token or log line this long fails it")
+    boot_timeout_s: float | None = setting(
+        None,
+        float,
+        key="engine.boot_timeout_s",
+        parse=held_as_float(positive),
+        measures=False,
+        doc="a boot longer than this fails the method",
+    )
+    stall_timeout_s: float | None = setting(
+        None,
+        float,
+        key="engine.stall_timeout_s",
+        parse=held_as_float(positive),
+        measures=False,
+        doc="a wait without a token or log line this long fails it",
+    )
     # [engine] cpu_flags: the engines need a CPU with at least one of these /proc/cpuinfo flags (native
     # bf16: avx512_bf16 or amx_bf16); without one every gate test skips, saying which is missing.
-    cpu_flags: tuple[str, ...] = setting((), list, key="engine.cpu_flags", parse=_cpu_flags, measures=False,
-                                         doc="the engines need a CPU with one of these flags")
+    cpu_flags: tuple[str, ...] = setting(
+        (),
+        list,
+        key="engine.cpu_flags",
+        parse=_cpu_flags,
+        measures=False,
+        doc="the engines need a CPU with one of these flags",
+    )
     # Acceptance is measured at each of these sampling temperatures ([acceptance] temperatures; 0 = greedy).
-    temperatures: tuple[float, ...] = setting((0.0,), list, key="acceptance.temperatures", parse=_temperatures,
-                                              measures=False, doc="acceptance measured at each (0: greedy)")
-    usd_per_hour: float | None = setting(None, float, key="cost.usd_per_hour", bound=positive, measures=False,
-                                         doc="the runner's price, for cost per million tokens")
-    drift: str = setting("fail", str, measures=False, doc="past drift_rtol: fail or warn",
-                         bound=one_of(("fail", "warn"), "'fail' or 'warn' (what a figure past tolerance.drift_rtol does)"))
-    drift_since: str = setting("", str, measures=False, doc="updates committed before this date are forgotten",
-                               bound=rule(lambda v: not v or re.fullmatch(r"\d{4}-\d{2}-\d{2}", v),
-                                            "must be a date YYYY-MM-DD (updates committed before it are forgotten)"))
+    temperatures: tuple[float, ...] = setting(
+        (0.0,),
+        list,
+        key="acceptance.temperatures",
+        parse=_temperatures,
+        measures=False,
+        doc="acceptance measured at each (0: greedy)",
+    )
+    usd_per_hour: float | None = setting(
+        None,
+        float,
+        key="cost.usd_per_hour",
+        bound=positive,
+        measures=False,
+        doc="the runner's price, for cost per million tokens",
+    )
+    drift: str = setting(
+        "fail",
+        str,
+        measures=False,
+        doc="past drift_rtol: fail or warn",
+        bound=one_of(("fail", "warn"), "'fail' or 'warn' (what a figure past tolerance.drift_rtol does)"),
+    )
+    drift_since: str = setting(
+        "",
+        str,
+        measures=False,
+        doc="updates committed before this date are forgotten",
+        bound=rule(
+            lambda v: not v or re.fullmatch(r"\d{4}-\d{2}-\d{2}", v),
+            "must be a date YYYY-MM-DD (updates committed before it are forgotten)",
+        ),
+    )
     scenarios: Scenarios = setting(kind=dict, table=Scenarios, factory=Scenarios, measures=False, doc="[scenarios.*]")
     # Derived, never read from the file:
     prompts: tuple[Path, ...] = ()  # the files `prompt_sources` read (resolve.py)

@@ -21,8 +21,9 @@ class Tolerance:
     speedup_rtol: float = setting(0.15, float, bound=relative, doc="speedup per concurrency level, relative")
     memory_rtol: float = setting(0.10, float, bound=relative, doc="each memory figure, relative")
     memory_slack_mib: float = setting(64.0, float, bound=non_negative, doc="MiB on top: weights and device memory")
-    process_slack_mib: float = setting(256.0, float, bound=non_negative,
-                                       doc="MiB on top: peak process memory (allocator noise run to run)")
+    process_slack_mib: float = setting(
+        256.0, float, bound=non_negative, doc="MiB on top: peak process memory (allocator noise run to run)"
+    )
     # Speedup ratios are only comparable on a machine as fast as the one that stored them: when the
     # baseline engine's throughput this run is off its stored value by more than this (relative, either
     # way), the speedup gate judges coarsely instead (below). 0 = never (dedicated GPUs).
@@ -57,12 +58,17 @@ class Equivalence:
     in at most `max_forgiven_share` of a comparison's prompts (a verifier bug whose many divergences
     each look small still fails)."""
 
-    mode: str = setting("exact", str, bound=one_of(("exact", "tie-aware"), "'exact' or 'tie-aware'"),
-                        doc="exact, or tie-aware (bf16: near-ties forgiven)")
+    mode: str = setting(
+        "exact",
+        str,
+        bound=one_of(("exact", "tie-aware"), "'exact' or 'tie-aware'"),
+        doc="exact, or tie-aware (bf16: near-ties forgiven)",
+    )
     top_logprobs: int = setting(5, int, bound=positive, doc="the baseline engine's logprobs kept per position")
     logprob_margin: float = setting(0.0, float, bound=non_negative, doc="tie-aware: the largest forgiven gap, nats")
-    max_forgiven_share: float = setting(0.0, float, bound=share("the prompts"),
-                                        doc="tie-aware (required there): the most prompts forgiven, as a share")
+    max_forgiven_share: float = setting(
+        0.0, float, bound=share("the prompts"), doc="tie-aware (required there): the most prompts forgiven, as a share"
+    )
 
 
 @dataclass(frozen=True)
@@ -71,8 +77,12 @@ class Speedup:
     of `requests_per_slot` x C requests (at least `min_requests`); the first wave of C requests is
     warm-up. More trials narrow the confidence interval, which tightens the gate."""
 
-    trials: int = setting(5, int, bound=rule(lambda v: v >= 2, "must be >= 2 (a confidence interval needs repeats)"),
-                          doc="paired trials per engine and level")
+    trials: int = setting(
+        5,
+        int,
+        bound=rule(lambda v: v >= 2, "must be >= 2 (a confidence interval needs repeats)"),
+        doc="paired trials per engine and level",
+    )
     requests_per_slot: int = setting(3, int, bound=positive, doc="requests per trial: this x C")
     min_requests: int = setting(6, int, bound=positive, doc="requests per trial at least")
     temperature: float = setting(0.0, float, bound=non_negative, doc="the load's sampling temperature")
@@ -89,8 +99,9 @@ class Speedup:
     max_trials: int = setting(0, int, doc="sequential trials up to this many (0: off)")
     step_trials: int = setting(2, int, bound=positive, doc="trials added per sequential step")
     # The load's own prompts (e.g. a SPEED-Bench throughput split); empty = the profile's prompts.
-    prompts: tuple[PromptSource, ...] = setting((), list, doc="the load's own prompt sets",
-                                                parse=lambda check, key, value, _: parse_sources(check, key, value))
+    prompts: tuple[PromptSource, ...] = setting(
+        (), list, doc="the load's own prompt sets", parse=lambda check, key, value, _: parse_sources(check, key, value)
+    )
 
     def num_requests(self, concurrency: int) -> int:
         return max(self.min_requests, self.requests_per_slot * concurrency, 2 * concurrency + 1)
@@ -102,9 +113,18 @@ class Preemption:
     what the profile's prompts need when all are sent at once (prompt + max_tokens each), so requests
     are preempted and resumed mid-speculation."""
 
-    kv_share: float = setting(0.3, float, doc="the share of the load's KV cache the scenario engine gets",
-                              parse=held_as_float(lambda v: None if 0 < v < 1 else (
-                                  f"is the share of the load's KV cache the scenario engine gets, in (0, 1); got {v!r}.")))
+    kv_share: float = setting(
+        0.3,
+        float,
+        doc="the share of the load's KV cache the scenario engine gets",
+        parse=held_as_float(
+            lambda v: (
+                None
+                if 0 < v < 1
+                else (f"is the share of the load's KV cache the scenario engine gets, in (0, 1); got {v!r}.")
+            )
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -113,12 +133,20 @@ class PrefixSoak:
     on one engine with prefix caching on, `max_tokens` each (0 = the profile's); the last rounds'
     acceptance may fall `acceptance_rtol` below the first round's."""
 
-    rounds: int = setting(4, int, bound=rule(lambda v: v >= 2, "must be >= 2 (a replay needs a first round)"),
-                          doc="replays of the prompts")
+    rounds: int = setting(
+        4,
+        int,
+        bound=rule(lambda v: v >= 2, "must be >= 2 (a replay needs a first round)"),
+        doc="replays of the prompts",
+    )
     per_category: int = setting(4, int, bound=non_negative, doc="prompts of each category (0: all)")
     max_tokens: int = setting(0, int, bound=non_negative, doc="output tokens each (0: the profile's)")
-    acceptance_rtol: float = setting(0.02, float, bound=rule(lambda v: 0 <= v < 1, "must be in [0, 1)"),
-                                     doc="the last round's acceptance below the first's, relative")
+    acceptance_rtol: float = setting(
+        0.02,
+        float,
+        bound=rule(lambda v: 0 <= v < 1, "must be in [0, 1)"),
+        doc="the last round's acceptance below the first's, relative",
+    )
 
 
 @dataclass(frozen=True)

@@ -20,19 +20,45 @@ import pandas as pd
 from specgate.formatting import fmt
 from specgate.report.data import COLUMNS, ResultsError, headline, load_run, normalize, write_tables
 from specgate.report.page import report_html
-from specgate.report.plots import (PLOTS, plot_acceptance_heatmap, plot_divergence_gaps, plot_memory,
-                                   plot_position_curves, plot_speedup, render_plots)
-from specgate.run_record import RunRecord
+from specgate.report.plots import (
+    PLOTS,
+    plot_acceptance_heatmap,
+    plot_divergence_gaps,
+    plot_memory,
+    plot_position_curves,
+    plot_speedup,
+    render_plots,
+)
 from specgate.report.tables import judged_line, moved_rows, summary_markdown, sweeps, title_line, totals
+from specgate.run_record import RunRecord
 
-__all__ = ["COLUMNS", "PLOTS", "ResultsError", "fmt", "headline", "judged_line", "load_run", "moved_rows", "normalize",
-           "plot_acceptance_heatmap", "plot_divergence_gaps", "plot_memory", "plot_position_curves", "plot_speedup",
-           "render_plots", "report_html", "summary_markdown", "sweeps", "title_line", "totals", "write_report",
-           "write_tables"]
+__all__ = [
+    "COLUMNS",
+    "PLOTS",
+    "ResultsError",
+    "fmt",
+    "headline",
+    "judged_line",
+    "load_run",
+    "moved_rows",
+    "normalize",
+    "plot_acceptance_heatmap",
+    "plot_divergence_gaps",
+    "plot_memory",
+    "plot_position_curves",
+    "plot_speedup",
+    "render_plots",
+    "report_html",
+    "summary_markdown",
+    "sweeps",
+    "title_line",
+    "totals",
+    "write_report",
+    "write_tables",
+]
 
 
-def write_report(run_dir: Path, table: pd.DataFrame, run: RunRecord, *, step_summary: bool = True
-                 ) -> dict[str, Path]:
+def write_report(run_dir: Path, table: pd.DataFrame, run: RunRecord, *, step_summary: bool = True) -> dict[str, Path]:
     """summary.md, report.html and plots/*.png in run_dir; summary.md is appended to
     $GITHUB_STEP_SUMMARY when that is set (and step_summary is true), so Actions shows it on the
     run's page. Returns name -> path of everything written."""

@@ -31,8 +31,23 @@ from specgate.formatting import fmt, present
 from specgate.profile import BASELINE
 from specgate.run_record import Outcome, RunRecord
 
-COLUMNS = ("method", "gate", "key", "concurrency", "position", "metric", "value", "baseline", "bound",
-           "ci_low", "ci_high", "unit", "verdict", "message", "basis")
+COLUMNS = (
+    "method",
+    "gate",
+    "key",
+    "concurrency",
+    "position",
+    "metric",
+    "value",
+    "baseline",
+    "bound",
+    "ci_low",
+    "ci_high",
+    "unit",
+    "verdict",
+    "message",
+    "basis",
+)
 _TEXT = ("method", "gate", "key", "metric", "unit", "verdict", "message", "basis")
 _NUMBER = ("concurrency", "position", "value", "baseline", "bound", "ci_low", "ci_high")
 BASELINE_METHOD = BASELINE
@@ -75,12 +90,15 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, RunRecord]:
         raise ResultsError(f"results directory {run_dir} does not exist or is not a directory; {hint}.")
     records = _read_json(run_dir / "measurements.json", hint)
     if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
-        raise ResultsError(f"{run_dir / 'measurements.json'} is not a list of row objects "
-                           f"(pandas to_json(orient='records')); {hint}.")
+        raise ResultsError(
+            f"{run_dir / 'measurements.json'} is not a list of row objects (pandas to_json(orient='records')); {hint}."
+        )
     missing = [c for c in ("method", "gate", "key", "metric", "value") if records and c not in records[0]]
     if missing:
-        raise ResultsError(f"{run_dir / 'measurements.json'} has rows without {', '.join(missing)}; "
-                           f"it was not written by specgate's write_tables; {hint}.")
+        raise ResultsError(
+            f"{run_dir / 'measurements.json'} has rows without {', '.join(missing)}; "
+            f"it was not written by specgate's write_tables; {hint}."
+        )
     run = run_record.read(run_dir / "run.json", hint)
     return normalize(pd.DataFrame(records, columns=None if records else list(COLUMNS))), run
 
@@ -92,7 +110,6 @@ def _read_json(path: Path, hint: str) -> Any:
         return json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ResultsError(f"{path} is not valid JSON ({exc}); it may be truncated; {hint}.") from None
-
 
 
 # ---------------------------------------------------------------- formatting
@@ -131,8 +148,6 @@ def ordered(values: Iterable[str], first: str = BASELINE_METHOD) -> list[str]:
 def one_line(message: str) -> str:
     text = " ".join(str(message).split())
     return text if len(text) <= _MESSAGE_CHARS else text[: _MESSAGE_CHARS - 1] + "…"
-
-
 
 
 def metric_label(metric: str) -> str:

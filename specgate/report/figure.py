@@ -27,8 +27,9 @@ def grid(plt, n: int, width: float = 3.6, height: float = 2.9):
     """Small multiples, four per row, sharing the y axis; the slots left over hold the legend."""
     cols = min(n, 4)
     nrows = math.ceil(n / cols)
-    fig, axes = plt.subplots(nrows, cols, figsize=(width * cols + 0.6, height * nrows + 1.0), sharey=True,
-                             squeeze=False)
+    fig, axes = plt.subplots(
+        nrows, cols, figsize=(width * cols + 0.6, height * nrows + 1.0), sharey=True, squeeze=False
+    )
     flat = list(axes.flat)
     for ax in flat[n:]:
         ax.set_axis_off()

@@ -19,25 +19,51 @@ from specgate.run_record import RunRecord
 COMPACT = {
     "equivalence": [("identical", "identical"), ("diverged", "diverged"), ("forgiven", "forgiven near-ties")],
     "acceptance": [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
-    "speedup": [("speedup", "speedup [CI]"), ("draft_cost", "draft cost"), ("expected_speedup", "expected"),
-                ("geomean_speedup", "geometric mean [CI]")],
-    "memory": [("static_mib_measured", "drafter MiB"), ("kv_tokens_lost", "KV tokens lost"), ("process_mib", "process MiB")],
-    "structured": [("mean_acceptance_length", "mean acceptance length"), ("diverged", "diverged"), ("invalid", "invalid")],
+    "speedup": [
+        ("speedup", "speedup [CI]"),
+        ("draft_cost", "draft cost"),
+        ("expected_speedup", "expected"),
+        ("geomean_speedup", "geometric mean [CI]"),
+    ],
+    "memory": [
+        ("static_mib_measured", "drafter MiB"),
+        ("kv_tokens_lost", "KV tokens lost"),
+        ("process_mib", "process MiB"),
+    ],
+    "structured": [
+        ("mean_acceptance_length", "mean acceptance length"),
+        ("diverged", "diverged"),
+        ("invalid", "invalid"),
+    ],
     "prefix_soak": [("mean_acceptance_length", "last round's acceptance"), ("changed_outputs", "outputs changed")],
-    "preemption": [("preemptions", "preemptions"), ("diverged", "diverged"), ("mean_acceptance_length", "acceptance length")],
+    "preemption": [
+        ("preemptions", "preemptions"),
+        ("diverged", "diverged"),
+        ("mean_acceptance_length", "acceptance length"),
+    ],
 }
 # What a bounded figure's check is called, and whether its bound is a ceiling (else a floor).
 CHECKS = {
-    "speedup": ("speedup floor", False), "geomean_speedup": ("geometric-mean floor", False),
-    "draft_cost": ("step-cost ceiling", True), "verify_cost": ("verification-cost ceiling", True),
+    "speedup": ("speedup floor", False),
+    "geomean_speedup": ("geometric-mean floor", False),
+    "draft_cost": ("step-cost ceiling", True),
+    "verify_cost": ("verification-cost ceiling", True),
     "ttft_p95_ratio": ("TTFT p95 ceiling", True),
-    "mean_acceptance_length": ("acceptance floor", False), "acceptance_rate": ("acceptance-rate floor", False),
-    "position_rate": ("per-position floor", False), "static_mib_measured": ("drafter-weights ceiling", True),
-    "static_mib_analytic": ("drafter-weights ceiling", True), "kv_tokens_lost": ("KV ceiling", True),
-    "process_mib": ("process-memory ceiling", True), "device_mib": ("device-memory ceiling", True),
-    "diverged": ("greedy match", True), "forgiven": ("near-tie cap", True), "invalid": ("schema", True),
-    "changed_outputs": ("unchanged outputs", True), "preemptions": ("preempted at least once", False),
-    "kv_usage_after": ("KV freed", True), "drift": ("drift floor", False),
+    "mean_acceptance_length": ("acceptance floor", False),
+    "acceptance_rate": ("acceptance-rate floor", False),
+    "position_rate": ("per-position floor", False),
+    "static_mib_measured": ("drafter-weights ceiling", True),
+    "static_mib_analytic": ("drafter-weights ceiling", True),
+    "kv_tokens_lost": ("KV ceiling", True),
+    "process_mib": ("process-memory ceiling", True),
+    "device_mib": ("device-memory ceiling", True),
+    "diverged": ("greedy match", True),
+    "forgiven": ("near-tie cap", True),
+    "invalid": ("schema", True),
+    "changed_outputs": ("unchanged outputs", True),
+    "preemptions": ("preempted at least once", False),
+    "kv_usage_after": ("KV freed", True),
+    "drift": ("drift floor", False),
 }
 
 
@@ -73,7 +99,9 @@ def decided(group: list[dict], verdict: str) -> str:
     if verdict in ("fail", "error"):
         failing = [r for r in group if present(r["bound"]) and present(r["value"]) and _broke(r)]
         if failing:
-            return "; ".join(moved_words(r) for r in failing[:3]) + (f"; and {len(failing) - 3} more" if len(failing) > 3 else "")
+            return "; ".join(moved_words(r) for r in failing[:3]) + (
+                f"; and {len(failing) - 3} more" if len(failing) > 3 else ""
+            )
         return "see below"
     if verdict == "skip":
         return "not judged: see below"
@@ -84,7 +112,11 @@ def decided(group: list[dict], verdict: str) -> str:
 def _broke(row: dict) -> bool:
     if is_ceiling(row["metric"], row["gate"]):
         return row["value"] > row["bound"] + 1e-6
-    limit = row["ci_high"] if present(row.get("ci_high")) and row["metric"] in ("speedup", "geomean_speedup") else row["value"]
+    limit = (
+        row["ci_high"]
+        if present(row.get("ci_high")) and row["metric"] in ("speedup", "geomean_speedup")
+        else row["value"]
+    )
     return limit < row["bound"] - 1e-6
 
 
@@ -107,7 +139,8 @@ def tables(table: pd.DataFrame, run: RunRecord) -> list[tuple[str, list[str], li
             groups.setdefault((o.method, o.key), [])
         for (method, key), group in groups.items():
             verdict = worst(r["verdict"] for r in group) or worst(
-                verdict_of(o) for o in gate_outcomes if o.method == method and o.key == key)
+                verdict_of(o) for o in gate_outcomes if o.method == method and o.key == key
+            )
             cells = []
             for metric, _ in shown:
                 hit = sorted((r for r in group if r["metric"] == metric), key=lambda r: present(r["position"]))
@@ -120,4 +153,3 @@ def tables(table: pd.DataFrame, run: RunRecord) -> list[tuple[str, list[str], li
             body.append((verdict, [method, key or "–", label, *cells, decided(group, verdict)]))
         out.append((gate, header, body))
     return out
-

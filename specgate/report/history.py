@@ -33,10 +33,14 @@ def markdown(profile: str, hardware: str, rows: list, problem: str = "") -> str:
         by_vllm: dict[str, list[str]] = {}
         for r in these:
             by_vllm.setdefault(r.vllm, []).append(r.method)
-        measured = "; ".join(f"{v}: {', '.join(ms)}" for v, ms in by_vllm.items() if ms != [""]) or "nothing re-measured"
+        measured = (
+            "; ".join(f"{v}: {', '.join(ms)}" for v, ms in by_vllm.items() if ms != [""]) or "nothing re-measured"
+        )
         what = these[0].subject[:90] if these[0].stored else "(results directory)"
-        lines.append(f"| {lab} | {these[0].date} | {', '.join(sorted({r.hardware for r in these}))} | {measured} | "
-                     f"{what.replace('|', '/')} |")
+        lines.append(
+            f"| {lab} | {these[0].date} | {', '.join(sorted({r.hardware for r in these}))} | {measured} | "
+            f"{what.replace('|', '/')} |"
+        )
     machines = len({r.hardware for r in rows})
     for name, (title, _) in HEADLINES.items():
         series = list(dict.fromkeys(_series_name(r, machines) for r in rows if name in r.figures))
@@ -44,7 +48,9 @@ def markdown(profile: str, hardware: str, rows: list, problem: str = "") -> str:
             continue
         lines += ["", f"## {title}", "", "| update | " + " | ".join(series) + " |", "| --- |" + " ---: |" * len(series)]
         for lab in labels:
-            cells = {_series_name(r, machines): fmt(r.figures[name]) for r in rows if r.label == lab and name in r.figures}
+            cells = {
+                _series_name(r, machines): fmt(r.figures[name]) for r in rows if r.label == lab and name in r.figures
+            }
             if cells:
                 lines.append(f"| {lab} | " + " | ".join(cells.get(s, "") for s in series) + " |")
     return "\n".join(lines) + "\n"
@@ -65,49 +71,88 @@ def plot(all_rows: list, releases: list[tuple[int, str, str]]):
     names = list(dict.fromkeys(_series_name(r, machines) for r in rows))
     palette = plt.get_cmap("tab10" if len(names) <= 10 else "tab20")
     colors = {n: palette(i % palette.N) for i, n in enumerate(names)}
-    fig, axes = plt.subplots(len(panels), 1, figsize=(max(7.0, 0.55 * len(labels) + 3.5), 2.6 * len(panels) + 1.2),
-                             sharex=True, squeeze=False)
+    fig, axes = plt.subplots(
+        len(panels),
+        1,
+        figsize=(max(7.0, 0.55 * len(labels) + 3.5), 2.6 * len(panels) + 1.2),
+        sharex=True,
+        squeeze=False,
+    )
     for ax, (name, title) in zip(axes[:, 0], panels):
         for series in names:
-            points = [(labels.index(r.label), r.figures[name], r.stored) for r in rows
-                      if _series_name(r, machines) == series and name in r.figures]
+            points = [
+                (labels.index(r.label), r.figures[name], r.stored)
+                for r in rows
+                if _series_name(r, machines) == series and name in r.figures
+            ]
             if not points:
                 continue
             xs, ys = [p[0] for p in points], [p[1] for p in points]
             ax.plot(xs, ys, color=colors[series], linewidth=1.4, drawstyle="steps-post", alpha=0.8)
             for x, y, stored in points:
-                ax.scatter([x], [y], s=28, color=colors[series] if stored else "white", edgecolors=colors[series], zorder=4)
+                ax.scatter(
+                    [x], [y], s=28, color=colors[series] if stored else "white", edgecolors=colors[series], zorder=4
+                )
         for i, old, new in releases:
             ax.axvline(i - 0.5, color="#555555", linestyle="--", linewidth=1)
             if ax is axes[0, 0]:
-                ax.text(i - 0.45, 1.0, f"vLLM {old} → {new}", transform=ax.get_xaxis_transform(), fontsize=7,
-                        va="bottom", rotation=0, color="#333333")
+                ax.text(
+                    i - 0.45,
+                    1.0,
+                    f"vLLM {old} → {new}",
+                    transform=ax.get_xaxis_transform(),
+                    fontsize=7,
+                    va="bottom",
+                    rotation=0,
+                    color="#333333",
+                )
         ax.set_ylabel(title, fontsize=8)
         ax.grid(alpha=0.3)
     dates = {}
     for r in all_rows:
         dates.setdefault(r.label, r.date)
-    axes[-1, 0].set_xticks(range(len(labels)), [f"{lab}\n{dates[lab][5:]}" for lab in labels],
-                           rotation=45, ha="right", fontsize=7)
+    axes[-1, 0].set_xticks(
+        range(len(labels)), [f"{lab}\n{dates[lab][5:]}" for lab in labels], rotation=45, ha="right", fontsize=7
+    )
     handles = [plt.Line2D([], [], color=colors[n], marker="o", label=n) for n in names]
-    handles.append(plt.Line2D([], [], color="gray", marker="o", markerfacecolor="white", linestyle="none",
-                              label="results directory (not stored)"))
+    handles.append(
+        plt.Line2D(
+            [],
+            [],
+            color="gray",
+            marker="o",
+            markerfacecolor="white",
+            linestyle="none",
+            label="results directory (not stored)",
+        )
+    )
     vllms = sorted({r.vllm for r in rows})
-    title = (f"vLLM {vllms[0]} measured every update" if len(vllms) == 1 else
-             "dashed lines: the vLLM that measured the updates changed")
+    title = (
+        f"vLLM {vllms[0]} measured every update"
+        if len(vllms) == 1
+        else "dashed lines: the vLLM that measured the updates changed"
+    )
     height = fig.get_figheight()
-    fig.suptitle(f"Headline figures per method over the baseline updates\n({title})", fontsize=10,
-                 y=1 - 0.08 / height, va="top")
+    fig.suptitle(
+        f"Headline figures per method over the baseline updates\n({title})", fontsize=10, y=1 - 0.08 / height, va="top"
+    )
     ncol = min(5, len(handles))
     legend_in = 0.22 * -(-len(handles) // ncol)
-    fig.legend(handles=handles, loc="upper center", ncol=ncol, fontsize=8, frameon=False,
-               bbox_to_anchor=(0.5, 1 - 0.5 / height))
+    fig.legend(
+        handles=handles,
+        loc="upper center",
+        ncol=ncol,
+        fontsize=8,
+        frameon=False,
+        bbox_to_anchor=(0.5, 1 - 0.5 / height),
+    )
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.6 + legend_in) / height))
     return fig
 
 
-def write(out: Path, profile: str, hardware: str, rows: list, releases: list[tuple[int, str, str]],
-          problem: str = "") -> dict[str, Path]:
+def write(
+    out: Path, profile: str, hardware: str, rows: list, releases: list[tuple[int, str, str]], problem: str = ""
+) -> dict[str, Path]:
     """history.md, history.html and plots/history.png in `out`."""
     from specgate.report.plots import DPI, pyplot
 
@@ -130,7 +175,9 @@ def write(out: Path, profile: str, hardware: str, rows: list, releases: list[tup
         body.append(f"<p class='meta'>Note: {esc(problem)}.</p>")
     body.append(image)
     body.append("<pre>" + esc(text) + "</pre>")
-    paths["html"].write_text("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>specgate history "
-                             f"{esc(profile)}</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n",
-                             encoding="utf-8")
+    paths["html"].write_text(
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>specgate history "
+        f"{esc(profile)}</title><style>{CSS}</style></head><body>" + "\n".join(body) + "</body></html>\n",
+        encoding="utf-8",
+    )
     return paths

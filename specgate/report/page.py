@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from specgate.report import glance, plots
 from specgate.formatting import fmt
+from specgate.report import glance, plots
 from specgate.report.data import normalize
-from specgate.run_record import RunRecord
 from specgate.report.tables import gate_tables, moved_rows, sweeps, title_line, totals
+from specgate.run_record import RunRecord
 
 # ---------------------------------------------------------------- report.html
 
@@ -48,26 +48,45 @@ def report_html(table: pd.DataFrame, run: RunRecord, plot_files: dict[str, Path]
     esc = html.escape
     counts = totals(table, run)
     state = "fail" if counts["fail"] or counts["error"] else "pass"
-    parts = ["<!DOCTYPE html>", "<html lang='en'><head><meta charset='utf-8'>",
-             f"<title>specgate {esc(run.run_id)}</title><style>{CSS}</style></head><body>",
-             f"<h1 class='{state}'>specgate: {esc(title_line(table, run))}</h1>"]
-    about = [f"{k} {getattr(run, k)}" for k in ("torch", "git_revision", "started", "finished", "profile_path")
-             if getattr(run, k)]
+    parts = [
+        "<!DOCTYPE html>",
+        "<html lang='en'><head><meta charset='utf-8'>",
+        f"<title>specgate {esc(run.run_id)}</title><style>{CSS}</style></head><body>",
+        f"<h1 class='{state}'>specgate: {esc(title_line(table, run))}</h1>",
+    ]
+    about = [
+        f"{k} {getattr(run, k)}"
+        for k in ("torch", "git_revision", "started", "finished", "profile_path")
+        if getattr(run, k)
+    ]
     if about:
         parts.append(f"<p class='meta'>{esc(' · '.join(map(str, about)))}</p>")
     if upgrade := run.upgrade:
         moved = moved_rows(table)
         parts.append(f"<h2>{esc(upgrade.replace(' -> ', ' → '))}</h2>")
-        parts.append("<table><tr>" + "".join(f"<th>{h}</th>" for h in ("method", "gate", "key", "figure", "baseline",
-                                                                        "this run", "change")) + "</tr>" + "".join(
-            "<tr>" + "".join(f"<td>{esc(fmt(c) if isinstance(c, float) else str(c))}</td>" for c in row) + "</tr>"
-            for row in moved) + "</table>" if moved else "<p class='none'>Every figure with a stored baseline came out the same.</p>")
+        parts.append(
+            "<table><tr>"
+            + "".join(f"<th>{h}</th>" for h in ("method", "gate", "key", "figure", "baseline", "this run", "change"))
+            + "</tr>"
+            + "".join(
+                "<tr>" + "".join(f"<td>{esc(fmt(c) if isinstance(c, float) else str(c))}</td>" for c in row) + "</tr>"
+                for row in moved
+            )
+            + "</table>"
+            if moved
+            else "<p class='none'>Every figure with a stored baseline came out the same.</p>"
+        )
     per_gate = gate_tables(table, run)
     failures = [(gt.gate, v, m, where) for gt in per_gate for v, m, where in gt.notes if v in ("fail", "error")]
     if failures:  # what a reader opened the report for, before any plot
-        parts.append("<h2>What did not pass</h2><ul class='notes'>" + "".join(
-            f"<li><b>{esc(v)}</b> {esc(gate)} · {esc(', '.join(where))}: {esc(m)}</li>"
-            for gate, v, m, where in failures) + "</ul>")
+        parts.append(
+            "<h2>What did not pass</h2><ul class='notes'>"
+            + "".join(
+                f"<li><b>{esc(v)}</b> {esc(gate)} · {esc(', '.join(where))}: {esc(m)}</li>"
+                for gate, v, m, where in failures
+            )
+            + "</ul>"
+        )
     plt = None
     for name, (heading, plot) in plots.PLOTS.items():
         parts.append(f"<h2>{esc(heading)}</h2>")
@@ -94,14 +113,25 @@ def report_html(table: pd.DataFrame, run: RunRecord, plot_files: dict[str, Path]
             parts.append(_table(header, [(v, row) for v, row in body], sortable=True))
         for method in dict.fromkeys(row[0] for row in gt.rows):
             mine = [(v, row) for row, v in zip(gt.rows, gt.verdicts) if row[0] == method]
-            parts.append(f"<details><summary>{esc(method)}: every figure ({len(mine)} rows)</summary>"
-                         + _table(gt.header, mine, sortable=True) + "</details>")
+            parts.append(
+                f"<details><summary>{esc(method)}: every figure ({len(mine)} rows)</summary>"
+                + _table(gt.header, mine, sortable=True)
+                + "</details>"
+            )
         if gt.notes:
-            parts.append("<ul class='notes'>" + "".join(
-                f"<li><b>{esc(v)}</b> {esc(', '.join(where))}: {esc(m)}</li>" for v, m, where in gt.notes) + "</ul>")
+            parts.append(
+                "<ul class='notes'>"
+                + "".join(f"<li><b>{esc(v)}</b> {esc(', '.join(where))}: {esc(m)}</li>" for v, m, where in gt.notes)
+                + "</ul>"
+            )
     for family, header, body in sweeps(table):
-        parts.append(f"<h2>Draft-length sweep: {esc(family)}</h2><table><tr>" + "".join(f"<th>{esc(h)}</th>" for h in header)
-                     + "</tr>" + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body) + "</table>")
+        parts.append(
+            f"<h2>Draft-length sweep: {esc(family)}</h2><table><tr>"
+            + "".join(f"<th>{esc(h)}</th>" for h in header)
+            + "</tr>"
+            + "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in r) + "</tr>" for r in body)
+            + "</table>"
+        )
     if run.summary_lines:
         parts.append("<h2>Session</h2><pre>" + esc("\n".join(map(str, run.summary_lines))) + "</pre>")
     parts.append(f"<script>{SORT}</script></body></html>")
@@ -112,8 +142,14 @@ def _table(header: list[str], rows: list[tuple[str, list[str]]], sortable: bool 
     """A table whose third column is the verdict (coloured); `sortable`: a click on a header sorts by it."""
     esc = html.escape
     head = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in header) + "</tr>"
-    body = "".join("<tr>" + "".join(f"<td class='v-{esc(v)}'>{esc(c)}</td>" if i == 2 else f"<td>{esc(c)}</td>"
-                                     for i, c in enumerate(row)) + "</tr>" for v, row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='v-{esc(v)}'>{esc(c)}</td>" if i == 2 else f"<td>{esc(c)}</td>" for i, c in enumerate(row)
+        )
+        + "</tr>"
+        for v, row in rows
+    )
     return f"<table{' class=sortable' if sortable else ''}><thead>{head}</thead><tbody>{body}</tbody></table>"
 
 

@@ -15,8 +15,11 @@ from specgate.report.data import BASELINE_METHOD, metric_label, normalize, order
 from specgate.report.figure import concurrency_of, failing, grid, legend, pyplot
 
 DPI = 110  # 1650 px wide for four panels: sharp in a browser, ~100 KB per plot
-_MEMORY_PANELS = (("static_mib_measured", "drafter weights (MiB)"), ("kv_tokens_lost", "KV-cache tokens lost"),
-                  ("process_mib", "process memory over baseline (MiB)"))
+_MEMORY_PANELS = (
+    ("static_mib_measured", "drafter weights (MiB)"),
+    ("kv_tokens_lost", "KV-cache tokens lost"),
+    ("process_mib", "process memory over baseline (MiB)"),
+)
 
 
 def plot_acceptance_heatmap(table: pd.DataFrame):
@@ -37,8 +40,9 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
     cmap = plt.get_cmap("viridis").with_extremes(bad="#eeeeee")
     finite = values[np.isfinite(values)]
     lo, hi = (float(finite.min()), float(finite.max())) if finite.size else (1.0, 2.0)
-    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=min(1.0, lo), vmax=max(hi, lo + 1e-9),
-                      aspect="auto")
+    image = ax.imshow(
+        np.ma.masked_invalid(values), cmap=cmap, vmin=min(1.0, lo), vmax=max(hi, lo + 1e-9), aspect="auto"
+    )
     for i, m in enumerate(methods):
         for j, c in enumerate(cats):
             if (m, c) not in cells:
@@ -49,18 +53,28 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
             delta = f"Δ {row['value'] - base:+.2f}" if present(base) else "no baseline"
             shade = image.cmap(image.norm(row["value"]))
             ink = "white" if 0.299 * shade[0] + 0.587 * shade[1] + 0.114 * shade[2] < 0.55 else "black"
-            ax.text(j, i - 0.13, f"{row['value']:.2f}", ha="center", va="center", fontsize=10, fontweight="bold",
-                    color=ink)
-            ax.text(j, i + 0.2, delta + (" FAIL" if (m, c) in failed else ""), ha="center", va="center",
-                    fontsize=7.5, color=ink)
+            ax.text(
+                j, i - 0.13, f"{row['value']:.2f}", ha="center", va="center", fontsize=10, fontweight="bold", color=ink
+            )
+            ax.text(
+                j,
+                i + 0.2,
+                delta + (" FAIL" if (m, c) in failed else ""),
+                ha="center",
+                va="center",
+                fontsize=7.5,
+                color=ink,
+            )
             if (m, c) in failed:
-                ax.add_patch(plt.Rectangle((j - 0.47, i - 0.45), 0.94, 0.9, fill=False, edgecolor="#e41a1c",
-                                           linewidth=3))
+                ax.add_patch(
+                    plt.Rectangle((j - 0.47, i - 0.45), 0.94, 0.9, fill=False, edgecolor="#e41a1c", linewidth=3)
+                )
     ax.set_xticks(range(len(cats)), [c.replace("_", " ") for c in cats], rotation=20, ha="right")
     ax.set_yticks(range(len(methods)), methods)
     ax.set_xlabel("prompt category")
-    ax.set_title("Mean acceptance length per method and category\n(Δ vs stored baseline; red frame = gate failed)",
-                 fontsize=11)
+    ax.set_title(
+        "Mean acceptance length per method and category\n(Δ vs stored baseline; red frame = gate failed)", fontsize=11
+    )
     fig.colorbar(image, ax=ax, label="mean acceptance length (tokens / step)", shrink=0.9)
     fig.tight_layout()
     return fig
@@ -87,12 +101,12 @@ def plot_position_curves(table: pd.DataFrame):
             ax.plot(crow["position"], crow["value"], marker="o", color=colors[cat], linewidth=1.6, markersize=4)
             base = crow.dropna(subset=["baseline"])
             if not base.empty:
-                ax.plot(base["position"], base["baseline"], linestyle="--", color=colors[cat], linewidth=1,
-                        alpha=0.8)
+                ax.plot(base["position"], base["baseline"], linestyle="--", color=colors[cat], linewidth=1, alpha=0.8)
             bad = crow[crow["verdict"].isin(("fail", "error"))]
             if not bad.empty:
-                ax.scatter(bad["position"], bad["value"], s=90, facecolors="none", edgecolors="#e41a1c",
-                           linewidths=2, zorder=5)
+                ax.scatter(
+                    bad["position"], bad["value"], s=90, facecolors="none", edgecolors="#e41a1c", linewidths=2, zorder=5
+                )
         failed = failing(table[(table["gate"] == "acceptance") & (table["method"] == method)])
         ax.set_title(method, fontsize=10, color="#c00000" if failed else "black")
         ax.set_xticks(positions)
@@ -103,9 +117,10 @@ def plot_position_curves(table: pd.DataFrame):
     for ax in axes[:: min(len(axes), 4)]:
         ax.set_ylabel("acceptance rate")
     handles = [plt.Line2D([], [], color=colors[c], marker="o", label=c.replace("_", " ")) for c in cats]
-    handles += [plt.Line2D([], [], color="gray", linestyle="--", label="stored baseline"),
-                plt.Line2D([], [], color="#e41a1c", marker="o", markerfacecolor="none", linestyle="none",
-                           label="below floor")]
+    handles += [
+        plt.Line2D([], [], color="gray", linestyle="--", label="stored baseline"),
+        plt.Line2D([], [], color="#e41a1c", marker="o", markerfacecolor="none", linestyle="none", label="below floor"),
+    ]
     bottom = legend(fig, spare, handles, ncol=4)
     fig.suptitle("Per-position acceptance rate (solid = this run, dashed = stored baseline)", fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
@@ -141,28 +156,49 @@ def plot_speedup(table: pd.DataFrame):
         for verdict, (color, face, _) in _SPEEDUP_MARKERS.items():
             mask = s["verdict"].map(lambda v: _SPEEDUP_VERDICT.get(v, "pass")) == verdict
             if mask.any():
-                ax.errorbar(s["c"][mask], s["value"][mask], yerr=[low[mask], high[mask]], fmt="o", color=color,
-                            markerfacecolor=face or color, capsize=4, markersize=6, zorder=4)
+                ax.errorbar(
+                    s["c"][mask],
+                    s["value"][mask],
+                    yerr=[low[mask], high[mask]],
+                    fmt="o",
+                    color=color,
+                    markerfacecolor=face or color,
+                    capsize=4,
+                    markersize=6,
+                    zorder=4,
+                )
         ax.plot(s["c"], s["value"], color="#1f77b4", linewidth=1, alpha=0.6)
         floor = s.dropna(subset=["bound"])
         if not floor.empty:
-            ax.plot(floor["c"], floor["bound"], color="#e41a1c", linestyle="--", linewidth=1.2, marker="_",
-                    markersize=12)
+            ax.plot(
+                floor["c"], floor["bound"], color="#e41a1c", linestyle="--", linewidth=1.2, marker="_", markersize=12
+            )
         base = s.dropna(subset=["baseline"])
         if not base.empty:
             ax.scatter(base["c"], base["baseline"], marker="x", color="#444444", zorder=3)
         else:
-            ax.text(0.5, 0.04, "no stored baseline: not gated", transform=ax.transAxes, ha="center", fontsize=8,
-                    color="#777777")
+            ax.text(
+                0.5,
+                0.04,
+                "no stored baseline: not gated",
+                transform=ax.transAxes,
+                ha="center",
+                fontsize=8,
+                color="#777777",
+            )
         exp = rows[(rows["method"] == method) & (rows["metric"] == "expected_speedup")].dropna(subset=["c"])
         if not exp.empty:
             exp = exp.sort_values("c")
             ax.plot(exp["c"], exp["value"], color="#2ca02c", linestyle=":", linewidth=1.4)
         ax.axhline(1.0, color="black", linewidth=0.8, alpha=0.5)
-        cross = table[(table["gate"] == "speedup") & (table["method"] == method) & (table["metric"] == "crossover_concurrency")]
+        cross = table[
+            (table["gate"] == "speedup") & (table["method"] == method) & (table["metric"] == "crossover_concurrency")
+        ]
         if not cross.empty and present(cross.iloc[0]["value"]):
             ax.axvline(float(cross.iloc[0]["value"]), color="#ff7f00", linestyle="-.", linewidth=1.2)
-            ax.text(float(cross.iloc[0]["value"]), ax.get_ylim()[1], " crossover", color="#ff7f00", fontsize=8, va="top")
+            ax.text(
+                float(cross.iloc[0]["value"]), ax.get_ylim()[1], " crossover", color="#ff7f00", fontsize=8, va="top"
+            )
         ax.set_xscale("log", base=2)
         levels = sorted(s["c"].unique())
         ax.set_xticks(levels, [str(int(c)) for c in levels])
@@ -172,11 +208,15 @@ def plot_speedup(table: pd.DataFrame):
         ax.grid(alpha=0.3)
     for ax in axes[:: min(len(axes), 4)]:
         ax.set_ylabel("speedup over baseline (×)")
-    handles = [plt.Line2D([], [], color=color, marker="o", markerfacecolor=face or color, linestyle="none", label=label)
-               for color, face, label in _SPEEDUP_MARKERS.values()]
-    handles += [plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor"),
-                plt.Line2D([], [], color="#444444", marker="x", linestyle="none", label="stored baseline"),
-                plt.Line2D([], [], color="#2ca02c", linestyle=":", label="expected (acceptance model)")]
+    handles = [
+        plt.Line2D([], [], color=color, marker="o", markerfacecolor=face or color, linestyle="none", label=label)
+        for color, face, label in _SPEEDUP_MARKERS.values()
+    ]
+    handles += [
+        plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor"),
+        plt.Line2D([], [], color="#444444", marker="x", linestyle="none", label="stored baseline"),
+        plt.Line2D([], [], color="#2ca02c", linestyle=":", label="expected (acceptance model)"),
+    ]
     bottom = legend(fig, spare, handles, ncol=6)
     fig.suptitle("Speedup vs concurrency (throughput ratio to the baseline engine)", fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))
@@ -194,8 +234,9 @@ def plot_memory(table: pd.DataFrame):
     from matplotlib.ticker import FuncFormatter
 
     methods = ordered(rows[rows["metric"].isin([m for m, _ in panels])]["method"])
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels) + 1.2, 0.42 * len(methods) + 1.9),
-                             sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(4.2 * len(panels) + 1.2, 0.42 * len(methods) + 1.9), sharey=True, squeeze=False
+    )
     for ax, (metric, label) in zip(axes[0], panels):
         top = 0.0
         for i, method in enumerate(methods):
@@ -206,13 +247,26 @@ def plot_memory(table: pd.DataFrame):
             failed = row["verdict"] in ("fail", "error")
             ax.barh(i, row["value"], color="#fc9272" if failed else "#6baed6", height=0.6)
             right = max(float(row[c]) for c in ("value", "bound") if present(row[c]))  # label clear of the ceiling
-            ax.text(right, i, f"  {fmt(row['value'])}", va="center", fontsize=8,
-                    color="#b00000" if failed else "#333333", fontweight="bold" if failed else "normal")
+            ax.text(
+                right,
+                i,
+                f"  {fmt(row['value'])}",
+                va="center",
+                fontsize=8,
+                color="#b00000" if failed else "#333333",
+                fontweight="bold" if failed else "normal",
+            )
             if present(row["baseline"]):
                 ax.plot([row["baseline"]] * 2, [i - 0.38, i + 0.38], color="black", linewidth=2, zorder=4)
             if present(row["bound"]):
-                ax.plot([row["bound"]] * 2, [i - 0.42, i + 0.42], color="#b2182b", linewidth=2, linestyle=(0, (2, 1)),
-                        zorder=5)
+                ax.plot(
+                    [row["bound"]] * 2,
+                    [i - 0.42, i + 0.42],
+                    color="#b2182b",
+                    linewidth=2,
+                    linestyle=(0, (2, 1)),
+                    zorder=5,
+                )
             top = max([top] + [float(row[c]) for c in ("value", "baseline", "bound") if present(row[c])])
         ax.set_title(label, fontsize=10)
         ax.grid(axis="x", alpha=0.3)
@@ -221,15 +275,19 @@ def plot_memory(table: pd.DataFrame):
             ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x / 1000:,.0f}k" if x else "0"))
         ax.set_yticks(range(len(methods)), methods)
     axes[0][0].invert_yaxis()  # first method on top; the axes share y
-    handles = [plt.Rectangle((0, 0), 1, 1, color="#6baed6", label="measured"),
-               plt.Rectangle((0, 0), 1, 1, color="#fc9272", label="over ceiling"),
-               plt.Line2D([], [], color="black", linewidth=2, label="stored baseline"),
-               plt.Line2D([], [], color="#b2182b", linewidth=2, linestyle=(0, (2, 1)), label="ceiling")]
+    handles = [
+        plt.Rectangle((0, 0), 1, 1, color="#6baed6", label="measured"),
+        plt.Rectangle((0, 0), 1, 1, color="#fc9272", label="over ceiling"),
+        plt.Line2D([], [], color="black", linewidth=2, label="stored baseline"),
+        plt.Line2D([], [], color="#b2182b", linewidth=2, linestyle=(0, (2, 1)), label="ceiling"),
+    ]
     bottom = legend(fig, [], handles, ncol=4)
     engine = table[(table["gate"] == "memory") & (table["method"] == BASELINE_METHOD)]
     sub = ", ".join(f"{metric_label(r['metric'])} {fmt(r['value'])} {r['unit']}".strip() for _, r in engine.iterrows())
-    fig.suptitle("Memory overhead per method vs the baseline engine" + (f"\n(baseline engine: {sub})" if sub else ""),
-                 fontsize=11)
+    fig.suptitle(
+        "Memory overhead per method vs the baseline engine" + (f"\n(baseline engine: {sub})" if sub else ""),
+        fontsize=11,
+    )
     fig.tight_layout(rect=(0, bottom, 1, 1))
     return fig
 
@@ -246,8 +304,13 @@ def plot_divergence_gaps(table: pd.DataFrame):
     for i, method in enumerate(methods):
         gaps = rows[rows["method"] == method]["value"]
         ax.scatter(gaps, [i] * len(gaps), alpha=0.6, s=22, color="#1f77b4")
-        ax.text(float(gaps.max()), i + 0.25, f" {len(gaps)} divergences, p50 {gaps.median():.3g}, max {gaps.max():.3g}",
-                fontsize=8, va="center")
+        ax.text(
+            float(gaps.max()),
+            i + 0.25,
+            f" {len(gaps)} divergences, p50 {gaps.median():.3g}, max {gaps.max():.3g}",
+            fontsize=8,
+            va="center",
+        )
     margins = rows.dropna(subset=["bound"])["bound"]
     if not margins.empty:
         ax.axvline(float(margins.iloc[0]), color="#e41a1c", linestyle="--", label=f"logprob_margin {margins.iloc[0]:g}")
@@ -265,7 +328,9 @@ def plot_divergence_gaps(table: pd.DataFrame):
 def plot_prefix_soak(table: pd.DataFrame):
     """Per method, mean acceptance length and the prefix-cache hit rate per soak round (round 1 cold):
     a decline with reuse is what vllm-project/vllm#41838 looked like. None without a soak."""
-    rows = table[(table["gate"] == "prefix_soak") & table["metric"].isin(("round_acceptance_length", "round_prefix_hit_rate"))]
+    rows = table[
+        (table["gate"] == "prefix_soak") & table["metric"].isin(("round_acceptance_length", "round_prefix_hit_rate"))
+    ]
     rows = rows.dropna(subset=["position"])
     if rows.empty:
         return None
@@ -277,8 +342,11 @@ def plot_prefix_soak(table: pd.DataFrame):
         length = mrows[mrows["metric"] == "round_acceptance_length"].sort_values("position")
         hits = mrows[mrows["metric"] == "round_prefix_hit_rate"].sort_values("position")
         ax.plot(length["position"], length["value"], marker="o", color="#1f77b4", linewidth=1.6)
-        floor = table[(table["gate"] == "prefix_soak") & (table["method"] == method)
-                      & (table["metric"] == "mean_acceptance_length")]["bound"].dropna()
+        floor = table[
+            (table["gate"] == "prefix_soak")
+            & (table["method"] == method)
+            & (table["metric"] == "mean_acceptance_length")
+        ]["bound"].dropna()
         if not floor.empty:
             ax.axhline(float(floor.iloc[0]), color="#e41a1c", linestyle="--", linewidth=1)
         twin = ax.twinx()
@@ -291,9 +359,11 @@ def plot_prefix_soak(table: pd.DataFrame):
         ax.grid(alpha=0.3)
     for ax in axes[:: min(len(axes), 4)]:
         ax.set_ylabel("mean acceptance length")
-    handles = [plt.Line2D([], [], color="#1f77b4", marker="o", label="mean acceptance length"),
-               plt.Line2D([], [], color="#2ca02c", marker="s", label="prefix-cache hit rate (right axis)"),
-               plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor (round 1 x (1 - acceptance_rtol))")]
+    handles = [
+        plt.Line2D([], [], color="#1f77b4", marker="o", label="mean acceptance length"),
+        plt.Line2D([], [], color="#2ca02c", marker="s", label="prefix-cache hit rate (right axis)"),
+        plt.Line2D([], [], color="#e41a1c", linestyle="--", label="floor (round 1 x (1 - acceptance_rtol))"),
+    ]
     bottom = legend(fig, spare, handles, ncol=3)
     fig.suptitle("Prefix-cache soak: acceptance per round", fontsize=11)
     fig.tight_layout(rect=(0, bottom, 1, 0.97))

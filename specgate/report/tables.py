@@ -11,28 +11,52 @@ import re
 import pandas as pd
 
 from specgate.checks import GATES, worst
-from specgate.report import glance
 from specgate.formatting import fmt, present
-from specgate.run_record import Outcome, RunRecord
+from specgate.report import glance
 from specgate.report.data import VERDICTS, headline, metric_label, normalize, one_line, ordered, verdict_of
-
+from specgate.run_record import Outcome, RunRecord
 
 # Headline columns per gate: (metric, header). Metrics not listed here still get a column.
 _HEADLINES = {
     "equivalence": [("identical", "identical"), ("compared", "compared"), ("diverged", "diverged")],
     "acceptance": [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
-    "speedup": [("speedup", "speedup [CI]"), ("runner", "runner"), ("expected_speedup", "expected"),
-                ("measured_over_expected", "measured / expected"), ("throughput_tok_s", "tok/s"),
-                ("baseline_throughput_tok_s", "baseline tok/s"), ("ttft_p50_ms", "TTFT p50 ms"),
-                ("tpot_p50_ms", "TPOT p50 ms"), ("itl_p99_ms", "ITL p99 ms"), ("e2e_p50_ms", "E2E p50 ms")],
-    "memory": [("static_mib_measured", "drafter weights MiB"), ("kv_tokens_lost", "KV tokens lost"),
-               ("process_mib", "process MiB"), ("kv_capacity_tokens", "KV capacity tokens"),
-               ("peak_process_mib", "peak process MiB")],
-    "structured": [("mean_acceptance_length", "mean acceptance length"), ("identical", "identical"),
-                   ("diverged", "diverged"), ("finished", "finished"), ("invalid", "invalid")],
-    "prefix_soak": [("mean_acceptance_length", "last round's acceptance length"), ("changed_outputs", "outputs changed")],
-    "preemption": [("preemptions", "preemptions"), ("identical", "identical"), ("diverged", "diverged"),
-                   ("mean_acceptance_length", "acceptance length"), ("kv_usage_after", "KV in use after")],
+    "speedup": [
+        ("speedup", "speedup [CI]"),
+        ("runner", "runner"),
+        ("expected_speedup", "expected"),
+        ("measured_over_expected", "measured / expected"),
+        ("throughput_tok_s", "tok/s"),
+        ("baseline_throughput_tok_s", "baseline tok/s"),
+        ("ttft_p50_ms", "TTFT p50 ms"),
+        ("tpot_p50_ms", "TPOT p50 ms"),
+        ("itl_p99_ms", "ITL p99 ms"),
+        ("e2e_p50_ms", "E2E p50 ms"),
+    ],
+    "memory": [
+        ("static_mib_measured", "drafter weights MiB"),
+        ("kv_tokens_lost", "KV tokens lost"),
+        ("process_mib", "process MiB"),
+        ("kv_capacity_tokens", "KV capacity tokens"),
+        ("peak_process_mib", "peak process MiB"),
+    ],
+    "structured": [
+        ("mean_acceptance_length", "mean acceptance length"),
+        ("identical", "identical"),
+        ("diverged", "diverged"),
+        ("finished", "finished"),
+        ("invalid", "invalid"),
+    ],
+    "prefix_soak": [
+        ("mean_acceptance_length", "last round's acceptance length"),
+        ("changed_outputs", "outputs changed"),
+    ],
+    "preemption": [
+        ("preemptions", "preemptions"),
+        ("identical", "identical"),
+        ("diverged", "diverged"),
+        ("mean_acceptance_length", "acceptance length"),
+        ("kv_usage_after", "KV in use after"),
+    ],
 }
 # many rows per (method, key): plotted, not a column
 _PER_ITEM = ("position_rate", "logprob_gap", "round_acceptance_length", "round_prefix_hit_rate")
@@ -108,21 +132,20 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
                 verdict = worst(verdict_of(o) for o in matching)
             messages = [r["message"] for r in group if r["verdict"] in ("fail", "error", "skip") and r["message"]]
             if not messages:
-                messages = [o.message for o in matching
-                            if verdict_of(o) in ("fail", "error", "skip")]
+                messages = [o.message for o in matching if verdict_of(o) in ("fail", "error", "skip")]
             if not metrics and not has_positions:
                 line.append(one_line(messages[0]) if messages else "")
             for message in dict.fromkeys(m for m in messages if m):
                 notes.setdefault((verdict if verdict in ("fail", "error", "skip") else "fail", message), []).append(
-                    f"{method} / {key}" if key else method)
+                    f"{method} / {key}" if key else method
+                )
                 noted.add(method)
             cells.append((method, key, verdict, line))
         # a test that covers the whole method (no key): its message only when the table has none
         if method not in noted:
             for o in outcomes:
                 verdict = verdict_of(o)
-                if o.method == method and not o.key and o.message and verdict in (
-                        "fail", "error", "skip"):
+                if o.method == method and not o.key and o.message and verdict in ("fail", "error", "skip"):
                     notes.setdefault((verdict, o.message), []).append(method)
 
     # tests that produced no measurement at all (an engine that did not boot, a skip before measuring)
@@ -178,8 +201,10 @@ def judged_line(outcomes: list[Outcome]) -> str:
     judged = sum(v in ("pass", "fail", "error") for v in verdicts)
     skips = [o for o, v in zip(outcomes, verdicts) if v == "skip"]
     skipped = [o.message for o in skips]
-    text = (f"judged {judged} of {len(outcomes)} checks ({verdicts.count('pass')} passed, "
-            f"{verdicts.count('fail') + verdicts.count('error')} failed)")
+    text = (
+        f"judged {judged} of {len(outcomes)} checks ({verdicts.count('pass')} passed, "
+        f"{verdicts.count('fail') + verdicts.count('error')} failed)"
+    )
     if not skipped:
         return text + "; none skipped"
 
@@ -196,11 +221,19 @@ def judged_line(outcomes: list[Outcome]) -> str:
 
 def title_line(table: pd.DataFrame, run: RunRecord) -> str:
     counts = totals(table, run)
-    words = {"pass": "passed", "fail": "failed", "skip": "skipped",
-             "error": "error" if counts["error"] == 1 else "errors"}
+    words = {
+        "pass": "passed",
+        "fail": "failed",
+        "skip": "skipped",
+        "error": "error" if counts["error"] == 1 else "errors",
+    }
     count_text = ", ".join(f"{counts[v]} {words[v]}" for v in VERDICTS)
-    about = [f"run {run.run_id or '?'}", f"profile {run.profile or '?'}", f"hardware {run.hardware or '?'}",
-             f"vLLM {run.vllm or '?'}"]
+    about = [
+        f"run {run.run_id or '?'}",
+        f"profile {run.profile or '?'}",
+        f"hardware {run.hardware or '?'}",
+        f"vLLM {run.vllm or '?'}",
+    ]
     return f"{'FAILED' if counts['fail'] or counts['error'] else 'passed'}: {count_text} · {' · '.join(about)}"
 
 
@@ -223,7 +256,10 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
         moved = moved_rows(table)
         lines += [f"## What moved ({upgrade.removeprefix('baselines: ').replace(' -> this run: ', ' → ')})", ""]
         if moved:
-            lines += ["| method | gate | key | figure | baseline | this run | change |", "| --- | --- | --- | --- | ---: | ---: | ---: |"]
+            lines += [
+                "| method | gate | key | figure | baseline | this run | change |",
+                "| --- | --- | --- | --- | ---: | ---: | ---: |",
+            ]
             lines += [f"| {m} | {g} | {k} | {f} | {fmt(b)} | {fmt(v)} | {c} |" for m, g, k, f, b, v, c in moved]
         else:
             lines.append("Every figure with a stored baseline came out the same.")
@@ -233,8 +269,11 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
     if not compact:
         lines += ["No measurements were recorded in this run.", ""]
     else:
-        lines += ["Each figure with the bound it was held to (≥ floor, ≤ ceiling); every other figure is in "
-                  "report.html and measurements.csv.", ""]
+        lines += [
+            "Each figure with the bound it was held to (≥ floor, ≤ ceiling); every other figure is in "
+            "report.html and measurements.csv.",
+            "",
+        ]
     for gate, header, body in compact:
         lines += [f"## {gate}", ""]
         lines.append("| " + " | ".join(header) + " |")
@@ -250,8 +289,14 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
         if gate_notes:
             lines.append("")
     for family, header, body in sweeps(table):
-        lines += [f"## draft-length sweep: {family}", "", "| " + " | ".join(header) + " |",
-                  "| " + " | ".join("---" for _ in header) + " |", *("| " + " | ".join(r) + " |" for r in body), ""]
+        lines += [
+            f"## draft-length sweep: {family}",
+            "",
+            "| " + " | ".join(header) + " |",
+            "| " + " | ".join("---" for _ in header) + " |",
+            *("| " + " | ".join(r) + " |" for r in body),
+            "",
+        ]
     if run.summary_lines:
         lines += ["## session", "", "```", *map(str, run.summary_lines), "```", ""]
     return "\n".join(lines)
@@ -272,8 +317,14 @@ def sweeps(table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
         if hit := _sweep_family(method):
             families.setdefault(hit[0], {})[hit[1]] = method
     for family, by_k in families.items():
-        levels = sorted({int(c) for c in table[(table["gate"] == "speedup") & table["method"].isin(by_k.values())
-                                               & (table["metric"] == "speedup")]["concurrency"].dropna()})
+        levels = sorted(
+            {
+                int(c)
+                for c in table[
+                    (table["gate"] == "speedup") & table["method"].isin(by_k.values()) & (table["metric"] == "speedup")
+                ]["concurrency"].dropna()
+            }
+        )
         header = ["k", "mean acceptance length", "acceptance rate", *(f"speedup C={c}" for c in levels)]
         body, best = [], {}
         for k in sorted(by_k):
@@ -291,9 +342,20 @@ def sweeps(table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
                         if present(v) and v > best.get((which, c), (None, -1.0))[1]:
                             best[(which, c)] = (k, float(v))
             body.append(cells)
-        body.append(["best k", "", "", *(f"k={best[('now', c)][0]}" + (f" (stored: k={best[('stored', c)][0]})"
-                                                                        if ("stored", c) in best else "")
-                                           if ("now", c) in best else "–" for c in levels)])
+        body.append(
+            [
+                "best k",
+                "",
+                "",
+                *(
+                    f"k={best[('now', c)][0]}"
+                    + (f" (stored: k={best[('stored', c)][0]})" if ("stored", c) in best else "")
+                    if ("now", c) in best
+                    else "–"
+                    for c in levels
+                ),
+            ]
+        )
         out.append((family, header, body))
     return out
 

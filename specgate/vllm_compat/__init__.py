@@ -18,22 +18,88 @@ tests/contract/ checks every entry against the installed vLLM before any engine 
 Everything is reached as `vllm_compat.NAME`.
 """
 
-from specgate.vllm_compat.engine import (PER_REQUEST_METRICS, engine_arg_names, engine_classes, engine_core_processes,
-                                         is_engine_dead, kv_capacity_tokens, metrics_snapshot, reset_prefix_cache,
-                                         sampling_params, tokens_prompt)
-from specgate.vllm_compat.internals import (ALL, CPU_RELEASES, CUDA_RELEASES, INTERNALS, METRICS_SOURCE, V2, V2_ONLY,
-                                            V2_SAMPLER, Internal)
+from specgate.vllm_compat.engine import (
+    PER_REQUEST_METRICS,
+    engine_arg_names,
+    engine_classes,
+    engine_core_processes,
+    is_engine_dead,
+    kv_capacity_tokens,
+    metrics_snapshot,
+    reset_prefix_cache,
+    sampling_params,
+    tokens_prompt,
+)
+from specgate.vllm_compat.internals import (
+    ALL,
+    CPU_RELEASES,
+    CUDA_RELEASES,
+    INTERNALS,
+    METRICS_SOURCE,
+    V2,
+    V2_ONLY,
+    V2_SAMPLER,
+    Internal,
+)
 from specgate.vllm_compat.lookup import load, problems
 from specgate.vllm_compat.release import literal_from_source, literal_values, release, speculative_methods
-from specgate.vllm_compat.runner import (TP_SPLIT_ALONG, TP_WHOLE, UnknownSplit, drafter_model, parameter_shard,
-                                         runner_kind, step_timers)
-from specgate.vllm_compat.sampler import (KernelOverride, expand_repaired, platform, sampled_verification_broken,
-                                          sampling_metadata, use_cpu_kernels, v2_input_batch)
+from specgate.vllm_compat.runner import (
+    TP_SPLIT_ALONG,
+    TP_WHOLE,
+    UnknownSplit,
+    drafter_model,
+    parameter_shard,
+    runner_kind,
+    step_timers,
+)
+from specgate.vllm_compat.sampler import (
+    KernelOverride,
+    expand_repaired,
+    platform,
+    sampled_verification_broken,
+    sampling_metadata,
+    use_cpu_kernels,
+    v2_input_batch,
+)
 
-__all__ = ["ALL", "CPU_RELEASES", "CUDA_RELEASES", "INTERNALS", "METRICS_SOURCE", "PER_REQUEST_METRICS", "TP_SPLIT_ALONG",
-           "TP_WHOLE", "V2", "V2_ONLY", "V2_SAMPLER", "Internal", "KernelOverride", "UnknownSplit", "drafter_model",
-           "engine_arg_names", "engine_classes", "engine_core_processes", "expand_repaired", "is_engine_dead",
-           "kv_capacity_tokens", "literal_from_source", "literal_values", "load", "metrics_snapshot", "parameter_shard",
-           "platform", "problems", "release", "reset_prefix_cache", "runner_kind", "sampled_verification_broken",
-           "sampling_metadata", "sampling_params", "speculative_methods", "step_timers", "tokens_prompt",
-           "use_cpu_kernels", "v2_input_batch"]
+__all__ = [
+    "ALL",
+    "CPU_RELEASES",
+    "CUDA_RELEASES",
+    "INTERNALS",
+    "METRICS_SOURCE",
+    "PER_REQUEST_METRICS",
+    "TP_SPLIT_ALONG",
+    "TP_WHOLE",
+    "V2",
+    "V2_ONLY",
+    "V2_SAMPLER",
+    "Internal",
+    "KernelOverride",
+    "UnknownSplit",
+    "drafter_model",
+    "engine_arg_names",
+    "engine_classes",
+    "engine_core_processes",
+    "expand_repaired",
+    "is_engine_dead",
+    "kv_capacity_tokens",
+    "literal_from_source",
+    "literal_values",
+    "load",
+    "metrics_snapshot",
+    "parameter_shard",
+    "platform",
+    "problems",
+    "release",
+    "reset_prefix_cache",
+    "runner_kind",
+    "sampled_verification_broken",
+    "sampling_metadata",
+    "sampling_params",
+    "speculative_methods",
+    "step_timers",
+    "tokens_prompt",
+    "use_cpu_kernels",
+    "v2_input_batch",
+]

@@ -22,8 +22,13 @@ def engine_arg_names() -> set[str]:
     return {f.name for f in fields(AsyncEngineArgs)}
 
 
-def sampling_params(max_tokens: int, top_logprobs: int = 0, temperature: float = 0.0, seed: int | None = None,
-                    schema: dict | None = None):
+def sampling_params(
+    max_tokens: int,
+    top_logprobs: int = 0,
+    temperature: float = 0.0,
+    seed: int | None = None,
+    schema: dict | None = None,
+):
     """One output per engine step (DELTA), greedy unless a temperature is given; with `schema`, decoded
     under that JSON schema by vLLM's structured outputs (no free whitespace: one rendering per value)."""
     from vllm import SamplingParams
@@ -34,8 +39,15 @@ def sampling_params(max_tokens: int, top_logprobs: int = 0, temperature: float =
         from vllm.sampling_params import StructuredOutputsParams
 
         extra["structured_outputs"] = StructuredOutputsParams(json=schema, disable_any_whitespace=True)
-    return SamplingParams(temperature=temperature, max_tokens=max_tokens, logprobs=top_logprobs or None,
-                          ignore_eos=False, output_kind=RequestOutputKind.DELTA, seed=seed, **extra)
+    return SamplingParams(
+        temperature=temperature,
+        max_tokens=max_tokens,
+        logprobs=top_logprobs or None,
+        ignore_eos=False,
+        output_kind=RequestOutputKind.DELTA,
+        seed=seed,
+        **extra,
+    )
 
 
 def reset_prefix_cache(client) -> None:
@@ -74,5 +86,7 @@ def engine_core_processes(client) -> list[tuple[str, int | None, int | None]]:
     """(name, pid, exit code) of the engine-core processes this client started; a negative exit
     code is the signal that ended it (multiprocessing's convention). Empty when not reachable."""
     manager = getattr(getattr(getattr(client, "engine_core", None), "resources", None), "engine_manager", None)
-    return [(getattr(p, "name", "EngineCore"), getattr(p, "pid", None), getattr(p, "exitcode", None))
-            for p in getattr(manager, "processes", None) or []]
+    return [
+        (getattr(p, "name", "EngineCore"), getattr(p, "pid", None), getattr(p, "exitcode", None))
+        for p in getattr(manager, "processes", None) or []
+    ]

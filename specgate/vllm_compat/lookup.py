@@ -40,7 +40,11 @@ def problems(internal: Internal, source: Path | None = None) -> list[str]:
             params = set(inspect.signature(obj).parameters)
         except (TypeError, ValueError):
             params = set()
-        names = {f.name for f in fields(obj)} if is_dataclass(obj) else set(getattr(obj, "model_fields", {})) or set(dir(obj))
+        names = (
+            {f.name for f in fields(obj)}
+            if is_dataclass(obj)
+            else set(getattr(obj, "model_fields", {})) or set(dir(obj))
+        )
     out = []
     if missing := [p for p in internal.params if p not in params]:
         out.append(f"{internal.name} takes no parameter(s) {missing} (it has {sorted(params)})")
@@ -86,8 +90,10 @@ def _from_source(root: Path, name: str):
                     target = item.module or ""
                     if item.level:  # relative to this module's package
                         package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
-                        target = ".".join(package[: len(package) - item.level + 1] + ([item.module] if item.module else []))
-                    return _from_source(root, f"{target}:{'.'.join([original, *chain[i + 1:]])}")
+                        target = ".".join(
+                            package[: len(package) - item.level + 1] + ([item.module] if item.module else [])
+                        )
+                    return _from_source(root, f"{target}:{'.'.join([original, *chain[i + 1 :]])}")
         if attr not in scope:
             return f"{path} defines no {attr}"
         node = scope[attr]

@@ -57,7 +57,11 @@ def literal_from_source(text: str, name: str) -> list[str]:
 
     aliases = {}
     for node in ast.parse(text).body:
-        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else getattr(node, "target", None)
+        target = (
+            node.targets[0]
+            if isinstance(node, ast.Assign) and len(node.targets) == 1
+            else getattr(node, "target", None)
+        )
         if isinstance(target, ast.Name) and isinstance(getattr(node, "value", None), ast.Subscript):
             aliases[target.id] = node.value.slice
 

@@ -31,7 +31,11 @@ def drafter_model(runner):
 # which the layer's weight loader narrows the checkpoint tensor at the layer's tp_rank. A parameter
 # without it (a row-parallel layer's bias) is whole on every rank, as is every parameter of
 # ReplicatedLinear (whose tp_size is still the world's) and of layers without tp_size (RMSNorm).
-TP_SPLIT_ALONG = {"ColumnParallelLinear": "output_dim", "VocabParallelEmbedding": "output_dim", "RowParallelLinear": "input_dim"}
+TP_SPLIT_ALONG = {
+    "ColumnParallelLinear": "output_dim",
+    "VocabParallelEmbedding": "output_dim",
+    "RowParallelLinear": "input_dim",
+}
 TP_WHOLE = ("ReplicatedLinear",)
 
 
@@ -54,7 +58,9 @@ def parameter_shard(module, param) -> int | None:
     if along is None:
         raise UnknownSplit(f"{type(module).__name__} with tp_size {size}")
     if getattr(module, "num_kv_head_replicas", 1) > 1:
-        raise UnknownSplit(f"{type(module).__name__} with its K/V heads replicated over {module.num_kv_head_replicas} ranks")
+        raise UnknownSplit(
+            f"{type(module).__name__} with its K/V heads replicated over {module.num_kv_head_replicas} ranks"
+        )
     return int(module.tp_rank) if getattr(param, along, None) is not None else None
 
 
@@ -63,6 +69,7 @@ def step_timers(runner) -> dict[str, tuple[Any, str, Any]]:
     V1: `_model_forward` (the target forward alone) and `propose_draft_token_ids`. V2: `execute_model`
     (input preparation plus the target forward) and `speculator.propose`, leaving out warm-up calls
     (dummy_run) and steps that drafted nothing (0.33 may skip drafting)."""
+
     def warmup(kw):
         return bool(kw.get("dummy_run"))
 

@@ -53,8 +53,12 @@ def use_cpu_kernels() -> str:
     import vllm.utils.cpu_triton_utils as cpu_kernels
     from vllm.v1.sample import rejection_sampler as rs
 
-    for name in ("rejection_greedy_sample_kernel", "rejection_random_sample_kernel", "expand_kernel",
-                 "sample_recovered_tokens_kernel"):
+    for name in (
+        "rejection_greedy_sample_kernel",
+        "rejection_random_sample_kernel",
+        "expand_kernel",
+        "sample_recovered_tokens_kernel",
+    ):
         original = getattr(rs, name)
         if isinstance(original, KernelOverride):
             continue
@@ -84,9 +88,11 @@ def sampled_verification_broken() -> str:
     got = expand_batch_to_tokens(torch.tensor([0.37, 0.0, 1.91]), cu, 5, replace_from=0, replace_to=1)
     if torch.allclose(got, torch.tensor([0.37, 0.37, 1.0, 1.91, 1.91])):
         return ""
-    return (f"sampled verification is broken on {release()}'s CPU kernels (vllm-project/vllm#55005: the engine "
-            "divides sampled logits by uninitialised memory), so acceptance at temperature > 0 would measure that "
-            "bug; skipped until a release with the fix (#55006)")
+    return (
+        f"sampled verification is broken on {release()}'s CPU kernels (vllm-project/vllm#55005: the engine "
+        "divides sampled logits by uninitialised memory), so acceptance at temperature > 0 would measure that "
+        "bug; skipped until a release with the fix (#55006)"
+    )
 
 
 def v2_input_batch(**values):

@@ -24,7 +24,9 @@ else:
     SOURCES = [None, *(vllm_source.tree(r) for r in vllm_source.RELEASES if not vllm_source.missing(r))]
 SOURCE_IDS = ["installed" if s is None else f"source-{vllm_source.release_of(s) or s.name}" for s in SOURCES]
 # the installed vLLM is imported; the unpacked trees are read as text
-SOURCE_PARAMS = [pytest.param(s, id=i, marks=pytest.mark.needs_vllm if s is None else ()) for s, i in zip(SOURCES, SOURCE_IDS)]
+SOURCE_PARAMS = [
+    pytest.param(s, id=i, marks=pytest.mark.needs_vllm if s is None else ()) for s, i in zip(SOURCES, SOURCE_IDS)
+]
 
 
 @pytest.fixture(params=SOURCE_PARAMS)
@@ -75,7 +77,9 @@ def test_the_scheduler_counters_keep_their_names(source):
     root = source or Path(importlib.util.find_spec("vllm").submodule_search_locations[0]).parent
     text = (root / "vllm" / "v1" / "metrics" / "loggers.py").read_text(encoding="utf-8")
     for name in (kvstats.PREEMPTIONS, kvstats.PREFIX_QUERIES, kvstats.PREFIX_HITS, kvstats.KV_USAGE):
-        assert f'"{name}"' in text, f"{where(source)}: the scheduler's metric {name} is gone from vllm/v1/metrics/loggers.py"
+        assert f'"{name}"' in text, (
+            f"{where(source)}: the scheduler's metric {name} is gone from vllm/v1/metrics/loggers.py"
+        )
 
 
 def test_the_methods_this_vllm_offers_are_read_from_it(source):
@@ -96,7 +100,9 @@ def _class(source, module: str, name: str):
     import ast
 
     path = _vllm_root(source).joinpath(*module.split(".")).with_suffix(".py")
-    found = [n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef) and n.name == name]
+    found = [
+        n for n in ast.parse(path.read_text(encoding="utf-8")).body if isinstance(n, ast.ClassDef) and n.name == name
+    ]
     assert found, f"{where(source)}: {path} defines no class {name}"
     return found[0]
 
@@ -107,16 +113,24 @@ def test_the_layers_split_over_tensor_parallel_ranks_along_the_attribute_specgat
     ReplicatedLinear, whose loader copies the whole tensor."""
     import ast
 
-    modules = {i.name.split(":")[1]: i.name.split(":")[0] for i in vllm_compat.INTERNALS if "model_executor.layers" in i.name}
+    modules = {
+        i.name.split(":")[1]: i.name.split(":")[0] for i in vllm_compat.INTERNALS if "model_executor.layers" in i.name
+    }
     for layer, along in {**vllm_compat.TP_SPLIT_ALONG, **{k: "" for k in vllm_compat.TP_WHOLE}}.items():
         cls = _class(source, modules[layer], layer)
-        loader = next((ast.unparse(n) for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "weight_loader"), "")
+        loader = next(
+            (ast.unparse(n) for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "weight_loader"), ""
+        )
         assert loader, f"{where(source)}: {layer} has no weight_loader of its own"
         if along:
             assert f"getattr(param, '{along}'" in loader and ".narrow(" in loader, (
-                f"{where(source)}: {layer}.weight_loader no longer narrows along {along}: update vllm_compat.TP_SPLIT_ALONG")
+                f"{where(source)}: {layer}.weight_loader no longer narrows along {along}: update "
+                "vllm_compat.TP_SPLIT_ALONG"
+            )
         else:
-            assert ".narrow(" not in loader, f"{where(source)}: {layer}.weight_loader now narrows: update vllm_compat.TP_WHOLE"
+            assert ".narrow(" not in loader, (
+                f"{where(source)}: {layer}.weight_loader now narrows: update vllm_compat.TP_WHOLE"
+            )
     row = ast.unparse(_class(source, modules["RowParallelLinear"], "RowParallelLinear"))
     assert "self.tp_rank" in row and "self.tp_size" in row and "input_size_per_partition" in row
 
@@ -126,8 +140,11 @@ def _function(source, module: str, qualname: str):
     import ast
 
     owner_name, _, name = qualname.rpartition(".")
-    owner = _class(source, module, owner_name) if owner_name else ast.parse(
-        _vllm_root(source).joinpath(*module.split(".")).with_suffix(".py").read_text(encoding="utf-8"))
+    owner = (
+        _class(source, module, owner_name)
+        if owner_name
+        else ast.parse(_vllm_root(source).joinpath(*module.split(".")).with_suffix(".py").read_text(encoding="utf-8"))
+    )
     found = [n for n in owner.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name]
     assert found, f"{where(source)}: {module} defines no {qualname}"
     return found[0]
@@ -146,7 +163,9 @@ def test_ngram_and_ngram_gpu_are_one_speculator_on_model_runner_v2(source):
     assert "('ngram', 'ngram_gpu')" in use_ngram, f"{where(source)}: use_ngram changed: {use_ngram}"
     branch = init.read_text(encoding="utf-8").split("speculative_config.use_ngram()", 1)[-1].split("elif", 1)[0]
     assert "NgramGPUSpeculator(" in branch, f"{where(source)}: V2 no longer builds NgramGPUSpeculator for use_ngram()"
-    v2_lacks = ast.unparse(_function(source, "vllm.config.vllm", "VllmConfig._get_v2_model_runner_unsupported_features"))
+    v2_lacks = ast.unparse(
+        _function(source, "vllm.config.vllm", "VllmConfig._get_v2_model_runner_unsupported_features")
+    )
     assert "'suffix'" in v2_lacks and "'ngram'" not in v2_lacks, f"{where(source)}: the methods V2 leaves to V1 changed"
 
 
@@ -163,12 +182,25 @@ def _dspark_architecture(text: str, architectures: list[str], model_type: str) -
     from types import SimpleNamespace as NS
 
     tree = ast.parse(text)
-    names = {t.id: n.value.value for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
-             for t in n.targets if isinstance(t, ast.Name)}
-    head = next(n for n in ast.walk(tree) if isinstance(n, ast.If) and "self.method == 'dspark'" in ast.unparse(n.test)
-                and "deepseek_v4" in ast.unparse(n))
+    names = {
+        t.id: n.value.value
+        for n in tree.body
+        if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+        for t in n.targets
+        if isinstance(t, ast.Name)
+    }
+    head = next(
+        n
+        for n in ast.walk(tree)
+        if isinstance(n, ast.If)
+        and "self.method == 'dspark'" in ast.unparse(n.test)
+        and "deepseek_v4" in ast.unparse(n)
+    )
     draft = NS(architectures=architectures, hf_config=NS(model_type=model_type))
-    scope = {**names, "self": NS(method="dspark", draft_model_config=draft, target_model_config=NS(hf_config=NS(model_type="qwen3")))}
+    scope = {
+        **names,
+        "self": NS(method="dspark", draft_model_config=draft, target_model_config=NS(hf_config=NS(model_type="qwen3"))),
+    }
     node = head
     while True:
         if eval(compile(ast.Expression(node.test), "speculative.py", "eval"), scope):  # noqa: S307 - vLLM's own condition
@@ -181,8 +213,13 @@ def _dspark_architecture(text: str, architectures: list[str], model_type: str) -
         break
     if "deepseek_v4" in body:
         return "deepseek_v4"
-    set_to = [n.value for n in ast.walk(ast.parse(body or "pass")) if isinstance(n, ast.Assign)
-              and ast.unparse(n.targets[0]).endswith("architectures") and isinstance(n.value, ast.List)]
+    set_to = [
+        n.value
+        for n in ast.walk(ast.parse(body or "pass"))
+        if isinstance(n, ast.Assign)
+        and ast.unparse(n.targets[0]).endswith("architectures")
+        and isinstance(n.value, ast.List)
+    ]
     return set_to[0].elts[0].value if set_to else architectures[0]
 
 
@@ -193,7 +230,9 @@ def test_the_dspark_checkpoint_boots_as_a_qwen3_dspark_draft(source):
 
     root = Path(__file__).resolve().parents[2]
     text = _vllm_root(source).joinpath("vllm", "config", "speculative.py").read_text(encoding="utf-8")
-    registry = _vllm_root(source).joinpath("vllm", "model_executor", "models", "registry.py").read_text(encoding="utf-8")
+    registry = (
+        _vllm_root(source).joinpath("vllm", "model_executor", "models", "registry.py").read_text(encoding="utf-8")
+    )
     assert _dspark_architecture(text, ["Qwen3DSparkSpeculator"], "qwen3") == "deepseek_v4"  # what issue 37 saw
     for profile in sorted((root / "fixtures" / "profiles").glob("*.toml")):
         for m in load_profile(find_profile(profile.stem, root), root).methods.values():
@@ -201,8 +240,13 @@ def test_the_dspark_checkpoint_boots_as_a_qwen3_dspark_draft(source):
                 continue
             assert m.draft_model in DSPARK_CHECKPOINTS, (
                 f"{profile.name}: method '{m.name}' uses {m.draft_model}; record its config.json architectures and "
-                "model_type in DSPARK_CHECKPOINTS so this test checks it against vLLM's DSpark mapping")
+                "model_type in DSPARK_CHECKPOINTS so this test checks it against vLLM's DSpark mapping"
+            )
             arch = _dspark_architecture(text, *DSPARK_CHECKPOINTS[m.draft_model])
             assert arch != "deepseek_v4", f"{where(source)}: {m.draft_model} would boot as DeepSeek-V4's DSpark"
-            assert f'"{arch}": ("qwen3_dspark"' in registry, f"{where(source)}: {arch} is no Qwen3 DSpark model in the registry"
-            assert m.draft_model in text, f"{where(source)}: vLLM's config/speculative.py no longer names {m.draft_model}"
+            assert f'"{arch}": ("qwen3_dspark"' in registry, (
+                f"{where(source)}: {arch} is no Qwen3 DSpark model in the registry"
+            )
+            assert m.draft_model in text, (
+                f"{where(source)}: vLLM's config/speculative.py no longer names {m.draft_model}"
+            )

@@ -54,10 +54,24 @@ def test_load_generator_and_metrics_over_http(specgate_plan, server):
 def test_gate_in_endpoint_mode_reads_acceptance_from_metrics(specgate_plan, server, tmp_path):
     out = tmp_path / "endpoint-run"
     cmd = [
-        sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q",
-        "--specgate-profile", str(specgate_plan.profile.path), "--specgate-endpoint", f"{SERVED_METHOD}={server}",
-        "--specgate-out", str(out), "--benchmark-disable", str(specgate_plan.root / "tests" / "gate"),
-        "-k", "not endpoint",
+        sys.executable,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "-p",
+        "no:cacheprovider",
+        "-q",
+        "--specgate-profile",
+        str(specgate_plan.profile.path),
+        "--specgate-endpoint",
+        f"{SERVED_METHOD}={server}",
+        "--specgate-out",
+        str(out),
+        "--benchmark-disable",
+        str(specgate_plan.root / "tests" / "gate"),
+        "-k",
+        "not endpoint",
     ]
     reaper.set_phase("endpoint test: the gate in endpoint mode")
     done = subprocess.run(cmd, cwd=specgate_plan.root, capture_output=True, text=True, timeout=900)

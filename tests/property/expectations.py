@@ -90,8 +90,9 @@ def expected_accepted_block(case: DistributionCase) -> float:
 def expected_accepted_fly(case: DistributionCase, window: int, threshold: float, top_k: int) -> float:
     k = case.num_drafts
     outcomes = position_outcomes(case)
-    gate = [top_k_entropy(case.target_logits[j], case.temperature, top_k) >= threshold and j + window < k
-            for j in range(k)]
+    gate = [
+        top_k_entropy(case.target_logits[j], case.temperature, top_k) >= threshold and j + window < k for j in range(k)
+    ]
     total = 0.0
     for walk in itertools.product(range(3), repeat=k):  # 0 accept, 1 deferrable reject, 2 other reject
         weight = float(np.prod([outcomes[j, o] for j, o in enumerate(walk)]))
@@ -138,16 +139,21 @@ def first_tokens_across_steps(case: StepsCase, *, reuse: bool) -> np.ndarray:
             return
         intervals = [*carried, *[(0.0, 1.0)] * (k - len(carried))]
         for kept in itertools.product((True, False), repeat=k):
-            outcome = [(lo, min(hi, h[i])) if keep else (max(lo, h[i]), hi)
-                       for i, ((lo, hi), keep) in enumerate(zip(intervals, kept))]
+            outcome = [
+                (lo, min(hi, h[i])) if keep else (max(lo, h[i]), hi)
+                for i, ((lo, hi), keep) in enumerate(zip(intervals, kept))
+            ]
             chance = np.prod([max(b - a, 0.0) / (hi - lo) for (a, b), (lo, hi) in zip(outcome, intervals)])
             if chance == 0:
                 continue
             tau = max((i + 1 for i in range(k) if kept[i]), default=0)
             last = p if tau == k else np.maximum(ratio[tau] * p - q[tau], 0.0)
             for token in np.flatnonzero(last):
-                step((*tokens, *drafts[:tau], int(token)), weight * chance * last[token] / last.sum(),
-                     tuple(outcome[tau + 1:]) if reuse else ())
+                step(
+                    (*tokens, *drafts[:tau], int(token)),
+                    weight * chance * last[token] / last.sum(),
+                    tuple(outcome[tau + 1 :]) if reuse else (),
+                )
 
     step((), 1.0, ())
     return law.ravel()

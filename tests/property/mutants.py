@@ -64,8 +64,9 @@ class ReusesUniformsAcrossSteps(BlockReferenceSampler):
         if request.seed is None or request.position is None:
             return super().acceptance_uniforms(request, rng)
         # The trailing tag keeps these keys apart from the (seed, position) stream of the other draws.
-        return np.array([np.random.default_rng([request.seed, request.position + i, 7]).random()
-                         for i in range(request.num_drafts)])
+        return np.array(
+            [np.random.default_rng([request.seed, request.position + i, 7]).random() for i in range(request.num_drafts)]
+        )
 
 
 MUTANTS = (AcceptsOneTooMany, IgnoresDraftProbs, WrongResidual, BonusAfterRejection, ReusesUniformsAcrossSteps)
@@ -87,36 +88,58 @@ class KernelMutant:
 V2_WRONG_RESIDUAL = KernelMutant(
     "WrongResidual",
     "draws the token after a rejection from p itself instead of norm(max(0, p - q)) (draft logits)",
-    "standard", "_resample_kernel, rejection_sampler_utils.py 0.33:944-947",
-    (("ratio < 1.0,\n            target_log_probs + tldevice.log1p(-ratio),",
-      "ratio == ratio,\n            target_log_probs,"),),
+    "standard",
+    "_resample_kernel, rejection_sampler_utils.py 0.33:944-947",
+    (
+        (
+            "ratio < 1.0,\n            target_log_probs + tldevice.log1p(-ratio),",
+            "ratio == ratio,\n            target_log_probs,",
+        ),
+    ),
 )
 V2_BONUS_AT_WRONG_INDEX = KernelMutant(
     "BonusAtWrongIndex",
     "writes the bonus token one slot early, over the last accepted draft",
-    "standard", "_insert_resampled_kernel, rejection_sampler_utils.py 0.33:1080",
-    (("sampled_ptr + req_idx * sampled_stride + num_sampled,\n        resampled,",
-      "sampled_ptr + req_idx * sampled_stride + tl.maximum(num_sampled - is_bonus.to(tl.int32), 0),\n"
-      "        resampled,"),),
+    "standard",
+    "_insert_resampled_kernel, rejection_sampler_utils.py 0.33:1080",
+    (
+        (
+            "sampled_ptr + req_idx * sampled_stride + num_sampled,\n        resampled,",
+            "sampled_ptr + req_idx * sampled_stride + tl.maximum(num_sampled - is_bonus.to(tl.int32), 0),\n"
+            "        resampled,",
+        ),
+    ),
 )
 V2_SEED_IGNORED = KernelMutant(
     "SeedIgnored",
     "draws every request's acceptance uniforms from seed 0 instead of the request's seed",
-    "standard", "_rejection_kernel, rejection_sampler_utils.py 0.33:598",
+    "standard",
+    "_rejection_kernel, rejection_sampler_utils.py 0.33:598",
     (("u = tl_rand32(step_seed, pos, includes_zero=False)", "u = tl_rand32(0, pos, includes_zero=False)"),),
 )
 V2_BLOCK_AS_PER_TOKEN = KernelMutant(
     "BlockAsPerToken",
     "verifies block drafts with the per-token rule's acceptance (the residual stays block's)",
-    "block", "rejection_sample's _rejection_kernel launch, rejection_sampler_utils.py 0.33:1343",
-    (("USE_BLOCK_VERIFICATION=use_block_verification,\n        FLY_WINDOW_SIZE=fly_window_size,",
-      "USE_BLOCK_VERIFICATION=False,\n        FLY_WINDOW_SIZE=fly_window_size,"),),
+    "block",
+    "rejection_sample's _rejection_kernel launch, rejection_sampler_utils.py 0.33:1343",
+    (
+        (
+            "USE_BLOCK_VERIFICATION=use_block_verification,\n        FLY_WINDOW_SIZE=fly_window_size,",
+            "USE_BLOCK_VERIFICATION=False,\n        FLY_WINDOW_SIZE=fly_window_size,",
+        ),
+    ),
 )
 V2_FLY_IGNORES_ENTROPY = KernelMutant(
     "FlyIgnoresEntropy",
     "defers rejections whatever the target's entropy (FLy's gate without its entropy test)",
-    "fly", "_rejection_kernel, rejection_sampler_utils.py 0.33:722",
+    "fly",
+    "_rejection_kernel, rejection_sampler_utils.py 0.33:722",
     (("and entropy >= fly_entropy_threshold", "and entropy >= 0.0"),),
 )
-KERNEL_MUTANTS = (V2_WRONG_RESIDUAL, V2_BONUS_AT_WRONG_INDEX, V2_SEED_IGNORED, V2_BLOCK_AS_PER_TOKEN,
-                  V2_FLY_IGNORES_ENTROPY)
+KERNEL_MUTANTS = (
+    V2_WRONG_RESIDUAL,
+    V2_BONUS_AT_WRONG_INDEX,
+    V2_SEED_IGNORED,
+    V2_BLOCK_AS_PER_TOKEN,
+    V2_FLY_IGNORES_ENTROPY,
+)

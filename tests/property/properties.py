@@ -49,8 +49,10 @@ MIN_EXPECTED_PER_CELL = 5  # below this the chi-square approximation is poor; su
 def describe(request: SpecRequest) -> str:
     mode = "greedy" if request.is_greedy else f"temperature {request.temperature}"
     probs = "with" if request.draft_probs is not None else "without"
-    return (f"drafts {list(request.draft_token_ids)}, {mode}, vocab {request.vocab_size}, "
-            f"seed {request.seed}, {probs} draft probs")
+    return (
+        f"drafts {list(request.draft_token_ids)}, {mode}, vocab {request.vocab_size}, "
+        f"seed {request.seed}, {probs} draft probs"
+    )
 
 
 def expected_greedy_tokens(request: SpecRequest) -> list[int]:
@@ -83,39 +85,37 @@ def check_output_layout(sample: RejectionSampler, batch: Sequence[SpecRequest]) 
     """1 to k + 1 tokens, then only placeholders; every token before the last is the draft there."""
     rows = sample(batch, seed=0)
     width = 1 + max(r.num_drafts for r in batch)
-    assert rows.shape == (len(batch), width), (
-        f"output shape {rows.shape}, want {(len(batch), width)}")
+    assert rows.shape == (len(batch), width), f"output shape {rows.shape}, want {(len(batch), width)}"
     for i, request in enumerate(batch):
         row = [int(t) for t in rows[i]]
         tokens = emitted_tokens(rows[i])
         assert 1 <= len(tokens) <= request.num_drafts + 1, (
-            f"request {i} ({describe(request)}): {len(tokens)} tokens in row {row}")
+            f"request {i} ({describe(request)}): {len(tokens)} tokens in row {row}"
+        )
         assert PLACEHOLDER_TOKEN_ID not in tokens, (
-            f"request {i} ({describe(request)}): placeholder before the last token in {row}")
+            f"request {i} ({describe(request)}): placeholder before the last token in {row}"
+        )
         assert tokens[:-1] == list(request.draft_token_ids[: len(tokens) - 1]), (
-            f"request {i} ({describe(request)}): {tokens} does not start with accepted drafts")
+            f"request {i} ({describe(request)}): {tokens} does not start with accepted drafts"
+        )
 
 
-def check_token_ids_inside_vocabulary(
-    sample: RejectionSampler, batch: Sequence[SpecRequest]
-) -> None:
+def check_token_ids_inside_vocabulary(sample: RejectionSampler, batch: Sequence[SpecRequest]) -> None:
     rows = sample(batch, seed=0)
     for i, request in enumerate(batch):
         tokens = emitted_tokens(rows[i])
         outside = [t for t in tokens if not 0 <= t < request.vocab_size]
-        assert not outside, (
-            f"request {i} ({describe(request)}): ids {outside} outside the vocabulary")
+        assert not outside, f"request {i} ({describe(request)}): ids {outside} outside the vocabulary"
 
 
-def check_certain_drafts_are_all_accepted(
-    sample: RejectionSampler, batch: Sequence[SpecRequest]
-) -> None:
+def check_certain_drafts_are_all_accepted(sample: RejectionSampler, batch: Sequence[SpecRequest]) -> None:
     """`batch` must already have certain drafts (strategies.with_certain_drafts)."""
     rows = sample(batch, seed=0)
     for i, request in enumerate(batch):
         tokens = emitted_tokens(rows[i])
         assert tokens[:-1] == list(request.draft_token_ids), (
-            f"request {i} ({describe(request)}): emitted {tokens}, every draft should be kept")
+            f"request {i} ({describe(request)}): emitted {tokens}, every draft should be kept"
+        )
         if request.is_greedy:
             bonus = int(request.target_logits[-1].argmax())
             assert tokens[-1] == bonus, f"request {i}: bonus {tokens[-1]}, want argmax {bonus}"
@@ -131,21 +131,18 @@ def check_same_seed_gives_same_output(
     for i, request in enumerate(batch):
         if (request.is_greedy and greedy_is_deterministic) or request.seed is not None:
             assert np.array_equal(first[i], other_seed[i]), (
-                f"request {i} ({describe(request)}) changed with the batch seed: "
-                f"{first[i]} vs {other_seed[i]}")
+                f"request {i} ({describe(request)}) changed with the batch seed: {first[i]} vs {other_seed[i]}"
+            )
 
 
-def check_requests_do_not_affect_each_other(
-    sample: RejectionSampler, batch: Sequence[SpecRequest]
-) -> None:
+def check_requests_do_not_affect_each_other(sample: RejectionSampler, batch: Sequence[SpecRequest]) -> None:
     """A greedy or seeded request emits the same tokens alone as inside the batch."""
     rows = sample(batch, seed=5)
     for i, request in enumerate(batch):
         if request.is_greedy or request.seed is not None:
             alone = emitted_tokens(sample([request], seed=6)[0])
             together = emitted_tokens(rows[i])
-            assert together == alone, (
-                f"request {i} ({describe(request)}): {together} in the batch, {alone} alone")
+            assert together == alone, f"request {i} ({describe(request)}): {together} in the batch, {alone} alone"
 
 
 # --- statistical properties over fixed cases --------------------------------------------------
@@ -205,13 +202,15 @@ def check_emitted_tokens_follow_target(sample: RejectionSampler, case: Distribut
         counts = np.bincount(reached, minlength=case.vocab_size)
         impossible = np.flatnonzero((p[j] == 0) & (counts > 0))
         assert not impossible.size, (
-            f"{case.name}: position {j} emitted tokens {impossible.tolist()} the target rules out")
+            f"{case.name}: position {j} emitted tokens {impossible.tolist()} the target rules out"
+        )
         pvalue = chi_square_pvalue(counts, p[j])
         assert pvalue >= alpha, (
             f"{case.name}: position {j} does not follow the target (chi-square p = {pvalue:.2g} "
             f"< {alpha:.2g}, n = {len(reached)})\n"
             f"  observed {np.round(counts / len(reached), 4).tolist()}\n"
-            f"  target   {np.round(p[j], 4).tolist()}")
+            f"  target   {np.round(p[j], 4).tolist()}"
+        )
 
 
 def check_first_draft_acceptance_rate(sample: RejectionSampler, case: DistributionCase) -> None:
@@ -225,7 +224,8 @@ def check_first_draft_acceptance_rate(sample: RejectionSampler, case: Distributi
     result = stats.binomtest(accepted, len(rows), want)
     assert result.pvalue >= ALPHA, (
         f"{case.name}: first draft accepted {accepted / len(rows):.4f} of the time, "
-        f"sum(min(p, q)) = {want:.4f} (binomial p = {result.pvalue:.2g} < {ALPHA})")
+        f"sum(min(p, q)) = {want:.4f} (binomial p = {result.pvalue:.2g} < {ALPHA})"
+    )
 
 
 def check_samplers_agree_in_distribution(
@@ -240,8 +240,7 @@ def check_samplers_agree_in_distribution(
     for rows in (sample_case(sample, case), sample_case(other, case)):
         n = lengths(rows)
         last = rows[np.arange(len(rows)), n - 1]
-        tables.append(np.bincount(n * case.vocab_size + last,
-                                  minlength=(case.num_drafts + 2) * case.vocab_size))
+        tables.append(np.bincount(n * case.vocab_size + last, minlength=(case.num_drafts + 2) * case.vocab_size))
     table = np.array(tables)
     totals = table.sum(axis=0)
     rare = totals < 2 * MIN_EXPECTED_PER_CELL
@@ -252,7 +251,8 @@ def check_samplers_agree_in_distribution(
     pvalue = stats.chi2_contingency(pooled).pvalue
     assert pvalue >= ALPHA, (
         f"{case.name}: outputs differ in distribution (chi-square p = {pvalue:.2g} < {ALPHA})\n"
-        f"  {table[0].tolist()}\n  {table[1].tolist()}")
+        f"  {table[0].tolist()}\n  {table[1].tolist()}"
+    )
 
 
 # --- one request over consecutive verification steps ------------------------------------------
@@ -307,21 +307,25 @@ def deviation(counts: np.ndarray, probs: np.ndarray) -> tuple[float, float]:
     return float(np.abs(observed - probs).sum() / 2), float(w)
 
 
-def check_tokens_across_steps_follow(sample: RejectionSampler, case: StepsCase, law: np.ndarray,
-                                     what: str = "the target") -> str:
+def check_tokens_across_steps_follow(
+    sample: RejectionSampler, case: StepsCase, law: np.ndarray, what: str = "the target"
+) -> str:
     """The first N tokens of a request decoded over consecutive steps have the joint law `law` (over
     V^N, row-major); returns the measurement, for the test to show."""
     counts = joint_counts(tokens_across_steps(sample, case), case.vocab_size)
     n = int(counts.sum())
     pvalue = chi_square_pvalue(counts, law)
     tv, w = deviation(counts, law)
-    measured = (f"{case.name}, against {what}: total variation {tv:.3f}, Cohen's w {w:.3f}, "
-                f"chi-square p = {pvalue:.2g}, n = {n} requests")
+    measured = (
+        f"{case.name}, against {what}: total variation {tv:.3f}, Cohen's w {w:.3f}, "
+        f"chi-square p = {pvalue:.2g}, n = {n} requests"
+    )
     impossible = np.flatnonzero((law == 0) & (counts > 0))
     assert not impossible.size, f"{measured}: sequences {impossible.tolist()} (row-major) {what} rules out"
     assert pvalue >= ALPHA, (
         f"{measured}: the first {case.num_tokens} tokens across steps do not follow {what} (p < {ALPHA})\n"
-        f"  observed {np.round(counts / n, 4).tolist()}\n  expected {np.round(law, 4).tolist()} ({what})")
+        f"  observed {np.round(counts / n, 4).tolist()}\n  expected {np.round(law, 4).tolist()} ({what})"
+    )
     return measured
 
 

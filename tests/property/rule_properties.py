@@ -48,7 +48,8 @@ def check_mean_accepted_is(sample: RejectionSampler, case: DistributionCase, exp
     bound = Z * max(error, 1e-12)
     assert abs(mean - expected) <= bound, (
         f"{case.name}: {rule} accepted {mean:.4f} drafts per request (standard error {error:.4f}), "
-        f"its exact expectation is {expected:.4f} (|difference| > {bound:.4f}, z = {Z:.2f})")
+        f"its exact expectation is {expected:.4f} (|difference| > {bound:.4f}, z = {Z:.2f})"
+    )
 
 
 def check_block_accepts_at_least_standard(sample: RejectionSampler, case: DistributionCase) -> None:
@@ -59,7 +60,8 @@ def check_block_accepts_at_least_standard(sample: RejectionSampler, case: Distri
     standard = expectations.expected_accepted_standard(case)
     assert mean >= standard - Z_ONE_SIDED * error, (
         f"{case.name}: block verification accepted {mean:.4f} drafts per request (standard error "
-        f"{error:.4f}), fewer than the per-token rule's {standard:.4f} (bound {Z_ONE_SIDED:.2f} standard errors)")
+        f"{error:.4f}), fewer than the per-token rule's {standard:.4f} (bound {Z_ONE_SIDED:.2f} standard errors)"
+    )
 
 
 def check_synthetic_acceptance_rates(sample: RejectionSampler, case: DistributionCase, rates: Sequence[float]) -> None:
@@ -70,12 +72,15 @@ def check_synthetic_acceptance_rates(sample: RejectionSampler, case: Distributio
         count = int((kept >= i + 1).sum())
         if rate in (0.0, 1.0):
             assert count == rate * len(kept), (
-                f"{case.name}: {count} of {len(kept)} requests kept at least {i + 1} drafts; rate {rate} allows no other count")
+                f"{case.name}: {count} of {len(kept)} requests kept at least {i + 1} drafts; rate {rate} allows no "
+                "other count"
+            )
             continue
         pvalue = stats.binomtest(count, len(kept), rate).pvalue
         assert pvalue >= alpha, (
             f"{case.name}: {count / len(kept):.4f} of requests kept at least {i + 1} drafts, synthetic rate "
-            f"{rate} (binomial p = {pvalue:.2g} < {alpha:.2g}, n = {len(kept)})")
+            f"{rate} (binomial p = {pvalue:.2g} < {alpha:.2g}, n = {len(kept)})"
+        )
 
 
 def check_synthetic_acceptance_length(sample: RejectionSampler, case: DistributionCase, length: float) -> None:
@@ -85,7 +90,8 @@ def check_synthetic_acceptance_length(sample: RejectionSampler, case: Distributi
     bound = Z * max(error, 1e-12)
     assert abs(mean - length) <= bound, (
         f"{case.name}: {mean:.4f} tokens emitted per request (standard error {error:.4f}), "
-        f"synthetic_acceptance_length {length} (|difference| > {bound:.4f})")
+        f"synthetic_acceptance_length {length} (|difference| > {bound:.4f})"
+    )
 
 
 def fly_gate(request: SpecRequest, i: int, window: int, threshold: float, top_k: int) -> bool:
@@ -114,10 +120,12 @@ def check_fly_greedy_diverges_only_where_gate_allows(
         for j in range(n):
             if tokens[j] != argmax[j]:
                 assert fly_gate(request, j, window, threshold, top_k), (
-                    f"{what}: draft {j} differs from the argmax where FLy's gate is shut")
+                    f"{what}: draft {j} differs from the argmax where FLy's gate is shut"
+                )
                 following = range(j + 1, j + 1 + window)
                 assert all(m < n and tokens[m] == argmax[m] for m in following), (
-                    f"{what}: draft {j} was kept without the next {window} drafts matching the argmax")
+                    f"{what}: draft {j} was kept without the next {window} drafts matching the argmax"
+                )
 
 
 def check_greedy_output_is_per_token_rule(sample: RejectionSampler, batch: Sequence[SpecRequest]) -> None:
@@ -129,8 +137,9 @@ def check_greedy_output_is_per_token_rule(sample: RejectionSampler, batch: Seque
             assert got == want, f"request {i} ({describe(request)}): emitted {got}, the per-token rule emits {want}"
 
 
-def check_fly_divergence_share(sample: RejectionSampler, case: DistributionCase, window: int, threshold: float,
-                               top_k: int) -> None:
+def check_fly_divergence_share(
+    sample: RejectionSampler, case: DistributionCase, window: int, threshold: float, top_k: int
+) -> None:
     """The share of emitted tokens FLy adds beyond the per-token rule (its divergence from lossless
     verification) is measured and must be FLy's exact expectation on this case (z at ALPHA), so both a
     lossier and a more timid change fail."""
@@ -142,4 +151,5 @@ def check_fly_divergence_share(sample: RejectionSampler, case: DistributionCase,
     assert abs(mean - fly) <= Z * max(error, 1e-12), (
         f"{case.name}: FLy accepted {mean:.4f} drafts per request (standard error {error:.4f}): divergence share "
         f"{share:.4f} of emitted tokens, FLy's exact expectation {fly:.4f} drafts (share {expected_share:.4f}; "
-        f"the per-token rule keeps {standard:.4f})")
+        f"the per-token rule keeps {standard:.4f})"
+    )

@@ -23,7 +23,6 @@ from specgate.rejection import (
 
 from .strategies import BUDGETS, PROFILE
 
-
 V2_RELEASES = vllm_source.RELEASES
 # What each release's `RejectionSampleMethod` offers (config/speculative.py 0.33:83; 0.32:84): FLy
 # is new in 0.33. A subject asks the sources themselves (rules_offered) before it runs.
@@ -79,16 +78,23 @@ def rule_options(rule: str, options: tuple = ()) -> dict:
     if rule == "synthetic" and "synthetic_acceptance_length" not in params:
         params.setdefault("synthetic_acceptance_rates", SYNTHETIC_RATES)
     if rule == "fly":
-        params = {"fly_window_size": FLY_WINDOW, "fly_entropy_threshold": FLY_THRESHOLD, "fly_entropy_top_k": FLY_TOP_K,
-                  **params}
+        params = {
+            "fly_window_size": FLY_WINDOW,
+            "fly_entropy_threshold": FLY_THRESHOLD,
+            "fly_entropy_top_k": FLY_TOP_K,
+            **params,
+        }
     return params
 
 
 def synthetic_rates(subject: Subject, k: int = len(SYNTHETIC_RATES)) -> tuple[float, ...]:
     """The unconditional rates a synthetic subject accepts at, for a batch with k drafts."""
     params = rule_options("synthetic", subject.options)
-    return tuple(SyntheticReferenceSampler(params.get("synthetic_acceptance_rates"),
-                                           length=params.get("synthetic_acceptance_length")).unconditional_rates(k))
+    return tuple(
+        SyntheticReferenceSampler(
+            params.get("synthetic_acceptance_rates"), length=params.get("synthetic_acceptance_length")
+        ).unconditional_rates(k)
+    )
 
 
 def reference_for(rule: str, options: tuple = ()):
@@ -96,10 +102,13 @@ def reference_for(rule: str, options: tuple = ()):
     if rule == "block":
         return BlockReferenceSampler()
     if rule == "synthetic":
-        return SyntheticReferenceSampler(params.get("synthetic_acceptance_rates"),
-                                         length=params.get("synthetic_acceptance_length"))
+        return SyntheticReferenceSampler(
+            params.get("synthetic_acceptance_rates"), length=params.get("synthetic_acceptance_length")
+        )
     if rule == "fly":
-        return FlyReferenceSampler(params["fly_window_size"], params["fly_entropy_threshold"], params["fly_entropy_top_k"])
+        return FlyReferenceSampler(
+            params["fly_window_size"], params["fly_entropy_threshold"], params["fly_entropy_top_k"]
+        )
     return ReferenceSampler()
 
 
@@ -173,4 +182,3 @@ def subjects(rule: str, *, reference: bool = True, v1: bool = False, options: tu
 
 def ids(items) -> list[str]:
     return [s.name for s in items]
-

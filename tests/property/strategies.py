@@ -105,16 +105,11 @@ def spec_requests(
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     # The last id gets its own chance: off-by-one errors at the vocabulary's end are the
     # classic way to emit an id the embedding table does not have.
-    tops = [draw(st.one_of(st.just(vocab_size - 1), st.integers(0, vocab_size - 1)))
-            for _ in range(k + 1)]
-    logits = np.stack([target_row(rng, draw(st.sampled_from(shapes)), vocab_size, top)
-                       for top in tops])
+    tops = [draw(st.one_of(st.just(vocab_size - 1), st.integers(0, vocab_size - 1))) for _ in range(k + 1)]
+    logits = np.stack([target_row(rng, draw(st.sampled_from(shapes)), vocab_size, top) for top in tops])
     argmax = logits.argmax(axis=1)
     # Half the drafts copy the target's argmax, so long accepted prefixes are common.
-    drafts = tuple(
-        int(argmax[i]) if draw(st.booleans()) else draw(st.integers(0, vocab_size - 1))
-        for i in range(k)
-    )
+    drafts = tuple(int(argmax[i]) if draw(st.booleans()) else draw(st.integers(0, vocab_size - 1)) for i in range(k))
     draft_probs = None
     if with_draft_probs:
         # Finite draft logits keep q > 0 everywhere: a real drafter's q covers its own draft.
@@ -142,15 +137,24 @@ def batches(
     """
     vocab_size = draw(vocab_sizes)
     with_draft_probs = draw(st.booleans())
-    requests = draw(st.lists(
-        spec_requests(vocab_size, with_draft_probs=with_draft_probs, greedy=greedy,
-                      plus_inf_in_sampled=plus_inf_in_sampled),
-        min_size=1, max_size=MAX_BATCH,
-    ))
+    requests = draw(
+        st.lists(
+            spec_requests(
+                vocab_size, with_draft_probs=with_draft_probs, greedy=greedy, plus_inf_in_sampled=plus_inf_in_sampled
+            ),
+            min_size=1,
+            max_size=MAX_BATCH,
+        )
+    )
     if seeded:
         requests = [
-            SpecRequest(r.draft_token_ids, r.target_logits, r.draft_probs, r.temperature,
-                        draw(st.integers(0, 2**31 - 1)) if r.seed is None else r.seed)
+            SpecRequest(
+                r.draft_token_ids,
+                r.target_logits,
+                r.draft_probs,
+                r.temperature,
+                draw(st.integers(0, 2**31 - 1)) if r.seed is None else r.seed,
+            )
             for r in requests
         ]
     return requests
@@ -218,11 +222,10 @@ class DistributionCase:
             return [SpecRequest(self.fixed_drafts, self.target_logits, None, self.temperature)] * n
         rng = np.random.default_rng(seed)
         q = self.draft_probs.astype(np.float64)
-        drafts = np.stack(
-            [rng.choice(self.vocab_size, size=n, p=row / row.sum()) for row in q], axis=1
-        ).reshape(n, self.num_drafts)
-        return [SpecRequest(tuple(d), self.target_logits, self.draft_probs, self.temperature)
-                for d in drafts]
+        drafts = np.stack([rng.choice(self.vocab_size, size=n, p=row / row.sum()) for row in q], axis=1).reshape(
+            n, self.num_drafts
+        )
+        return [SpecRequest(tuple(d), self.target_logits, self.draft_probs, self.temperature) for d in drafts]
 
 
 def _distribution_cases() -> tuple[DistributionCase, ...]:
@@ -236,19 +239,31 @@ def _distribution_cases() -> tuple[DistributionCase, ...]:
     return (
         DistributionCase(
             "draft distribution, vocab 6, k 1",
-            np.log(probs(1.0, (2, 6))), probs(1.0, (1, 6)), (), 1.0,
+            np.log(probs(1.0, (2, 6))),
+            probs(1.0, (1, 6)),
+            (),
+            1.0,
         ),
         DistributionCase(
             "draft distribution, masked tokens, temperature 0.7, k 2",
-            masked, probs(0.5, (2, 7)), (), 0.7,
+            masked,
+            probs(0.5, (2, 7)),
+            (),
+            0.7,
         ),
         DistributionCase(
             "n-gram draft, vocab 5, k 2",
-            np.log(probs(1.0, (3, 5))), None, (0, 1), 1.0,
+            np.log(probs(1.0, (3, 5))),
+            None,
+            (0, 1),
+            1.0,
         ),
         DistributionCase(
             "no drafts: the bonus token alone, vocab 8",
-            np.log(probs(1.0, (1, 8))), probs(1.0, (0, 8)), (), 1.3,
+            np.log(probs(1.0, (1, 8))),
+            probs(1.0, (0, 8)),
+            (),
+            1.3,
         ),
     )
 
@@ -274,7 +289,9 @@ def _case(name: str, probs, draft_probs, temperature: float, drafts=(), **extra)
 BLOCK_CASE = _case(
     "draft distribution, masked token, temperature 0.7, vocab 3, k 2",
     [[0.81, 0.03, 0.16], [0.02, 0.98, 0.0], [0.03, 0.15, 0.82]],
-    [[0.02, 0.02, 0.96], [0.01, 0.19, 0.80]], 0.7, interpreter_samples=600,
+    [[0.02, 0.02, 0.96], [0.01, 0.19, 0.80]],
+    0.7,
+    interpreter_samples=600,
 )
 NGRAM_CASE = next(c for c in DISTRIBUTION_CASES if c.draft_probs is None)
 BONUS_CASE = next(c for c in DISTRIBUTION_CASES if c.num_drafts == 0)
@@ -284,12 +301,14 @@ BONUS_CASE = next(c for c in DISTRIBUTION_CASES if c.num_drafts == 0)
 FLY_LOW_CASE = _case(
     "fly: target top-3 entropy below the gate, vocab 4, k 2",
     [[0.96, 0.02, 0.01, 0.01], [0.02, 0.95, 0.02, 0.01], [0.25, 0.25, 0.25, 0.25]],
-    [[0.5, 0.3, 0.1, 0.1], [0.3, 0.4, 0.2, 0.1]], 1.0,
+    [[0.5, 0.3, 0.1, 0.1], [0.3, 0.4, 0.2, 0.1]],
+    1.0,
 )
 FLY_HIGH_CASE = _case(
     "fly: target top-3 entropy above the gate, vocab 4, k 2",
     [[0.4, 0.3, 0.2, 0.1], [0.1, 0.5, 0.3, 0.1], [0.25, 0.25, 0.25, 0.25]],
-    [[0.1, 0.2, 0.3, 0.4], [0.2, 0.4, 0.2, 0.2]], 1.0,
+    [[0.1, 0.2, 0.3, 0.4], [0.2, 0.4, 0.2, 0.2]],
+    1.0,
 )
 
 

@@ -34,17 +34,22 @@ KERNELS = "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"
 # Where each release draws the acceptance uniform of draft i at position pos, and (0.32) where block
 # verification tests every one of them (rejection_sampler_utils.py).
 NAMED_LINES = {
-    "0.32.0": {572: "u = tl_rand32(seed, pos, includes_zero=False)",
-               629: "accepted_length = tl.where(u <= h, i + 1, accepted_length)"},
-    "0.33.0": {597: "step_seed = spec_step_seed(seed, i) if USE_BLOCK_VERIFICATION else seed",
-               598: "u = tl_rand32(step_seed, pos, includes_zero=False)"},
+    "0.32.0": {
+        572: "u = tl_rand32(seed, pos, includes_zero=False)",
+        629: "accepted_length = tl.where(u <= h, i + 1, accepted_length)",
+    },
+    "0.33.0": {
+        597: "step_seed = spec_step_seed(seed, i) if USE_BLOCK_VERIFICATION else seed",
+        598: "u = tl_rand32(step_seed, pos, includes_zero=False)",
+    },
 }
 REUSES_UNIFORMS = "0.32.0"  # block verification reads a step's uniforms again in the next step
 REUSE_REASON = (
     "vLLM 0.32 block verification keys the acceptance uniform by (seed, pos) alone "
     "(rejection_sampler_utils.py 0.32:572, tested for every draft, tau a maximum, 0.32:629): the step after "
     "a rejection re-reads uniforms the last step tested; measured on the interpreter: total variation "
-    "0.152, Cohen's w 0.56, chi-square p = 1e-23, n = 400 requests (0.33's spec_step_seed, 0.33:597, fixes it)")
+    "0.152, Cohen's w 0.56, chi-square p = 1e-23, n = 400 requests (0.33's spec_step_seed, 0.33:597, fixes it)"
+)
 
 STEPS = subjects("standard") + subjects("block")
 

@@ -85,9 +85,7 @@ def run_on_cases(check: Callable, cases) -> Callable[[RejectionSampler], None]:
 
 
 PROPERTIES = {
-    GREEDY: run_on_batches(
-        properties.check_greedy_output_is_longest_matching_prefix_then_target_argmax
-    ),
+    GREEDY: run_on_batches(properties.check_greedy_output_is_longest_matching_prefix_then_target_argmax),
     LAYOUT: run_on_batches(properties.check_output_layout),
     # BLOCK_CASE first: on V2 every case costs interpreter time, and a mutant fails at its first.
     DISTRIBUTION: run_on_cases(properties.check_emitted_tokens_follow_target, (BLOCK_CASE, *DISTRIBUTION_CASES)),
@@ -97,12 +95,19 @@ PROPERTIES = {
     ),
     BLOCK_MEAN: run_on_cases(
         lambda sample, case: rule_properties.check_mean_accepted_is(
-            sample, case, expectations.expected_accepted_block(case), "block"), [BLOCK_CASE]),
+            sample, case, expectations.expected_accepted_block(case), "block"
+        ),
+        [BLOCK_CASE],
+    ),
     FLY_GATE: run_on_batches(
         lambda sample, batch: rule_properties.check_fly_greedy_diverges_only_where_gate_allows(
-            sample, batch, FLY_WINDOW, FLY_THRESHOLD, FLY_TOP_K), batches(greedy=True)),
-    FLY_SHUT: run_on_batches(rule_properties.check_greedy_output_is_per_token_rule,
-                             batches(greedy=True).map(with_peaked_targets)),
+            sample, batch, FLY_WINDOW, FLY_THRESHOLD, FLY_TOP_K
+        ),
+        batches(greedy=True),
+    ),
+    FLY_SHUT: run_on_batches(
+        rule_properties.check_greedy_output_is_per_token_rule, batches(greedy=True).map(with_peaked_targets)
+    ),
     ACROSS_STEPS: lambda sample: properties.check_tokens_across_steps_follow_target(sample, STEPS_CASE),
 }
 
@@ -148,13 +153,10 @@ def failure(property_name: str, sample: RejectionSampler) -> AssertionError | No
     return None
 
 
-@pytest.mark.parametrize(
-    ("mutant", "property_name"), CAUGHT_BY, ids=[f"{m.__name__}-{p}" for m, p in CAUGHT_BY]
-)
+@pytest.mark.parametrize(("mutant", "property_name"), CAUGHT_BY, ids=[f"{m.__name__}-{p}" for m, p in CAUGHT_BY])
 def test_property_fails_on_mutant(mutant, property_name):
     error = failure(property_name, SAMPLERS[mutant])
-    assert error is not None, (
-        f"'{property_name}' passed on {mutant.__name__}, a sampler that {mutant.__doc__}")
+    assert error is not None, f"'{property_name}' passed on {mutant.__name__}, a sampler that {mutant.__doc__}"
 
 
 @pytest.mark.needs_vllm  # V2's kernels: torch and triton
@@ -165,7 +167,8 @@ def test_property_fails_on_v2_kernel_mutant(built, mutant, property_name):
     subject = built(Subject("v2", mutant.rule, V2_RELEASE, mutant=mutant))
     error = failure(property_name, subject)
     assert error is not None, (
-        f"'{property_name}' passed on V2's kernels with a bug in {mutant.where}: the sampler {mutant.doc}")
+        f"'{property_name}' passed on V2's kernels with a bug in {mutant.where}: the sampler {mutant.doc}"
+    )
     print(f"{mutant.name} ({mutant.where}) caught by '{property_name}': {str(error).splitlines()[0]}")
 
 

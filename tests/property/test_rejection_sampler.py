@@ -52,8 +52,9 @@ def subject_cases(items, **kwargs) -> list:
 
 @pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
 def test_greedy_output_is_longest_matching_prefix_then_target_argmax(built, subject):
-    holds_on_batches(built(subject), batches(),
-                     properties.check_greedy_output_is_longest_matching_prefix_then_target_argmax)
+    holds_on_batches(
+        built(subject), batches(), properties.check_greedy_output_is_longest_matching_prefix_then_target_argmax
+    )
 
 
 @pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
@@ -69,7 +70,9 @@ def test_token_ids_stay_inside_the_vocabulary(built, subject):
 
 @pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
 def test_drafts_equal_to_target_argmax_are_all_accepted(built, subject):
-    holds_on_batches(built(subject), batches().map(with_certain_drafts), properties.check_certain_drafts_are_all_accepted)
+    holds_on_batches(
+        built(subject), batches().map(with_certain_drafts), properties.check_certain_drafts_are_all_accepted
+    )
 
 
 @pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))
@@ -94,8 +97,9 @@ def test_first_draft_is_accepted_with_probability_sum_of_min_p_q(built, subject,
 
 @pytest.mark.parametrize(("subject", "case"), subject_cases(LOSSLESS, with_drafts=True))
 def test_mean_accepted_drafts_are_the_rules_exact_expectation(built, subject, case):
-    expected = (expectations.expected_accepted_block if subject.rule == "block"
-                else expectations.expected_accepted_standard)(case)
+    expected = (
+        expectations.expected_accepted_block if subject.rule == "block" else expectations.expected_accepted_standard
+    )(case)
     rule_properties.check_mean_accepted_is(built(subject), case, expected, subject.rule)
 
 
@@ -112,7 +116,8 @@ def test_block_case_separates_block_from_the_per_token_rule():
     error = expectations.sd_accepted_standard(BLOCK_CASE) / np.sqrt(BLOCK_CASE.interpreter_samples)
     assert stats.norm.sf(rule_properties.Z - gain / error) > 0.99
     assert expectations.expected_accepted_block(NGRAM_CASE) == pytest.approx(
-        expectations.expected_accepted_standard(NGRAM_CASE))
+        expectations.expected_accepted_standard(NGRAM_CASE)
+    )
 
 
 @pytest.mark.parametrize("subject", VLLM, ids=ids(VLLM))
@@ -124,7 +129,8 @@ def test_vllm_and_reference_agree_exactly_on_greedy_requests(built, subject):
         for i, request in enumerate(batch):
             if request.is_greedy:
                 assert emitted_tokens(theirs[i]) == emitted_tokens(ours[i]), (
-                    f"request {i} ({properties.describe(request)}): vLLM {theirs[i]}, reference {ours[i]}")
+                    f"request {i} ({properties.describe(request)}): vLLM {theirs[i]}, reference {ours[i]}"
+                )
 
     holds_on_batches(built(subject), batches(), agree)
 
@@ -140,13 +146,17 @@ def test_sample_size_detects_small_deviations():
     alpha = properties.ALPHA
     max_df = max(c.vocab_size for c in ALL_CASES) - 1
     critical = stats.chi2.isf(alpha / (1 + max(c.num_drafts for c in ALL_CASES)), max_df)
-    for n, w, rate_off, shift in ((properties.NUM_SAMPLES, 0.05, 0.02, 0.04),
-                                  (properties.V2_NUM_SAMPLES, 0.36, 0.15, 0.29)):
+    for n, w, rate_off, shift in (
+        (properties.NUM_SAMPLES, 0.05, 0.02, 0.04),
+        (properties.V2_NUM_SAMPLES, 0.36, 0.15, 0.29),
+    ):
         # Cohen's w gives noncentrality n * w^2.
         assert stats.ncx2.sf(critical, max_df, n * w**2) > 0.99, n
         # Acceptance rate off by rate_off at the worst-case variance (rate 0.5).
         upper, lower = stats.binom.isf(alpha / 2, n, 0.5), stats.binom.ppf(alpha / 2, n, 0.5)
-        assert stats.binom.sf(upper, n, 0.5 + rate_off) > 0.99 and stats.binom.cdf(lower - 1, n, 0.5 - rate_off) > 0.99, n
+        assert (
+            stats.binom.sf(upper, n, 0.5 + rate_off) > 0.99 and stats.binom.cdf(lower - 1, n, 0.5 - rate_off) > 0.99
+        ), n
         # Mean accepted drafts shifted by `shift`, standard deviation 1.
         z = stats.norm.isf(alpha / 2)
         assert stats.norm.sf(z - shift * np.sqrt(n)) > 0.99, n

@@ -70,13 +70,12 @@ def test_vllm_expands_request_temperatures_to_draft_positions(v1, vllm_device, r
     from vllm.v1.sample.rejection_sampler import expand_batch_to_tokens
 
     if vllm_device == "cpu":
-        request.applymarker(pytest.mark.xfail(
-            strict=True, reason="vllm-project/vllm#55005: CPU expand_kernel shim drops its output"))
+        request.applymarker(
+            pytest.mark.xfail(strict=True, reason="vllm-project/vllm#55005: CPU expand_kernel shim drops its output")
+        )
     temperature = torch.tensor([0.37, 0.0, 1.91], device=vllm_device)
     cu_num_draft_tokens = torch.tensor([2, 3, 5], dtype=torch.int32, device=vllm_device)
-    expanded = expand_batch_to_tokens(
-        temperature, cu_num_draft_tokens, 5, replace_from=0, replace_to=1
-    )
+    expanded = expand_batch_to_tokens(temperature, cu_num_draft_tokens, 5, replace_from=0, replace_to=1)
     assert expanded.cpu().tolist() == pytest.approx([0.37, 0.37, 1.0, 1.91, 1.91])
 
 
@@ -88,6 +87,7 @@ def test_the_repair_expands_as_vllms_triton_kernel_does(v1):
     from specgate import vllm_compat
 
     with vllm_compat.expand_repaired():
-        got = vllm_rs.expand_batch_to_tokens(torch.tensor([0.37, 0.0, 1.91]), torch.tensor([2, 3, 5], dtype=torch.int32),
-                                             5, replace_from=0, replace_to=1)
+        got = vllm_rs.expand_batch_to_tokens(
+            torch.tensor([0.37, 0.0, 1.91]), torch.tensor([2, 3, 5], dtype=torch.int32), 5, replace_from=0, replace_to=1
+        )
     assert got.tolist() == pytest.approx([0.37, 0.37, 1.0, 1.91, 1.91])

@@ -35,7 +35,8 @@ def test_the_shim_replaces_one_libdevice_call_at_the_named_kernel_line(release):
     uses = [n for n, line in enumerate(lines, start=1) if "tldevice." in line]
     assert uses == [interpreter_shim.LOG1P_LINES[release]], (
         f"vLLM {release}'s kernels call libdevice at lines {uses}; the shim stands in for log1p at "
-        f"{interpreter_shim.LOG1P_LINES[release]} only")
+        f"{interpreter_shim.LOG1P_LINES[release]} only"
+    )
     assert "tldevice.log1p(-ratio)" in lines[uses[0] - 1]
 
 
@@ -53,8 +54,10 @@ def test_the_interpreter_speedup_changes_no_output(built, release):
     rng = np.random.default_rng(5)
     logits = rng.normal(0, 2, (12, 3, 40)).astype(np.float32)
     probs = rng.dirichlet(np.ones(40), (12, 2)).astype(np.float32)
-    batch = [SpecRequest(tuple(rng.integers(0, 40, 2)), logits[i], probs[i], [0.0, 0.6, 1.0][i % 3],
-                         None if i % 2 else i) for i in range(12)]
+    batch = [
+        SpecRequest(tuple(rng.integers(0, 40, 2)), logits[i], probs[i], [0.0, 0.6, 1.0][i % 3], None if i % 2 else i)
+        for i in range(12)
+    ]
     worker = rejection_v2.worker(vllm_source.tree(release))
     fast = sampler(batch, seed=9)
     worker.call("interpreter_fast", (False,))
@@ -79,6 +82,8 @@ def test_specgates_layout_agrees_with_the_engines_gather(built, release, rule):
     @given(batch=batches(seeded=True))
     def paths_agree(batch):
         engine, ours = subject(batch, seed=2), direct(batch, seed=2)
-        assert np.array_equal(engine, ours), f"RejectionSampler.__call__:\n{engine}\napply_sampling_params + rejection_sample:\n{ours}"
+        assert np.array_equal(engine, ours), (
+            f"RejectionSampler.__call__:\n{engine}\napply_sampling_params + rejection_sample:\n{ours}"
+        )
 
     paths_agree()

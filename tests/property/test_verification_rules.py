@@ -39,8 +39,13 @@ def test_output_is_one_to_k_plus_one_tokens_then_placeholders(built, subject):
 def test_same_seed_gives_same_output(built, subject):
     """Synthetic acceptance draws for greedy requests too: only seeded ones must ignore the batch seed."""
     deterministic = subject.rule != "synthetic"
-    holds_on_batches(built(subject), batches(), lambda sample, batch: properties.check_same_seed_gives_same_output(
-        sample, batch, greedy_is_deterministic=deterministic))
+    holds_on_batches(
+        built(subject),
+        batches(),
+        lambda sample, batch: properties.check_same_seed_gives_same_output(
+            sample, batch, greedy_is_deterministic=deterministic
+        ),
+    )
 
 
 @pytest.mark.parametrize("subject", ALL, ids=ids(ALL))
@@ -57,20 +62,29 @@ def test_synthetic_acceptance_follows_the_configured_rates(built, subject):
 def test_synthetic_acceptance_length_is_the_mean_emitted_per_step(built, subject):
     sampler = built(subject)
     rule_properties.check_synthetic_acceptance_length(sampler, NGRAM_CASE, SYNTHETIC_LENGTH)
-    rule_properties.check_synthetic_acceptance_rates(sampler, NGRAM_CASE, synthetic_rates(subject, NGRAM_CASE.num_drafts))
+    rule_properties.check_synthetic_acceptance_rates(
+        sampler, NGRAM_CASE, synthetic_rates(subject, NGRAM_CASE.num_drafts)
+    )
 
 
 @pytest.mark.parametrize("subject", FLY, ids=ids(FLY))
 def test_fly_greedy_rows_diverge_only_where_the_entropy_gate_allows(built, subject):
-    holds_on_batches(built(subject), batches(greedy=True),
-                     lambda sample, batch: rule_properties.check_fly_greedy_diverges_only_where_gate_allows(
-                         sample, batch, *FLY_PARAMS))
+    holds_on_batches(
+        built(subject),
+        batches(greedy=True),
+        lambda sample, batch: rule_properties.check_fly_greedy_diverges_only_where_gate_allows(
+            sample, batch, *FLY_PARAMS
+        ),
+    )
 
 
 @pytest.mark.parametrize("subject", FLY, ids=ids(FLY))
 def test_fly_greedy_rows_with_low_entropy_are_the_per_token_rule(built, subject):
-    holds_on_batches(built(subject), batches(greedy=True).map(with_peaked_targets),
-                     rule_properties.check_greedy_output_is_per_token_rule)
+    holds_on_batches(
+        built(subject),
+        batches(greedy=True).map(with_peaked_targets),
+        rule_properties.check_greedy_output_is_per_token_rule,
+    )
 
 
 @pytest.mark.parametrize("subject", FLY, ids=ids(FLY))

@@ -44,7 +44,8 @@ def vllm_cpu_build_missing() -> str | None:
     missing = importlib.util.find_spec("vllm") is None
     if missing or cuda:
         return "boots cpu-tiny's engines on vLLM's CPU build: " + (
-            "vLLM is not installed (bash ci/setup-cpu.sh)" if missing else "this machine has CUDA")
+            "vLLM is not installed (bash ci/setup-cpu.sh)" if missing else "this machine has CUDA"
+        )
     return None
 
 
@@ -57,14 +58,31 @@ class NestedRun:
     started: float = 0.0
 
     def start(self, env: dict[str, str] | None = None) -> NestedRun:
-        cmd = [sys.executable, "-m", "pytest", "-m", "gpu", "-p", "no:cacheprovider", "-q", "--benchmark-disable",
-               "--specgate-out", str(self.out), *self.args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            "--benchmark-disable",
+            "--specgate-out",
+            str(self.out),
+            *self.args,
+        ]
         self.out.parent.mkdir(parents=True, exist_ok=True)
         self.log = open(self.out.with_suffix(".out"), "wb")  # noqa: SIM115 (held open for the run; kill_all() closes it)
         # As a shell would start it in the foreground: default signal dispositions.
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
-                                     env={**os.environ, **(env or {})},
-                                     preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)])
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, **(env or {})},
+            preexec_fn=lambda: [signal.signal(s, signal.SIG_DFL) for s in (signal.SIGINT, signal.SIGTERM)],
+        )
         self.started = time.monotonic()
         return self
 
@@ -90,7 +108,9 @@ class NestedRun:
         while time.monotonic() < deadline:
             self.note()
             if self.proc.poll() is not None:
-                raise AssertionError(f"the run ended (exit {self.proc.returncode}) before phase /{pattern}/:\n{self.output()[-3000:]}")
+                raise AssertionError(
+                    f"the run ended (exit {self.proc.returncode}) before phase /{pattern}/:\n{self.output()[-3000:]}"
+                )
             current = self.phase()
             if re.search(pattern, current):
                 end = time.monotonic() + then_s

@@ -16,22 +16,38 @@ pytestmark = [pytest.mark.needs_vllm, pytest.mark.slow, skip_without_vllm_cpu()]
 
 def test_a_drop_the_size_of_vllm_26191_fails_the_acceptance_gate(tmp_path):
     text = CPU_TINY.read_text()
-    anchor = '[methods.eagle3]\nspeculative_config = { method = "eagle3", model = "zoo:eagle3", num_speculative_tokens = 3 }\n'
+    anchor = (
+        "[methods.eagle3]\n"
+        'speculative_config = { method = "eagle3", model = "zoo:eagle3", num_speculative_tokens = 3 }\n'
+    )
     assert anchor in text
     profile = tmp_path / "cpu-tiny.toml"
     profile.write_text(text.replace(anchor, anchor + 'plant = "accept_one_less_every_10th"\n'))
-    run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", "eagle3",
-                     "-k", "test_method_reproduces or test_baseline_engine_produces or test_acceptance_holds"],
-                    tmp_path / "out").start()
+    run = NestedRun(
+        [
+            "--specgate-profile",
+            str(profile),
+            "--specgate-methods",
+            "eagle3",
+            "-k",
+            "test_method_reproduces or test_baseline_engine_produces or test_acceptance_holds",
+        ],
+        tmp_path / "out",
+    ).start()
     run.proc.wait(timeout=900)
     results = json.loads((tmp_path / "out" / "run.json").read_text())
     outcome = {(o["gate"], o["key"]): o for o in results["outcomes"] if o["method"] == "eagle3"}
     assert outcome[("equivalence", "greedy")]["outcome"] == "passed"  # the same tokens, fewer per step
     table = json.loads((tmp_path / "out" / "measurements.json").read_text())
-    drops = {r["key"]: r["value"] / r["baseline"] - 1 for r in table
-             if r["method"] == "eagle3" and r["metric"] == "mean_acceptance_length" and r["baseline"]}
-    print("eagle3 mean acceptance length against the stored figures: "
-          + ", ".join(f"{k} {d:+.1%}" for k, d in drops.items()))
+    drops = {
+        r["key"]: r["value"] / r["baseline"] - 1
+        for r in table
+        if r["method"] == "eagle3" and r["metric"] == "mean_acceptance_length" and r["baseline"]
+    }
+    print(
+        "eagle3 mean acceptance length against the stored figures: "
+        + ", ".join(f"{k} {d:+.1%}" for k, d in drops.items())
+    )
     assert drops and all(d < 0 for d in drops.values())
     rtol = load_profile(profile, ROOT).tolerance.acceptance_rtol
     failed = [k for (g, k), o in outcome.items() if g == "acceptance" and o["outcome"] == "failed"]

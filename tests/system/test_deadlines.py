@@ -23,8 +23,11 @@ def with_deadlines(tmp_path, boot_s: int, stall_s: int):
     """A copy of cpu-tiny with these deadlines."""
     profile = tmp_path / "cpu-tiny-deadlines.toml"
     deadlines = {"boot": boot_s, "stall": stall_s}
-    text = re.sub(r"(?m)^(boot|stall)_timeout_s = .*$", lambda m: f"{m.group(1)}_timeout_s = {deadlines[m.group(1)]}",
-                  CPU_TINY.read_text())
+    text = re.sub(
+        r"(?m)^(boot|stall)_timeout_s = .*$",
+        lambda m: f"{m.group(1)}_timeout_s = {deadlines[m.group(1)]}",
+        CPU_TINY.read_text(),
+    )
     assert f"boot_timeout_s = {boot_s}" in text and f"stall_timeout_s = {stall_s}" in text
     profile.write_text(text)
     return profile
@@ -32,8 +35,18 @@ def with_deadlines(tmp_path, boot_s: int, stall_s: int):
 
 def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_method_runs(tmp_path):
     profile = with_deadlines(tmp_path, BOOT_S, STALL_S)
-    run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", "ngram,eagle,eagle3", "-k", "equivalence",
-                     "tests/gate/test_equivalence.py"], tmp_path / "run").start()
+    run = NestedRun(
+        [
+            "--specgate-profile",
+            str(profile),
+            "--specgate-methods",
+            "ngram,eagle,eagle3",
+            "-k",
+            "equivalence",
+            "tests/gate/test_equivalence.py",
+        ],
+        tmp_path / "run",
+    ).start()
     try:
         run.wait_for(r"booting engine 'ngram'", timeout_s=600)
         # the baseline engine's core may still be on its way out; ngram's is spawned a second or more later
@@ -53,13 +66,24 @@ def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_metho
     assert not left, left
     assert STALL_S < to_next < STALL_S + 30, f"{to_next:.0f} s from the stall to the next method's boot"
     out = tmp_path / "run"
-    outcomes = {o["nodeid"].split("::")[-1]: (o["outcome"], o["message"]) for o in json.loads((out / "run.json").read_text())["outcomes"]}
+    outcomes = {
+        o["nodeid"].split("::")[-1]: (o["outcome"], o["message"])
+        for o in json.loads((out / "run.json").read_text())["outcomes"]
+    }
     outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[ngram]"]
-    assert outcome == "error" and f"no progress for {STALL_S} s while booting engine 'ngram' (stall_timeout_s {STALL_S} in " \
-        f"{profile}); the log's last line: " in message and f"stacks in {out}/engines/ngram.stacks" in message, message
+    assert (
+        outcome == "error"
+        and f"no progress for {STALL_S} s while booting engine 'ngram' (stall_timeout_s {STALL_S} in "
+        f"{profile}); the log's last line: "
+        in message
+        and f"stacks in {out}/engines/ngram.stacks" in message
+    ), message
     outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[eagle]"]
-    assert outcome == "failed" and f"no progress for {STALL_S} s while generating a batch of 12 prompts (engine 'eagle')" in message \
-        and f"stacks in {out}/engines/eagle.stacks" in message, message
+    assert (
+        outcome == "failed"
+        and f"no progress for {STALL_S} s while generating a batch of 12 prompts (engine 'eagle')" in message
+        and f"stacks in {out}/engines/eagle.stacks" in message
+    ), message
     assert outcomes["test_method_reproduces_baseline_greedy_output[eagle3]"][0] == "passed"
     for name in ("ngram", "eagle"):  # what the engine core was doing, read from the stopped process
         stacks = (out / "engines" / f"{name}.stacks").read_text()
@@ -71,8 +95,18 @@ def test_a_boot_past_boot_timeout_s_is_stopped_saying_where_it_was(tmp_path):
     that method within the deadline plus the stop, and nothing of the run is left."""
     boot_s = 60  # cpu-tiny's engines boot in 18-30 s on 2 cores
     profile = with_deadlines(tmp_path, boot_s, 600)
-    run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", "ngram", "-k", "equivalence",
-                     "tests/gate/test_equivalence.py"], tmp_path / "run").start()
+    run = NestedRun(
+        [
+            "--specgate-profile",
+            str(profile),
+            "--specgate-methods",
+            "ngram",
+            "-k",
+            "equivalence",
+            "tests/gate/test_equivalence.py",
+        ],
+        tmp_path / "run",
+    ).start()
     try:
         run.wait_for(r"booting engine 'ngram'", timeout_s=600)
         started = time.monotonic()
@@ -86,7 +120,13 @@ def test_a_boot_past_boot_timeout_s_is_stopped_saying_where_it_was(tmp_path):
     assert not left, f"processes of the run still alive 10 s after it ended: {left}"
     assert ended < boot_s + 30, f"the run ended {ended:.0f} s after the boot began (boot_timeout_s {boot_s})"
     out = tmp_path / "run"
-    outcomes = {o["nodeid"].split("::")[-1]: (o["outcome"], o["message"]) for o in json.loads((out / "run.json").read_text())["outcomes"]}
+    outcomes = {
+        o["nodeid"].split("::")[-1]: (o["outcome"], o["message"])
+        for o in json.loads((out / "run.json").read_text())["outcomes"]
+    }
     outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[ngram]"]
-    assert outcome == "error" and f"did not finish booting within {boot_s} s (boot_timeout_s in {profile}); the boot was at: " \
-        in message and f"stacks in {out}/engines/ngram.stacks" in message, message
+    assert (
+        outcome == "error"
+        and f"did not finish booting within {boot_s} s (boot_timeout_s in {profile}); the boot was at: " in message
+        and f"stacks in {out}/engines/ngram.stacks" in message
+    ), message

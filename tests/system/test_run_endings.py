@@ -19,13 +19,20 @@ CENSUS_S = {signal.SIGINT: 10, signal.SIGTERM: 10, signal.SIGKILL: 30}
 
 # phase name -> (the nested run's arguments, the phase to interrupt it in, seconds more to wait)
 PHASES = {
-    "engine generating": (["-k", "equivalence", "tests/gate/test_equivalence.py"], r"generating .*engine 'baseline'", 0),
+    "engine generating": (
+        ["-k", "equivalence", "tests/gate/test_equivalence.py"],
+        r"generating .*engine 'baseline'",
+        0,
+    ),
     "endpoint test": (["tests/gate/test_endpoint.py", "tests/gate/test_equivalence.py"], r"endpoint test: the gate", 8),
     "server booting": (["tests/gate/test_endpoint.py", "tests/gate/test_equivalence.py"], r"booting server 'ngram'", 4),
     "engine booting": (["-k", "equivalence", "tests/gate/test_equivalence.py"], r"booting engine 'baseline'", 6),
 }
-CASES = [(sig, phase) for phase in ("engine generating", "endpoint test", "server booting")
-         for sig in (signal.SIGINT, signal.SIGTERM)] + [(signal.SIGKILL, "engine booting"), (signal.SIGKILL, "endpoint test")]
+CASES = [
+    (sig, phase)
+    for phase in ("engine generating", "endpoint test", "server booting")
+    for sig in (signal.SIGINT, signal.SIGTERM)
+] + [(signal.SIGKILL, "engine booting"), (signal.SIGKILL, "endpoint test")]
 
 
 @pytest.mark.parametrize("sig,phase", CASES, ids=[f"{signal.Signals(s).name}-{p.replace(' ', '-')}" for s, p in CASES])
@@ -33,7 +40,9 @@ def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phas
     import time
 
     args, pattern, then_s = PHASES[phase]
-    run = NestedRun(["--specgate-profile", str(CPU_TINY), "--specgate-methods", "ngram", *args], tmp_path / "run").start()
+    run = NestedRun(
+        ["--specgate-profile", str(CPU_TINY), "--specgate-methods", "ngram", *args], tmp_path / "run"
+    ).start()
     try:
         run.wait_for(pattern, timeout_s=600, then_s=then_s)
         took = run.signal(sig)
@@ -43,15 +52,18 @@ def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phas
         run.kill_all()
     name = signal.Signals(sig).name
     took_s = "did not exit within 120 s" if took is None else f"exit {run.proc.returncode} after {took:.1f} s"
-    print(f"{name} in phase '{phase}': {took_s}, "
-          f"{len(left)} of its processes alive {CENSUS_S[sig]} s later")  # shown with -rP
+    print(
+        f"{name} in phase '{phase}': {took_s}, {len(left)} of its processes alive {CENSUS_S[sig]} s later"
+    )  # shown with -rP
     assert not left, f"{name} in phase '{phase}': processes of the run still alive {CENSUS_S[sig]} s later: {left}"
     assert took is not None and took < EXIT_WITHIN_S, f"{name} in phase '{phase}': the run took {took} s to exit"
     if sig == signal.SIGKILL:
         return
     assert run.proc.returncode != 0, run.output()[-3000:]
     record = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert record["interrupted"].startswith("interrupted at tests/gate/") and record["interrupted"].endswith(f"({name})")
+    assert record["interrupted"].startswith("interrupted at tests/gate/") and record["interrupted"].endswith(
+        f"({name})"
+    )
     assert f"{record['interrupted']}: the run stopped there" in (tmp_path / "run" / "summary.md").read_text()
 
 
@@ -75,15 +87,29 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
         time.sleep(5)
         orphans = run.alive()
         assert orphans, "nothing outlived the run: vLLM's engine core ended with its parent by itself"
-        later = [sys.executable, "-m", "pytest", "-m", "gpu", "--collect-only", "-q", "-p", "no:cacheprovider",
-                 "--specgate-profile", str(CPU_TINY), "tests/gate/test_equivalence.py"]
+        later = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--specgate-profile",
+            str(CPU_TINY),
+            "tests/gate/test_equivalence.py",
+        ]
         said = subprocess.run(later, cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
         assert f"of an earlier run (pid {run.proc.pid}: " in said and "are still alive: " in said, said
         listed = said.split("are still alive: ")[1].split(". They hold")[0]
         pids = {int(line.split()[0]) for line in orphans}
         assert listed and all(int(p.split(")")[0]) in pids for p in listed.split("(pid ")[1:]), (orphans, said)
         assert "Stop them with --specgate-kill-stale" in said
-        said = subprocess.run([*later, "--specgate-kill-stale"], cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+        said = subprocess.run(
+            [*later, "--specgate-kill-stale"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        ).stdout
         assert "process(es) left by an earlier run (pid" in said and "would not die" not in said, said
         assert run.alive() == []
     finally:

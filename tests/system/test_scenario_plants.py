@@ -14,9 +14,16 @@ from tests.system.nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 
 pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, pytest.mark.slow, skip_without_vllm_cpu()]
 
-NGRAM = 'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 2, prompt_lookup_max = 4 }'
+NGRAM = (
+    'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 2, '
+    "prompt_lookup_max = 4 }"
+)
 PLANTED = {  # method -> (plant, the scenario that must fail, what its failure says)
-    "ngram_resumed": ("resume_corrupts_last_token", "preemption", "prompts diverge from the baseline engine's unpressured"),
+    "ngram_resumed": (
+        "resume_corrupts_last_token",
+        "preemption",
+        "prompts diverge from the baseline engine's unpressured",
+    ),
     "ngram_cached": ("ngram_late_after_cached_prefix", "prefix_soak", "mean acceptance length fell from"),
     "ngram_grammar": ("grammar_mask_ignores_drafts", "structured", "under the schema"),
 }
@@ -27,16 +34,19 @@ SCENARIOS = ("structured", "prefix_soak", "preemption")
 def profile_with_plants(path: Path) -> Path:
     """cpu-tiny (its name, so ngram is judged against the stored figures) with ngram and the planted copies."""
     text = CPU_TINY.read_text()
-    head, tail = text[: text.index("[methods.ngram]")], text[text.index("[scenarios.preemption]"):]
+    head, tail = text[: text.index("[methods.ngram]")], text[text.index("[scenarios.preemption]") :]
     methods = f"[methods.ngram]\n{NGRAM}\n\n" + "".join(
-        f'[methods.{name}]\n{NGRAM}\nplant = "{plant}"\n\n' for name, (plant, _, _) in PLANTED.items())
+        f'[methods.{name}]\n{NGRAM}\nplant = "{plant}"\n\n' for name, (plant, _, _) in PLANTED.items()
+    )
     path.write_text(head + methods + tail)
     return path
 
 
 def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
     profile = profile_with_plants(tmp_path / "cpu-tiny.toml")
-    run = NestedRun(["--specgate-profile", str(profile), "-k", "not speedup and not endpoint"], tmp_path / "out").start()
+    run = NestedRun(
+        ["--specgate-profile", str(profile), "-k", "not speedup and not endpoint"], tmp_path / "out"
+    ).start()
     code = run.proc.wait(timeout=2400)
     out = (tmp_path / "out.out").read_text()
     assert code == 1, out[-3000:]  # the planted scenarios fail, nothing else
@@ -53,7 +63,11 @@ def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
     table = json.loads((tmp_path / "out" / "measurements.json").read_text())
 
     def figures(method, gate):
-        return {(r["key"], r["metric"], r["position"]): r["value"] for r in table if r["method"] == method and r["gate"] == gate}
+        return {
+            (r["key"], r["metric"], r["position"]): r["value"]
+            for r in table
+            if r["method"] == method and r["gate"] == gate
+        }
 
     assert figures("ngram", "acceptance"), "ngram measured no acceptance"
     for name in PLANTED:
@@ -64,4 +78,7 @@ def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
         if m == "ngram":  # ngram itself fails nothing (a figure this machine has no stored baseline for skips)
             assert o["outcome"] in ("passed", "skipped"), (g, o["message"][:500])
     assert {g for (m, g, _), o in outcome.items() if m == "ngram" and o["outcome"] == "passed"} >= {
-        "equivalence", "preemption", "prefix_soak"}
+        "equivalence",
+        "preemption",
+        "prefix_soak",
+    }

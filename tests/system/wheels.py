@@ -14,8 +14,13 @@ from pathlib import Path
 def release_wheel(package: str, version: str, into: Path) -> Path:
     """The release's wheel from the package index (pip's cache when it has it)."""
     into.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{package}=={version}", "-d", str(into)],
-                   check=True, capture_output=True, text=True, timeout=900)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", f"{package}=={version}", "-d", str(into)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     return next(into.glob(f"{package.replace('-', '_')}-{version}-*.whl"))
 
 

@@ -122,9 +122,16 @@ def test_card_says_which_machine_measured_the_speeds_and_how_fast_its_baseline_r
         data.pop(key, None)
     (zoo_copy / "measured.json").write_text(json.dumps(data))
     assert "Measured on" not in render(zoo_copy)
-    _edit_json(zoo_copy / "measured.json", machine="cpu-some-cpu-2c", cpu="Some CPU", timing_tokens=400,
-               baseline_rounds_s=[1.0, 2.0, 9.0])  # median 2 s over 400 tokens
-    assert "Measured on `cpu-some-cpu-2c` (Some CPU): the baseline engine took 5.0 ms per output token" in render(zoo_copy)
+    _edit_json(
+        zoo_copy / "measured.json",
+        machine="cpu-some-cpu-2c",
+        cpu="Some CPU",
+        timing_tokens=400,
+        baseline_rounds_s=[1.0, 2.0, 9.0],
+    )  # median 2 s over 400 tokens
+    assert "Measured on `cpu-some-cpu-2c` (Some CPU): the baseline engine took 5.0 ms per output token" in render(
+        zoo_copy
+    )
 
 
 def test_card_shows_what_the_measured_baseline_engine_wrote(zoo_copy):
@@ -146,10 +153,16 @@ def test_card_shows_how_much_of_the_targets_output_loops_next_to_real_text(zoo_c
     measured.pop("looped_share_prompts", None)
     (zoo_copy / "measured.json").write_text(json.dumps(measured))
     assert "only repeat, verbatim" not in render(zoo_copy)
-    _edit_json(zoo_copy / "measured.json", looped_share=dict(zip(CATEGORIES, [0.25, 0.5, 0.75, 0.0, 1.0])),
-               looped_share_prompts=dict.fromkeys(CATEGORIES, 0.0))
+    _edit_json(
+        zoo_copy / "measured.json",
+        looped_share=dict(zip(CATEGORIES, [0.25, 0.5, 0.75, 0.0, 1.0])),
+        looped_share_prompts=dict.fromkeys(CATEGORIES, 0.0),
+    )
     card = render(zoo_copy)
-    assert "| target output | 25% | 50% | 75% | 0% | 100% |" in card and "| prompts' own text | 0% | 0% | 0% | 0% | 0% |" in card
+    assert (
+        "| target output | 25% | 50% | 75% | 0% | 100% |" in card
+        and "| prompts' own text | 0% | 0% | 0% | 0% | 0% |" in card
+    )
 
 
 def test_card_says_how_the_target_and_drafters_trained_and_rebuilds_with_that_precision(zoo_copy):
@@ -296,5 +309,7 @@ def test_native_bf16_falls_back_to_the_cpu_flags_without_torchs_private_helpers(
 
     monkeypatch.setattr(platform, "machine", lambda: "x86_64")
     monkeypatch.delattr(torch.cpu, "_is_amx_tile_supported", raising=False)
-    monkeypatch.setattr(train, "Path", lambda _: types.SimpleNamespace(read_text=lambda encoding: f"flags\t: {flags}\n"))
+    monkeypatch.setattr(
+        train, "Path", lambda _: types.SimpleNamespace(read_text=lambda encoding: f"flags\t: {flags}\n")
+    )
     assert train.native_bf16() is native

@@ -38,7 +38,9 @@ class FakeEngine:
             self.machine.run(1 / TRUE_SPEEDUP if k else 1.0)
         out = {p.id: GreedyOutput((10, 11, 12), ()) for p in prompts}
         drafts = len(prompts)
-        counters = SpecCounters(drafts, drafts * k, drafts, (drafts,) + (0,) * (k - 1)) if k else SpecCounters(0, 0, 0, ())
+        counters = (
+            SpecCounters(drafts, drafts * k, drafts, (drafts,) + (0,) * (k - 1)) if k else SpecCounters(0, 0, 0, ())
+        )
         return BatchResult(out, {p.id: [1, 2] for p in prompts}, counters)
 
     def shutdown(self):
@@ -79,9 +81,19 @@ def test_measure_pairs_each_method_round_with_a_baseline_round_so_drift_cancels(
 
 
 def _record(date, methods, **extra):
-    rec = {"machine": "cpu-amd-epyc-2c", "prompts_sha256": "abc", "rounds": 6, "timing_prompts": 10,
-           "timing_tokens": 480, "date": date, "samples": {"doc_prose": "text"}}
-    rec["methods"] = {name: {"baseline_rounds_s": [base] * 2, "speedup_c1": {"median": speed}} for name, (base, speed) in methods.items()}
+    rec = {
+        "machine": "cpu-amd-epyc-2c",
+        "prompts_sha256": "abc",
+        "rounds": 6,
+        "timing_prompts": 10,
+        "timing_tokens": 480,
+        "date": date,
+        "samples": {"doc_prose": "text"},
+    }
+    rec["methods"] = {
+        name: {"baseline_rounds_s": [base] * 2, "speedup_c1": {"median": speed}}
+        for name, (base, speed) in methods.items()
+    }
     rec["baseline_rounds_s"] = [s for r in rec["methods"].values() for s in r["baseline_rounds_s"]]
     return {**rec, **extra}
 
@@ -104,7 +116,11 @@ def test_merge_refuses_figures_that_would_not_compare(tmp_path, key, value):
 
     path = tmp_path / "measured.json"
     with pytest.raises(SystemExit) as err:
-        merge_into(_record("2026-11-01", {"ngram": (5.0, 1.4)}), _record("2026-11-24", {"mtp": (6.0, 1.2)}, **{key: value}), path)
+        merge_into(
+            _record("2026-11-01", {"ngram": (5.0, 1.4)}),
+            _record("2026-11-24", {"mtp": (6.0, 1.2)}, **{key: value}),
+            path,
+        )
     assert str(path) in str(err.value) and key in str(err.value) and "without --merge" in str(err.value)
 
 

@@ -55,6 +55,8 @@ def test_vllms_per_request_histogram_is_taken_over_the_stream_whose_chunks_may_b
     stream = {"a": [1, 2, 4, 7], "b": [1, 1, 3]}  # a chunk of 7 tokens at k = 3: several steps merged
     merged = AcceptanceResult.from_batch(SpecCounters(), stream, k=3)
     assert merged.source == "stream" and merged.merged_chunks == 1 and merged.record()["merged_stream_chunks"] == 1
-    exact = AcceptanceResult.from_batch(SpecCounters(), stream, k=3, step_histograms={"a": [1, 1, 0, 2], "b": [2, 0, 1, 0]})
+    exact = AcceptanceResult.from_batch(
+        SpecCounters(), stream, k=3, step_histograms={"a": [1, 1, 0, 2], "b": [2, 0, 1, 0]}
+    )
     assert exact.source == "engine" and exact.histogram == (0, 3, 1, 1, 2)  # j accepted -> j + 1 tokens
     assert "merged_stream_chunks" not in exact.record()

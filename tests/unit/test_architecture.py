@@ -17,16 +17,60 @@ MAX_LINES = 450
 LAYERS = (
     # the vocabulary: errors, how numbers are written, what this machine is, statistics, vLLM's internals,
     # processes; nothing here knows about profiles or runs
-    ("errors", "formatting", "schema", "machine", "stats", "vllm_compat", "vllm_source", "interpreter_shim", "rejection",
-     "logstream", "interrupts", "processes", "kvstats", "enginelog", "plants", "models", "_stacks"),
+    (
+        "errors",
+        "formatting",
+        "schema",
+        "machine",
+        "stats",
+        "vllm_compat",
+        "vllm_source",
+        "interpreter_shim",
+        "rejection",
+        "logstream",
+        "interrupts",
+        "processes",
+        "kvstats",
+        "enginelog",
+        "plants",
+        "models",
+        "_stacks",
+    ),
     # a run's inputs and the measurements' own arithmetic: the profile, the prompts, the samplers' adapters
-    ("prompt_sources", "profile", "tolerances", "prompts", "prompt_inputs", "scaleout", "acceptance", "equivalence", "load", "memory",
-     "worker", "reaper", "watchdog", "rejection_v1", "rejection_v2", "v2_worker", "venvs"),
+    (
+        "prompt_sources",
+        "profile",
+        "tolerances",
+        "prompts",
+        "prompt_inputs",
+        "scaleout",
+        "acceptance",
+        "equivalence",
+        "load",
+        "memory",
+        "worker",
+        "reaper",
+        "watchdog",
+        "rejection_v1",
+        "rejection_v2",
+        "v2_worker",
+        "venvs",
+    ),
     # what is stored: baseline files, their git history, a run's record
     ("baselines", "baseline_store", "history", "run_record"),
     # engines: booting, driving and measuring them
-    ("eventloop", "engine_args", "backend", "engine", "endpoint", "server", "host", "measurements", "scenarios",
-     "download"),
+    (
+        "eventloop",
+        "engine_args",
+        "backend",
+        "engine",
+        "endpoint",
+        "server",
+        "host",
+        "measurements",
+        "scenarios",
+        "download",
+    ),
     # judging: one check per gate
     ("checks",),
     # what a person reads
@@ -35,7 +79,19 @@ LAYERS = (
     ("results",),
     ("session",),
     # entry points: pytest, the `specgate` command and its release-to-release tools
-    ("plugin", "options", "recorders", "workers", "hooks", "testing", "cli", "rehearse", "bisect", "calibrate", "matrix"),
+    (
+        "plugin",
+        "options",
+        "recorders",
+        "workers",
+        "hooks",
+        "testing",
+        "cli",
+        "rehearse",
+        "bisect",
+        "calibrate",
+        "matrix",
+    ),
 )
 
 
@@ -154,8 +210,12 @@ def _a_cycle(component: list[str], edges) -> list[str]:
 
 
 def describe(path: list[str], edges) -> str:
-    return " -> ".join(path) + " (" + "; ".join(
-        f"{a} line {edges[a][b][0]} ({edges[a][b][1]})" for a, b in zip(path, path[1:])) + ")"
+    return (
+        " -> ".join(path)
+        + " ("
+        + "; ".join(f"{a} line {edges[a][b][0]} ({edges[a][b][1]})" for a, b in zip(path, path[1:]))
+        + ")"
+    )
 
 
 def layer_of(module: str) -> int | None:
@@ -179,8 +239,10 @@ def test_the_graph_sees_lazy_imports_and_tables_of_module_names(tmp_path):
 
 def test_no_module_imports_one_that_imports_it_back():
     edges = graph()
-    found = [f"cycle of {len(members)}: {', '.join(members)}; e.g. {describe(cycle, edges)}"
-             for members, cycle in cycles(edges)]
+    found = [
+        f"cycle of {len(members)}: {', '.join(members)}; e.g. {describe(cycle, edges)}"
+        for members, cycle in cycles(edges)
+    ]
     assert not found, "import cycles in specgate/ (break each at its lowest arrow):\n" + "\n".join(found)
 
 
@@ -189,12 +251,18 @@ def test_every_module_is_in_a_layer_and_imports_nothing_above_its_own():
     unplaced = sorted(m for m in edges if m != PACKAGE.name and layer_of(m) is None)
     assert not unplaced, f"modules in no layer of LAYERS (tests/unit/test_architecture.py): {', '.join(unplaced)}"
     declared = {n for names in LAYERS for n in names}
-    stale = sorted(n for n in declared if not any(m == f"{PACKAGE.name}.{n}" or m.startswith(f"{PACKAGE.name}.{n}.")
-                                                   for m in edges))
+    stale = sorted(
+        n
+        for n in declared
+        if not any(m == f"{PACKAGE.name}.{n}" or m.startswith(f"{PACKAGE.name}.{n}.") for m in edges)
+    )
     assert not stale, f"LAYERS names modules that do not exist: {', '.join(stale)}"
-    upward = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)}) at line {line} ({how})"
-              for a, targets in sorted(edges.items()) for b, (line, how) in sorted(targets.items())
-              if a != PACKAGE.name and layer_of(b) > layer_of(a)]
+    upward = [
+        f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)}) at line {line} ({how})"
+        for a, targets in sorted(edges.items())
+        for b, (line, how) in sorted(targets.items())
+        if a != PACKAGE.name and layer_of(b) > layer_of(a)
+    ]
     assert not upward, "upward arrows (a lower module must not import a higher one):\n" + "\n".join(upward)
 
 
@@ -215,8 +283,14 @@ def private_uses(name: str, path: Path, known) -> list[str]:
                 if alias.name in known and alias.asname:
                     aliases[alias.asname] = alias.name
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__") and aliases[node.value.id] != name):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+            and aliases[node.value.id] != name
+        ):
             found.append(f"{name} line {node.lineno}: {node.value.id}.{node.attr} ({aliases[node.value.id]})")
     return found
 

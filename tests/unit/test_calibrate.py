@@ -36,17 +36,23 @@ def run(path, rows, baselines=None):
 def speed(method, key, value, high, cost=None):
     rows = [{"gate": "speedup", "method": method, "key": key, "metric": "speedup", "value": value, "ci_high": high}]
     if cost is not None:
-        rows.append({"gate": "speedup", "method": method, "key": key, "metric": "draft_cost", "value": cost, "ci_high": None})
+        rows.append(
+            {"gate": "speedup", "method": method, "key": key, "metric": "draft_cost", "value": cost, "ci_high": None}
+        )
     return rows
 
 
 def test_tolerances_come_from_the_worst_aa_run_and_the_slowed_copy_is_counted_against_them(tmp_path):
-    stored = {"ngram": {"speedup": {"C=1": {"speedup": 1.20, "draft_cost": 0.018}}},
-              "ngram_slowed": {"speedup": {"C=1": {"speedup": 1.10, "draft_cost": 0.17}}}}
+    stored = {
+        "ngram": {"speedup": {"C=1": {"speedup": 1.20, "draft_cost": 0.018}}},
+        "ngram_slowed": {"speedup": {"C=1": {"speedup": 1.10, "draft_cost": 0.17}}},
+    }
     update = run(tmp_path / "update", [], stored)
     judged = [  # A/A: upper bounds 1.18 and 1.26 (1.7 % under the stored 1.20 at worst), draft_cost up to +0.004
         run(tmp_path / "r1", speed("ngram", "C=1", 1.10, 1.18, 0.020) + speed("ngram_slowed", "C=1", 1.05, 1.12, 0.18)),
-        run(tmp_path / "r2", speed("ngram", "C=1", 1.22, 1.26, 0.022) + speed("ngram_slowed", "C=1", 1.15, 1.21, 0.021)),
+        run(
+            tmp_path / "r2", speed("ngram", "C=1", 1.22, 1.26, 0.022) + speed("ngram_slowed", "C=1", 1.15, 1.21, 0.021)
+        ),
     ]
     cells = calibrate.read_runs(update, judged)
     suggested = calibrate.suggest(cells, ["ngram"])["ngram"]
@@ -60,8 +66,11 @@ def test_tolerances_come_from_the_worst_aa_run_and_the_slowed_copy_is_counted_ag
 def test_the_tolerance_file_is_held_over_the_profile_on_its_machine_only(tmp_path):
     profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
     path = tmp_path / "cpu-x-2c.tolerance.toml"
-    path.write_text(tolerances.render(["calibrated"], {"speedup_rtol": 0.12}, {"ngram": {"draft_cost_tol": 0.01},
-                                                                               "gone": {"draft_cost_tol": 0.5}}))
+    path.write_text(
+        tolerances.render(
+            ["calibrated"], {"speedup_rtol": 0.12}, {"ngram": {"draft_cost_tol": 0.01}, "gone": {"draft_cost_tol": 0.5}}
+        )
+    )
     assert tomllib.loads(path.read_text())["methods"]["ngram"]["tolerance"] == {"draft_cost_tol": 0.01}
     held = tolerances.apply(profile, path)
     assert held.tolerance.speedup_rtol == 0.12 and held.methods["ngram"].tolerance == {"draft_cost_tol": 0.01}
@@ -75,8 +84,10 @@ def test_the_tolerance_file_is_held_over_the_profile_on_its_machine_only(tmp_pat
 def test_a_method_tolerance_is_what_its_checks_read(tmp_path):
     from specgate.checks import Context
 
-    profile = tolerances.apply(load_profile(find_profile("cpu-tiny", ROOT), ROOT),
-                               _file(tmp_path, "[methods.ngram.tolerance]\ndraft_cost_tol = 0.02\n"))
+    profile = tolerances.apply(
+        load_profile(find_profile("cpu-tiny", ROOT), ROOT),
+        _file(tmp_path, "[methods.ngram.tolerance]\ndraft_cost_tol = 0.02\n"),
+    )
     ctx = Context(profile, baselines=None)
     assert ctx.tolerance("ngram").draft_cost_tol == 0.02 and ctx.tolerance("eagle3").draft_cost_tol == 0.0
     assert ctx.tolerance("suffix_throttled", "speedup").speedup_rtol == profile.tolerance.speedup_rtol  # its parent's
@@ -96,7 +107,9 @@ def test_baselines_an_interrupted_calibration_moved_aside_are_put_back(tmp_path,
     assert "put back" in calibrate.restore_kept(tmp_path, "cpu-tiny")
     assert (tmp_path / "baselines" / "cpu-tiny" / "cpu-x-2c.json").is_file() and not kept.exists()
     kept.mkdir()
-    assert "compare them" in calibrate.restore_kept(tmp_path, "cpu-tiny") and kept.exists()  # both there: said, not moved
+    assert (
+        "compare them" in calibrate.restore_kept(tmp_path, "cpu-tiny") and kept.exists()
+    )  # both there: said, not moved
 
 
 def test_the_gate_says_when_an_interrupted_calibration_left_baselines_aside(tmp_path, monkeypatch):
@@ -105,18 +118,33 @@ def test_the_gate_says_when_an_interrupted_calibration_left_baselines_aside(tmp_
     monkeypatch.delenv("SPECGATE_BASELINES_DIR", raising=False)
     (tmp_path / "baselines" / "cpu-tiny.kept").mkdir(parents=True)
     store = BaselineStore(tmp_path, load_profile(find_profile("cpu-tiny", ROOT), ROOT), "cpu-x-2c")
-    assert any("cpu-tiny.kept holds baselines an interrupted calibration moved aside" in line for line in store.header())
+    assert any(
+        "cpu-tiny.kept holds baselines an interrupted calibration moved aside" in line for line in store.header()
+    )
 
 
 def test_the_tie_aware_rule_comes_from_the_honest_near_ties_of_the_aa_runs(tmp_path):
     def eq(method, compared, diverged, forgiven, gaps):
-        rows = [{"gate": "equivalence", "method": method, "key": "greedy", "metric": m, "value": v, "position": None}
-                for m, v in (("compared", compared), ("diverged", diverged), ("forgiven", forgiven))]
-        return rows + [{"gate": "equivalence", "method": method, "key": "greedy", "metric": "logprob_gap", "value": g,
-                        "position": i} for i, g in enumerate(gaps)]
+        rows = [
+            {"gate": "equivalence", "method": method, "key": "greedy", "metric": m, "value": v, "position": None}
+            for m, v in (("compared", compared), ("diverged", diverged), ("forgiven", forgiven))
+        ]
+        return rows + [
+            {
+                "gate": "equivalence",
+                "method": method,
+                "key": "greedy",
+                "metric": "logprob_gap",
+                "value": g,
+                "position": i,
+            }
+            for i, g in enumerate(gaps)
+        ]
 
-    runs = [run(tmp_path / "r1", eq("ngram", 60, 1, 0, [0.03125]) + eq("mtp", 60, 2, 3, [0.03125, 0.03125, 0, 0, 0])),
-            run(tmp_path / "r2", eq("ngram", 60, 1, 0, [0.03125]) + eq("mtp", 60, 2, 2, [0.03125, 0.03125, 0, 0]))]
+    runs = [
+        run(tmp_path / "r1", eq("ngram", 60, 1, 0, [0.03125]) + eq("mtp", 60, 2, 3, [0.03125, 0.03125, 0, 0, 0])),
+        run(tmp_path / "r2", eq("ngram", 60, 1, 0, [0.03125]) + eq("mtp", 60, 2, 2, [0.03125, 0.03125, 0, 0])),
+    ]
     divergences = calibrate.read_divergences(runs)
     assert divergences["mtp"].gaps[0] == [0.03125, 0.03125, 0, 0, 0] and divergences["mtp"].gapless == 0
     rule = calibrate.suggest_rule(divergences)
@@ -126,21 +154,44 @@ def test_the_tie_aware_rule_comes_from_the_honest_near_ties_of_the_aa_runs(tmp_p
 
 def test_the_tolerance_file_may_set_the_tie_aware_rule(tmp_path):
     profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
-    held = tolerances.apply(profile, _file(tmp_path, "[equivalence]\nlogprob_margin = 0.25\nmax_forgiven_share = 0.15\n"))
-    assert (held.equivalence.logprob_margin, held.equivalence.max_forgiven_share, held.equivalence.mode) == (0.25, 0.15, "tie-aware")
+    held = tolerances.apply(
+        profile, _file(tmp_path, "[equivalence]\nlogprob_margin = 0.25\nmax_forgiven_share = 0.15\n")
+    )
+    assert (held.equivalence.logprob_margin, held.equivalence.max_forgiven_share, held.equivalence.mode) == (
+        0.25,
+        0.15,
+        "tie-aware",
+    )
     with pytest.raises(ProfileError, match=r"\[equivalence\] holds mode"):
-        tolerances.apply(profile, _file(tmp_path, '[equivalence]\nmode = 1\n'))
+        tolerances.apply(profile, _file(tmp_path, "[equivalence]\nmode = 1\n"))
 
 
 def test_acceptance_rtol_comes_from_the_largest_aa_drop_of_a_category(tmp_path):
-    stored = {"suffix": {"acceptance": {"doc_prose": {"mean_acceptance_length": 2.0}, "code": {"mean_acceptance_length": 3.0}}}}
+    stored = {
+        "suffix": {
+            "acceptance": {"doc_prose": {"mean_acceptance_length": 2.0}, "code": {"mean_acceptance_length": 3.0}}
+        }
+    }
     update = run(tmp_path / "update", [], stored)
 
     def acc(key, value):
-        return {"gate": "acceptance", "method": "suffix", "key": key, "metric": "mean_acceptance_length", "value": value}
+        return {
+            "gate": "acceptance",
+            "method": "suffix",
+            "key": key,
+            "metric": "mean_acceptance_length",
+            "value": value,
+        }
 
-    judged = [run(tmp_path / "r1", [acc("doc_prose", 1.986), acc("code", 3.0)]), run(tmp_path / "r2", [acc("doc_prose", 2.0), acc("code", 3.03)])]
+    judged = [
+        run(tmp_path / "r1", [acc("doc_prose", 1.986), acc("code", 3.0)]),
+        run(tmp_path / "r2", [acc("doc_prose", 2.0), acc("code", 3.03)]),
+    ]
     acceptance = calibrate.read_runs(update, judged, "acceptance")
-    assert calibrate.suggest({}, ["suffix"], acceptance)["suffix"]["acceptance_rtol"] == 0.015  # 0.7 % + 0.5 %, rounded up
-    deterministic = calibrate.read_runs(update, [run(tmp_path / "r3", [acc("doc_prose", 2.0), acc("code", 3.0)])], "acceptance")
+    assert (
+        calibrate.suggest({}, ["suffix"], acceptance)["suffix"]["acceptance_rtol"] == 0.015
+    )  # 0.7 % + 0.5 %, rounded up
+    deterministic = calibrate.read_runs(
+        update, [run(tmp_path / "r3", [acc("doc_prose", 2.0), acc("code", 3.0)])], "acceptance"
+    )
     assert calibrate.suggest({}, ["suffix"], deterministic)["suffix"]["acceptance_rtol"] == 0.01  # the floor

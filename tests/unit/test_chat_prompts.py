@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import PromptSetError
-from specgate.prompt_sources import PromptSource
 from specgate.prompt_inputs import encode, fit
+from specgate.prompt_sources import PromptSource
 from specgate.prompts import (
     load_chat_set,
     load_source,
@@ -25,8 +25,19 @@ DATA = ROOT / "tests" / "unit" / "data"
 QUALITATIVE = DATA / "speed_bench" / "qualitative.jsonl"
 THROUGHPUT = DATA / "speed_bench" / "throughput_2k.jsonl"
 TRAFFIC = DATA / "chat_traffic.jsonl"
-SPEED_BENCH_CATEGORIES = ["coding", "math", "humanities", "stem", "writing", "summarization", "roleplay", "rag",
-                          "multilingual", "reasoning", "qa"]
+SPEED_BENCH_CATEGORIES = [
+    "coding",
+    "math",
+    "humanities",
+    "stem",
+    "writing",
+    "summarization",
+    "roleplay",
+    "rag",
+    "multilingual",
+    "reasoning",
+    "qa",
+]
 
 
 @pytest.fixture(scope="module")
@@ -58,8 +69,12 @@ def test_a_chat_file_keeps_its_conversations_and_derives_stable_ids(tmp_path):
     # the ids hash the content: the same prompts keep their ids in another order, among other rows
     lines = TRAFFIC.read_text().splitlines()
     moved = tmp_path / "chat_traffic.jsonl"
-    moved.write_text("\n".join([json.dumps({"category": "new", "messages": [{"role": "user", "content": "Hi there."}]}),
-                                *reversed(lines)]) + "\n")
+    moved.write_text(
+        "\n".join(
+            [json.dumps({"category": "new", "messages": [{"role": "user", "content": "Hi there."}]}), *reversed(lines)]
+        )
+        + "\n"
+    )
     assert {p.id for p in prompts} < {p.id for p in load_chat_set(moved)}
 
 
@@ -75,17 +90,31 @@ def write(tmp_path, *rows, name="traffic.jsonl"):
     [
         ('{"category": "c"}', "no 'messages'"),
         ('{"category": "c", "messages": []}', "'messages' must be a non-empty list"),
-        ('{"category": "c", "messages": [{"role": "user", "content": "  "}]}', r"messages\[0\] \(user\) has empty content"),
-        ('{"category": "c", "messages": [{"role": "bot", "content": "hello"}]}', r"messages\[0\] must be \{'role': one of"),
+        (
+            '{"category": "c", "messages": [{"role": "user", "content": "  "}]}',
+            r"messages\[0\] \(user\) has empty content",
+        ),
+        (
+            '{"category": "c", "messages": [{"role": "bot", "content": "hello"}]}',
+            r"messages\[0\] must be \{'role': one of",
+        ),
         ('{"category": "c", "messages": [{"role": "user"}]}', r"messages\[0\] must be"),
         ('{"messages": [{"role": "user", "content": "hello"}]}', "'category' must be a non-empty string"),
-        ('{"category": "c", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}',
-         "last message must be from the user"),
+        (
+            '{"category": "c", "messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]}',
+            "last message must be from the user",
+        ),
         ('["not", "an", "object"]', "must be a JSON object"),
         ("{broken", "not valid JSON"),
-        ('{"category": "c", "messages": [{"role": "user", "content": "A fine first question."}]}', "the same prompt as line 1"),
-        ('{"category": "c", "messages": [{"role": "user", "content": "FULL BENCHMARK DATA SHOULD BE FETCHED FROM THE SOURCE"}]}',
-         "placeholder.*prepare.py"),
+        (
+            '{"category": "c", "messages": [{"role": "user", "content": "A fine first question."}]}',
+            "the same prompt as line 1",
+        ),
+        (
+            '{"category": "c", "messages": [{"role": "user", "content": "FULL BENCHMARK DATA SHOULD BE FETCHED FROM '
+            'THE SOURCE"}]}',
+            "placeholder.*prepare.py",
+        ),
     ],
 )
 def test_a_malformed_chat_row_names_file_and_line(tmp_path, row, words):
@@ -129,7 +158,11 @@ def test_long_inputs_are_skipped_and_replaced_by_the_next_drawn(tokenizer):
     prompts = load_source(speed_bench(THROUGHPUT))
     assert max(len(encode(p, tokenizer)) for p in prompts) > 1500  # one long-input prompt per tier
     everything = fit(speed_bench(THROUGHPUT), prompts, tokenizer, 992, seed=0)
-    assert sorted(everything.skipped) == ["throughput_2k/high_entropy-2", "throughput_2k/low_entropy-2", "throughput_2k/mixed-2"]
+    assert sorted(everything.skipped) == [
+        "throughput_2k/high_entropy-2",
+        "throughput_2k/low_entropy-2",
+        "throughput_2k/mixed-2",
+    ]
     assert len(everything.prompts) == 6 and not everything.truncated
     two = fit(speed_bench(THROUGHPUT, per_category=2), prompts, tokenizer, 992, seed=0)
     assert len(two.prompts) == 6 and all(len(t.token_ids) <= 992 for t in two.prompts)  # the long ones replaced
@@ -148,7 +181,9 @@ def test_long_inputs_can_be_truncated_in_the_middle_instead(tokenizer):
 
 def test_a_prompt_too_long_is_an_error_for_our_files_naming_the_way_out(tokenizer):
     prompts = load_source(speed_bench(THROUGHPUT))
-    with pytest.raises(PromptSetError, match=r"has 16\d\d tokens; the profile leaves room for 992.*too_long = \"skip\""):
+    with pytest.raises(
+        PromptSetError, match=r"has 16\d\d tokens; the profile leaves room for 992.*too_long = \"skip\""
+    ):
         fit(PromptSource("chat", THROUGHPUT, None, "error"), prompts, tokenizer, 992, seed=0)
 
 
@@ -164,8 +199,10 @@ def test_cased_scripts_other_than_latin_count_as_word_shaped():
 
 
 def test_foreign_chat_files_may_hold_a_few_split_characters_ours_none(tmp_path):
-    rows = [{"category": "c", "messages": [{"role": "user", "content": f"Question number {i} about the weather today."}]}
-            for i in range(40)]
+    rows = [
+        {"category": "c", "messages": [{"role": "user", "content": f"Question number {i} about the weather today."}]}
+        for i in range(40)
+    ]
     rows[7]["messages"][0]["content"] += " caf\ufffd"  # a character cut at a token boundary
     path = tmp_path / "traffic.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -227,14 +227,20 @@ def test_release_matrix_runs_the_local_script_per_release_and_always_builds_the_
     script = (ROOT / "ci" / "vllm-matrix.sh").read_text()
     assert os.access(ROOT / "ci" / "vllm-matrix.sh", os.X_OK)
     subprocess.run(["bash", "-n", str(ROOT / "ci" / "vllm-matrix.sh")], check=True)
-    for needle in ("0.29.0 0.30.0 0.31.0 0.32.0", "VLLM_CPU_VERSION=$release", "--junitxml=\"$dir/tests.xml\"",
-                   "--specgate-out \"$dir/gate\""):
+    for needle in (
+        "0.29.0 0.30.0 0.31.0 0.32.0",
+        "VLLM_CPU_VERSION=$release",
+        '--junitxml="$dir/tests.xml"',
+        '--specgate-out "$dir/gate"',
+    ):
         assert needle in script, needle
 
 
 def test_the_gpu_workflow_rehearses_an_upgrade_by_hand_on_the_profiles_runner(gate):
     job = gate["jobs"]["rehearse"]
-    assert "workflow_dispatch" in job["if"] and "inputs.rehearse_from" in job["if"] and "inputs.rehearse_to" in job["if"]
+    assert (
+        "workflow_dispatch" in job["if"] and "inputs.rehearse_from" in job["if"] and "inputs.rehearse_to" in job["if"]
+    )
     assert job["runs-on"] == gate["jobs"]["gate"]["runs-on"]
     setup = step_running(job, "ci/setup-gpu.sh")["run"]
     assert 'VLLM_VERSION="$FROM" SPECGATE_VENV=".venvs/vllm-$FROM"' in setup and 'VLLM_VERSION="$TO"' in setup
@@ -245,8 +251,18 @@ def test_setup_script_is_executable_bash():
     assert os.access(SETUP, os.X_OK)
     subprocess.run(["bash", "-n", str(SETUP)], check=True)
     text = SETUP.read_text()
-    for needle in ("nvidia-smi", "HF_HOME", "CUDA_VISIBLE_DEVICES", "'.[gpu,dev]'", "vllm==$VLLM_VERSION",
-                   "sys.version_info < (3, 11)", "-std=c++20", "Python.h", "'.[suffix]'", "specgate.cli download"):
+    for needle in (
+        "nvidia-smi",
+        "HF_HOME",
+        "CUDA_VISIBLE_DEVICES",
+        "'.[gpu,dev]'",
+        "vllm==$VLLM_VERSION",
+        "sys.version_info < (3, 11)",
+        "-std=c++20",
+        "Python.h",
+        "'.[suffix]'",
+        "specgate.cli download",
+    ):
         assert needle in text, needle
     if shutil.which("shellcheck"):
         subprocess.run(["shellcheck", str(SETUP)], check=True)

@@ -1,11 +1,17 @@
 """The `specgate` command: report regeneration, baseline diffs, error paths without tracebacks."""
 
-
 from specgate import baselines, cli, report
 from tests.unit.test_report import fabricated_run, fabricated_table
 
-PROV = {"vllm": "0.32.0", "torch": "2.13.0", "python": "3.11.7", "device": "cpu", "device_count": 2,
-        "date": "2026-11-22T00:00:00+00:00", "git_revision": "abc1234"}
+PROV = {
+    "vllm": "0.32.0",
+    "torch": "2.13.0",
+    "python": "3.11.7",
+    "device": "cpu",
+    "device_count": 2,
+    "date": "2026-11-22T00:00:00+00:00",
+    "git_revision": "abc1234",
+}
 
 
 def baseline_file(path, methods, profile="cpu-tiny", hardware="cpu-x-2c"):
@@ -15,17 +21,28 @@ def baseline_file(path, methods, profile="cpu-tiny", hardware="cpu-x-2c"):
 
 
 def old_and_new(tmp_path):
-    old = baseline_file(tmp_path / "old.json", {
-        "eagle": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 2.0, "per_position": [0.6, 0.4]}}},
-        "ngram": {"provenance": PROV, "memory": {"overhead": {"process_mib": 40.0}}},
-    })
+    old = baseline_file(
+        tmp_path / "old.json",
+        {
+            "eagle": {
+                "provenance": PROV,
+                "acceptance": {"code": {"mean_acceptance_length": 2.0, "per_position": [0.6, 0.4]}},
+            },
+            "ngram": {"provenance": PROV, "memory": {"overhead": {"process_mib": 40.0}}},
+        },
+    )
     run_dir = tmp_path / "results" / "r2"
-    baseline_file(run_dir / "baselines.json", {
-        "eagle": {"provenance": dict(PROV, vllm="0.33.0"),
-                  "acceptance": {"code": {"mean_acceptance_length": 2.2, "per_position": [0.6, 0.45]}}},
-        "ngram": {"provenance": PROV, "memory": {"overhead": {"process_mib": 40.0}}},
-        "mtp": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 1.7}}},
-    })
+    baseline_file(
+        run_dir / "baselines.json",
+        {
+            "eagle": {
+                "provenance": dict(PROV, vllm="0.33.0"),
+                "acceptance": {"code": {"mean_acceptance_length": 2.2, "per_position": [0.6, 0.45]}},
+            },
+            "ngram": {"provenance": PROV, "memory": {"overhead": {"process_mib": 40.0}}},
+            "mtp": {"provenance": PROV, "acceptance": {"code": {"mean_acceptance_length": 1.7}}},
+        },
+    )
     return old, run_dir
 
 
@@ -85,8 +102,12 @@ def test_diff_errors_name_the_file_and_exit_2(tmp_path, capsys):
     other_schema = tmp_path / "v2.json"
     other_schema.write_text('{"schema": 2, "profile": "p", "hardware": "h", "methods": {}}')
     (tmp_path / "empty_run").mkdir()
-    cases = [(tmp_path / "missing.json", "does not exist"), (truncated, "not valid JSON"),
-             (other_schema, "'schema' is 2"), (tmp_path / "empty_run", "directory without baselines.json")]
+    cases = [
+        (tmp_path / "missing.json", "does not exist"),
+        (truncated, "not valid JSON"),
+        (other_schema, "'schema' is 2"),
+        (tmp_path / "empty_run", "directory without baselines.json"),
+    ]
     for path, words in cases:
         assert cli.main(["baselines", "diff", str(good), str(path)]) == 2
         err = capsys.readouterr().err

@@ -36,8 +36,15 @@ class FakeApi:
 
 
 def test_only_what_vllm_loads_is_counted_and_missing_disk_is_said_before_fetching(tmp_path, monkeypatch):
-    api = FakeApi([("config.json", 1000), ("model-00001.safetensors", 5 * GIB), ("original/consolidated.00.pth", 16 * GIB),
-                   ("tokenizer.json", 9000), ("README.md", 10)])
+    api = FakeApi(
+        [
+            ("config.json", 1000),
+            ("model-00001.safetensors", 5 * GIB),
+            ("original/consolidated.00.pth", 16 * GIB),
+            ("tokenizer.json", 9000),
+            ("README.md", 10),
+        ]
+    )
     monkeypatch.setattr(download, "_cached", lambda repo, name, rev, cache: name == "config.json")
     p = download.plan("meta-llama/Llama-3.1-8B-Instruct", api, tmp_path)
     assert set(p.files) == {"config.json", "model-00001.safetensors", "tokenizer.json"}
@@ -56,7 +63,9 @@ def test_a_gated_repository_says_to_accept_the_licence(monkeypatch):
         error = GatedRepoError("gated", response=response)
     except TypeError:  # huggingface_hub releases differ in how errors carry their response
         pytest.skip("this huggingface_hub builds its errors differently")
-    with pytest.raises(download.DownloadError, match=r"gated .* accept its licence at https://huggingface.co/meta-llama/x"):
+    with pytest.raises(
+        download.DownloadError, match=r"gated .* accept its licence at https://huggingface.co/meta-llama/x"
+    ):
         download.plan("meta-llama/x", FakeApi(error=error))
 
 
@@ -69,19 +78,25 @@ def test_a_profile_without_hub_models_fetches_nothing(capsys):
 def test_methods_the_installed_vllm_does_not_offer_are_skipped_saying_so(monkeypatch, capsys):
     from specgate import vllm_compat
 
-    monkeypatch.setattr(vllm_compat, "speculative_methods", lambda: ("ngram", "suffix", "draft_model", "eagle", "eagle3", "dflash"))
+    monkeypatch.setattr(
+        vllm_compat, "speculative_methods", lambda: ("ngram", "suffix", "draft_model", "eagle", "eagle3", "dflash")
+    )
     monkeypatch.setattr(vllm_compat, "release", lambda: "vLLM 0.33.0")
     monkeypatch.setattr(download, "plan", lambda repo, api, where: download.Plan(repo, ("config.json",), 1, 0))
     monkeypatch.setattr(download, "check_disk", lambda plans, where: None)
     args = argparse.Namespace(profile="llama31-8b-h100", methods="", dry_run=True, root=ROOT)
     assert download.main(args) == 0
     out = capsys.readouterr().out
-    assert ("download: skipping method 'mlp_speculator' (ibm-ai-platform/llama3-8b-accelerator): vLLM 0.33.0 does not "
-            "offer speculative_config.method = 'mlp_speculator', so the gate skips it too") in out
+    assert (
+        "download: skipping method 'mlp_speculator' (ibm-ai-platform/llama3-8b-accelerator): vLLM 0.33.0 does not "
+        "offer speculative_config.method = 'mlp_speculator', so the gate skips it too"
+    ) in out
     assert "download: ibm-ai-platform" not in out and "download: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B" in out
 
 
 def test_a_head_with_only_pytorch_weights_is_fetched_without_training_leftovers(monkeypatch):
-    api = FakeApi([("config.json", 10), ("medusa_lm_head.pt", GIB), ("training_args.bin", 5), ("optimizer.pt", 2 * GIB)])
+    api = FakeApi(
+        [("config.json", 10), ("medusa_lm_head.pt", GIB), ("training_args.bin", 5), ("optimizer.pt", 2 * GIB)]
+    )
     monkeypatch.setattr(download, "_cached", lambda repo, name, rev, cache: False)
     assert download.plan("org/medusa-head", api).files == ("config.json", "medusa_lm_head.pt")

@@ -9,16 +9,18 @@ import warnings
 import pytest
 
 from specgate import history, machine
-from specgate.cli import history as cli_history
 from specgate.checks import Verdict
 from specgate.checks.drift import DriftWarning
+from specgate.cli import history as cli_history
 from specgate.profile import load_profile
 from specgate.run_record import GATE, RunRecord
 from specgate.testing import FakeScript, fake_session
 
 from .fakes import fake_profile
 
-pytestmark = pytest.mark.needs_vllm  # fake gate sessions: a boot tokenizes with the target's transformers tokenizer (imports torch)
+pytestmark = (
+    pytest.mark.needs_vllm
+)  # fake gate sessions: a boot tokenizes with the target's transformers tokenizer (imports torch)
 
 CATEGORY = "doc_prose"
 PROFILE = fake_profile("""
@@ -37,9 +39,15 @@ RELEASES = (("0.29.0", 2.0, "2026-01-10"), ("0.30.0", 1.9, "2026-02-10"), ("0.31
 
 
 def git(root, *args, date="2026-01-01"):
-    env = {"GIT_AUTHOR_DATE": f"{date}T12:00:00+00:00", "GIT_COMMITTER_DATE": f"{date}T12:00:00+00:00",
-           "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org", "GIT_COMMITTER_NAME": "t",
-           "GIT_COMMITTER_EMAIL": "t@example.org", "PATH": "/usr/bin:/bin:/usr/local/bin"}
+    env = {
+        "GIT_AUTHOR_DATE": f"{date}T12:00:00+00:00",
+        "GIT_COMMITTER_DATE": f"{date}T12:00:00+00:00",
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@example.org",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@example.org",
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
     return subprocess.run(["git", *args], cwd=root, env=env, check=True, capture_output=True, text=True).stdout
 
 
@@ -52,7 +60,9 @@ def load(root, extra=""):
 def run(profile, root, accepted, vllm, monkeypatch, update=False, methods=("good",)):
     monkeypatch.setattr(machine, "module_version", lambda module: vllm if module == "vllm" else "2.13.0")
     script = FakeScript.from_dict({"methods": {m: {"accepted": accepted} for m in methods}})
-    session = fake_session(profile, root, script, methods=list(methods), update_baselines=update, hardware="cpu-test-2c")
+    session = fake_session(
+        profile, root, script, methods=list(methods), update_baselines=update, hardware="cpu-test-2c"
+    )
     judged = {m: session.judge("acceptance", m, CATEGORY) for m in methods}
     if update:
         session.write_baselines()
@@ -82,8 +92,10 @@ def test_a_slow_drift_that_each_update_hid_fails_naming_the_first_drop_and_the_r
     assert j.verdict is Verdict.FAIL
     assert len(j.messages) == 1  # the latest baseline alone (1.82 x 0.95) would have passed it
     message = j.message
-    best_rev, first_drop = (line.split()[0][:7] for line in git(repo, "log", "--reverse", "--format=%H %s", "--",
-                                                                 "baselines").splitlines()[:2])
+    best_rev, first_drop = (
+        line.split()[0][:7]
+        for line in git(repo, "log", "--reverse", "--format=%H %s", "--", "baselines").splitlines()[:2]
+    )
     assert f"the best the baseline history stored, 3 at rev {best_rev} (2026-01-10, vLLM 0.29.0" in message
     assert f"It first dropped at rev {first_drop} (2026-02-10, vLLM 0.30.0" in message and "3 -> 2.917" in message
     assert "vLLM since the best: 0.29.0 -> 0.30.0 -> 0.31.0 -> 0.32.0 (this run)" in message
@@ -119,19 +131,30 @@ def test_an_update_run_still_says_the_figure_drifted(repo, monkeypatch):
 def test_new_inputs_start_a_new_series_instead_of_reading_as_drift(repo, monkeypatch):
     """Another method setting (a retrained drafter, other prompts) is not the same measurement."""
     profile = load(repo)
-    (repo / "fake.toml").write_text((repo / "fake.toml").read_text().replace(
-        'method = "ngram", num_speculative_tokens = 3 }', 'method = "ngram", num_speculative_tokens = 3, prompt_lookup_max = 5 }', 1))
+    (repo / "fake.toml").write_text(
+        (repo / "fake.toml")
+        .read_text()
+        .replace(
+            'method = "ngram", num_speculative_tokens = 3 }',
+            'method = "ngram", num_speculative_tokens = 3, prompt_lookup_max = 5 }',
+            1,
+        )
+    )
     judged, _ = run(load_profile(repo / "fake.toml", repo), repo, 1.75, "0.32.0", monkeypatch)
     assert judged["good"].verdict is Verdict.PASS
     assert profile.path == repo / "fake.toml"
 
 
-def test_without_git_or_in_a_shallow_clone_drift_is_not_judged_and_the_summary_says_so(repo, monkeypatch, tmp_path_factory):
+def test_without_git_or_in_a_shallow_clone_drift_is_not_judged_and_the_summary_says_so(
+    repo, monkeypatch, tmp_path_factory
+):
     shallow = tmp_path_factory.mktemp("shallow") / "clone"
     git(repo, "clone", "-q", "--depth", "1", f"file://{repo}", str(shallow))
     judged, session = run(load(shallow), shallow, 1.75, "0.32.0", monkeypatch)
     assert judged["good"].verdict is Verdict.PASS  # the latest baseline alone: 2.75 against 2.833 x 0.95
-    assert any("drift (tolerance.drift_rtol 0.08) not judged: this is a shallow clone" in line for line in session.header())
+    assert any(
+        "drift (tolerance.drift_rtol 0.08) not judged: this is a shallow clone" in line for line in session.header()
+    )
     shutil.rmtree(repo / ".git")
     with warnings.catch_warnings():
         warnings.simplefilter("error", DriftWarning)
@@ -143,11 +166,17 @@ def test_without_git_or_in_a_shallow_clone_drift_is_not_judged_and_the_summary_s
 def test_the_history_table_lists_each_update_with_its_vllm_and_marks_the_release_changes(repo):
     h = history.read(repo, "fake")
     rows = cli_history.table(h)
-    assert [(r.vllm, round(r.figures["acceptance"], 2)) for r in rows] == [("0.29.0", 3.0), ("0.30.0", 2.92), ("0.31.0", 2.83)]
+    assert [(r.vllm, round(r.figures["acceptance"], 2)) for r in rows] == [
+        ("0.29.0", 3.0),
+        ("0.30.0", 2.92),
+        ("0.31.0", 2.83),
+    ]
     assert [(old, new) for _, old, new in cli_history.releases(rows)] == [("0.29.0", "0.30.0"), ("0.30.0", "0.31.0")]
 
 
-def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_after_the_updates(repo, capsys, monkeypatch):
+def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_after_the_updates(
+    repo, capsys, monkeypatch
+):
     from specgate import cli
     from specgate.report import plots
 
@@ -156,10 +185,27 @@ def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_af
     run_dir.mkdir(parents=True)
     committed = (repo / "baselines" / "fake" / "cpu-test-2c.json").read_text()
     (run_dir / "baselines.json").write_text(committed.replace('"0.31.0"', '"0.32.0"').replace("2.833333", "2.75"))
-    RunRecord(GATE, run_dir.name, "fake", started="2026-04-01T12:00:00+00:00", vllm="0.32.0").write(run_dir / "run.json")
+    RunRecord(GATE, run_dir.name, "fake", started="2026-04-01T12:00:00+00:00", vllm="0.32.0").write(
+        run_dir / "run.json"
+    )
     out = repo / "results" / "history"
-    assert cli.main(["history", str(run_dir), "--profile", str(repo / "fake.toml"), "--hardware", "all",
-                     "--root", str(repo), "--out", str(out)]) == 0
+    assert (
+        cli.main(
+            [
+                "history",
+                str(run_dir),
+                "--profile",
+                str(repo / "fake.toml"),
+                "--hardware",
+                "all",
+                "--root",
+                str(repo),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     text = (out / "history.md").read_text()
     assert "| 20260401-120000 | 2026-04-01 | cpu-test-2c | 0.32.0: good | (results directory) |" in text
     assert "| 20260401-120000 | 2.75 |" in text and (out / "plots" / "history.png").is_file()

@@ -29,7 +29,10 @@ def test_counters_are_summed_over_engines_and_ordered_by_position():
 
 
 def test_a_server_without_speculation_has_zero_counters():
-    assert counters_from_prometheus("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n").num_drafts == 0
+    assert (
+        counters_from_prometheus("# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running 0\n").num_drafts
+        == 0
+    )
 
 
 def test_endpoint_option_parsing():

@@ -22,7 +22,7 @@ AssertionError: harmless notice
 (Worker pid=1) ERROR 11-22 00:58:39 [multiproc_executor.py:953] ValueError: There is no module or parameter named 'lm_head'
 (EngineCore pid=2) ERROR 11-22 00:58:42 [core.py:1510] Traceback (most recent call last):
 (EngineCore pid=2) ERROR 11-22 00:58:42 [core.py:1510] Exception: WorkerProc initialization failed
-"""
+"""  # noqa: E501 (vLLM's log lines, as long as vLLM writes them)
 
 
 def test_root_cause_is_the_first_real_traceback(tmp_path):
@@ -47,8 +47,10 @@ SERVER_LOG = Path(__file__).parent / "data" / "mlp_speculator-server-0.31.0.log"
 
 def test_the_root_cause_carries_the_sentence_after_a_header_only_exception_line():
     reason, tail = enginelog.root_cause(SERVER_LOG, RuntimeError("exit code 1"))
-    assert reason == ("pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig Value error, "
-                      "Model architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now.")
+    assert reason == (
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig Value error, "
+        "Model architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now."
+    )
     assert tail.splitlines()[-1].lstrip().startswith("Value error, Model architectures")
 
 
@@ -56,8 +58,11 @@ def test_an_expected_refusal_is_matched_in_the_whole_log_of_a_server_that_did_no
     from specgate.server import ServerError
 
     profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
-    error = ServerError("server 'mlp_speculator' exited with 1 before it answered /health: "
-                        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig", SERVER_LOG)
+    error = ServerError(
+        "server 'mlp_speculator' exited with 1 before it answered /health: "
+        "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+        SERVER_LOG,
+    )
     assert max(len(line) for line in SERVER_LOG.read_text().splitlines()) > 10_000
     quote = profile.methods["mlp_speculator"].expected_refusal(enginelog.failure_text(error))
     assert quote == "Value error, Model architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now."
@@ -94,7 +99,7 @@ def test_vllms_records_go_to_the_engines_log_not_into_the_running_tests_output(t
         logstream.STREAM.route_to(tmp_path / "eagle.log")  # the next engine's log takes over
         logging.getLogger("vllm.v1.engine.core_client").info("[shutdown] MPClient: complete")
     finally:
-        for handler in logger.handlers[len(before[0]):]:
+        for handler in logger.handlers[len(before[0]) :]:
             logger.removeHandler(handler)
         logger.propagate, logger.level, logstream.STREAM.path = before[1], before[2], before[3]
     assert "ERROR vllm.v1.engine.async_llm: AsyncLLM output_handler failed." in (tmp_path / "ngram.log").read_text()

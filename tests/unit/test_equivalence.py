@@ -76,4 +76,6 @@ def test_many_forgiven_near_ties_fail_though_each_looks_small():
     assert every.diverged == 0 and len(every.forgiven) == 10  # each one alone is a forgivable near-tie
     assert "10 of 10 prompts diverge at near-ties" in every.too_forgiving(rule)
     assert every.too_forgiving(EXACT) is None  # exact mode forgives nothing to begin with
-    assert honest.too_forgiving(rule, of=5) is not None and every.too_forgiving(rule, of=100) is None  # the share of `of`
+    assert (
+        honest.too_forgiving(rule, of=5) is not None and every.too_forgiving(rule, of=100) is None
+    )  # the share of `of`

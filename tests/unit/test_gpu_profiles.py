@@ -15,8 +15,14 @@ import pytest
 from specgate.profile import MODEL_FREE_METHODS, Profile, find_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
-GPU_PROFILES = ["llama31-8b-h100", "qwen3-8b-h100", "mimo-7b-mtp-h100", "llama33-70b-tp4-a100", "gpt-oss-120b-h200",
-                "gpt-oss-120b-tp2-h200"]
+GPU_PROFILES = [
+    "llama31-8b-h100",
+    "qwen3-8b-h100",
+    "mimo-7b-mtp-h100",
+    "llama33-70b-tp4-a100",
+    "gpt-oss-120b-h200",
+    "gpt-oss-120b-tp2-h200",
+]
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 # What the issue asks for, per profile: {method name: (method kind, drafter hub id or None)}.
@@ -29,8 +35,10 @@ REQUIRED = {
         "eagle3": ("eagle3", "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"),
         "mlp_speculator": ("mlp_speculator", "ibm-ai-platform/llama3-8b-accelerator"),
     },
-    "qwen3-8b-h100": {"eagle3": ("eagle3", "AngelSlim/Qwen3-8B_eagle3"),
-                      "dspark": ("dspark", "deepseek-ai/dspark_qwen3_8b_block7")},
+    "qwen3-8b-h100": {
+        "eagle3": ("eagle3", "AngelSlim/Qwen3-8B_eagle3"),
+        "dspark": ("dspark", "deepseek-ai/dspark_qwen3_8b_block7"),
+    },
     "mimo-7b-mtp-h100": {"mtp": ("mtp", None)},
     "llama33-70b-tp4-a100": {
         "ngram": ("ngram", None),
@@ -159,7 +167,9 @@ def test_every_key_is_one_vllm_accepts(name, vllm_schema):
         assert "tensor_parallel_size" not in sc  # vLLM rejects it there: draft_tensor_parallel_size
         # A method this vLLM dropped (mlp_speculator on 0.33) is skipped at run time, naming the release;
         # a typo is a profile error (test_profile). Every other method must be one this vLLM offers.
-        assert sc["method"] in vllm_schema["methods"] or m.name == "mlp_speculator", f"{name}.{m.name}: {sc['method']!r}"
+        assert sc["method"] in vllm_schema["methods"] or m.name == "mlp_speculator", (
+            f"{name}.{m.name}: {sc['method']!r}"
+        )
         bad = set(m.engine_kwargs) - vllm_schema["engine"]
         assert not bad, f"{name}.{m.name}: engine.kwargs {sorted(bad)} are not vLLM EngineArgs fields"
 

@@ -26,7 +26,12 @@ def test_counters_from_a_servers_metrics_and_their_difference():
 
 
 def test_counters_from_an_engines_snapshot_summed_over_engines():
-    snapshot = [SimpleNamespace(name=kvstats.PREEMPTIONS, value=2), SimpleNamespace(name=kvstats.PREEMPTIONS, value=1),
-                SimpleNamespace(name=kvstats.PREFIX_QUERIES, value=100), SimpleNamespace(name=kvstats.PREFIX_HITS, value=40),
-                SimpleNamespace(name=kvstats.KV_USAGE, value=0.0), SimpleNamespace(name="vllm:request_num_preemptions", value=None)]
+    snapshot = [
+        SimpleNamespace(name=kvstats.PREEMPTIONS, value=2),
+        SimpleNamespace(name=kvstats.PREEMPTIONS, value=1),
+        SimpleNamespace(name=kvstats.PREFIX_QUERIES, value=100),
+        SimpleNamespace(name=kvstats.PREFIX_HITS, value=40),
+        SimpleNamespace(name=kvstats.KV_USAGE, value=0.0),
+        SimpleNamespace(name="vllm:request_num_preemptions", value=None),
+    ]
     assert kvstats.from_metrics(snapshot) == kvstats.KvStats(3, 100, 40, 0.0)

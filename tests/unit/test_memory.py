@@ -44,7 +44,8 @@ def test_ceiling_fails_a_heavier_drafter_and_names_every_number():
     failures = [c.fails() for c in ceilings(heavier, stored, TOL, "vLLM 0.32.0") if c.fails()]
     assert failures == [
         "drafter weights (measured in the engine): measured 5 MiB, baseline 2 MiB (vLLM 0.32.0), ceiling 2.45 MiB",
-        "KV-cache capacity lost to speculation: measured 400 tokens, baseline 100 tokens (vLLM 0.32.0), ceiling 110 tokens",
+        "KV-cache capacity lost to speculation: measured 400 tokens, baseline 100 tokens (vLLM 0.32.0), ceiling 110 "
+        "tokens",
     ]
     same = [c for c in ceilings(stored, stored, TOL) if c.fails()]
     assert same == []
@@ -152,7 +153,11 @@ def test_a_shared_embedding_is_counted_on_neither_side(monkeypatch, tmp_path):
     reading = _reading(monkeypatch, _workers(4))
     assert reading.drafter_shared == ("embed_tokens.weight",)  # the target's, by identity: not measured
     # the checkpoint holds the embedding too (identical to the target's, so vLLM did not load it again)
-    head = {"embed_tokens.weight": torch.zeros(32, 8), "fc.weight": torch.zeros(8, 24), "midlayer.norm.weight": torch.zeros(8)}
+    head = {
+        "embed_tokens.weight": torch.zeros(32, 8),
+        "fc.weight": torch.zeros(8, 24),
+        "midlayer.norm.weight": torch.zeros(8),
+    }
     save_file(head, tmp_path / "model.safetensors")
     assert memory.checkpoint_params(tmp_path) == 32 * 8 + 8 * 24 + 8
     assert memory.checkpoint_params(tmp_path, exclude=reading.drafter_shared) == 8 * 24 + 8
@@ -167,8 +172,9 @@ def test_a_rank_without_a_drafter_record_or_an_unknown_split_leaves_the_figure_u
     assert _reading(monkeypatch, [workers[0], None]).drafter_weight_bytes is None  # never a partial sum
     moe = _reading(monkeypatch, _workers(2, experts=lambda rank: FusedMoE(rank, 2, w13=((4, 8), WEIGHT))))
     assert moe.drafter_weight_bytes is None
-    assert moe.drafter_not_measured.startswith("split over tensor-parallel ranks in a way specgate does not count: "
-                                               "experts.w13 (FusedMoE with tp_size 2)")
+    assert moe.drafter_not_measured.startswith(
+        "split over tensor-parallel ranks in a way specgate does not count: experts.w13 (FusedMoE with tp_size 2)"
+    )
     replicas = QKVParallelLinear(0, 16, weight=((4, 8), WEIGHT))
     replicas.num_kv_head_replicas = 2  # TP 16 over 8 KV heads: each K/V shard on two ranks
     with pytest.raises(vllm_compat.UnknownSplit, match="K/V heads replicated over 2 ranks"):
@@ -221,10 +227,16 @@ def test_measured_and_checkpoint_figures_agree_when_the_engine_shares_the_target
     head = tmp_path / "eagle-head"
     head.mkdir()
     (head / "config.json").write_text((ROOT / "fixtures" / "zoo" / "eagle" / "config.json").read_text())
-    save_file({"embed_tokens.weight": torch.zeros(2048, 128), "fc.weight": torch.zeros(128, 256)}, head / "model.safetensors")
+    save_file(
+        {"embed_tokens.weight": torch.zeros(2048, 128), "fc.weight": torch.zeros(128, 256)}, head / "model.safetensors"
+    )
     path = tmp_path / "fake.toml"
-    path.write_text(fake_profile(f'[methods.eagle]\nspeculative_config = {{ method = "eagle", model = "{head}", '
-                                 'num_speculative_tokens = 2 }\n'))
+    path.write_text(
+        fake_profile(
+            f'[methods.eagle]\nspeculative_config = {{ method = "eagle", model = "{head}", '
+            "num_speculative_tokens = 2 }\n"
+        )
+    )
     profile = load_profile(path, tmp_path)
     fc_mib = 128 * 256 * 2 / MIB  # dtype auto: 2 bytes
     for shared, verdict in ((["model.embed_tokens.weight"], Verdict.SKIP), ([], Verdict.FAIL)):
@@ -235,4 +247,7 @@ def test_measured_and_checkpoint_figures_agree_when_the_engine_shares_the_target
         j = s.judge("memory", "eagle")
         assert j.verdict is verdict, j.message  # SKIP: consistent, and no stored baseline yet
         s.release_all()
-    assert "computed from its checkpoint (0.562 MiB)" in j.message and f"measured in the engine ({fc_mib:.3f} MiB)" in j.message
+    assert (
+        "computed from its checkpoint (0.562 MiB)" in j.message
+        and f"measured in the engine ({fc_mib:.3f} MiB)" in j.message
+    )

@@ -82,9 +82,16 @@ def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_met
     # baseline is stored yet; the baseline engine's memory reading passes.
     result.assert_outcomes(passed=6, failed=1, errors=2 + 5 + 1, skipped=2 + 5 + 10 + 1 + 2)
     result.stdout.fnmatch_lines(["fake engines booted: baseline, good, wrong, broken, unsupported"])
-    result.stdout.fnmatch_lines(["*prompt code_continuation-01 (code_continuation) at token 3: baseline*vs method*id 99*"])
+    result.stdout.fnmatch_lines(
+        ["*prompt code_continuation-01 (code_continuation) at token 3: baseline*vs method*id 99*"]
+    )
     result.stdout.fnmatch_lines(["*failed to boot: ValueError: bad draft*", "*engine log tail*"])
-    result.stdout.fnmatch_lines(["*SKIPPED*method 'unsupported' cannot run on this engine; vLLM said: NotImplementedError: medusa is not supported on CPU*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*SKIPPED*method 'unsupported' cannot run on this engine; vLLM said: NotImplementedError: medusa is not "
+            "supported on CPU*"
+        ]
+    )
     result.stdout.fnmatch_lines(["*engines booted: 3 (methods run: 2 + 1 baseline; 2 failed to boot)*"])
     result.stdout.fnmatch_lines(["*60 of 60 prompts diverge*", "*and 50 more*"])
 
@@ -93,7 +100,9 @@ def test_each_engine_boots_once_in_method_order_and_failures_stay_with_their_met
 def test_method_subset_runs_only_those_engines(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good")
     assert result.parseoutcomes().get("passed") == 5, result.stdout.str()
-    result.stdout.fnmatch_lines(["*no stored acceptance baseline for method 'good', code_continuation in*--update-baselines*"])
+    result.stdout.fnmatch_lines(
+        ["*no stored acceptance baseline for method 'good', code_continuation in*--update-baselines*"]
+    )
     result.stdout.fnmatch_lines(["fake engines booted: baseline, good"])
 
 
@@ -114,7 +123,9 @@ def baseline_file(pytester):
 def test_update_baselines_writes_then_an_unchanged_rerun_passes(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good", "--update-baselines")
     result.assert_outcomes(passed=4 + 5 + 2)
-    result.stdout.fnmatch_lines(["*baselines written to*fake*", "*good*acceptance*code_continuation*values)*new entry*"])
+    result.stdout.fnmatch_lines(
+        ["*baselines written to*fake*", "*good*acceptance*code_continuation*values)*new entry*"]
+    )
     path = baseline_file(gate_dir)
     stored = path.read_text()
     assert '"vllm"' in stored and '"git_revision"' in stored
@@ -126,7 +137,12 @@ def test_update_baselines_writes_then_an_unchanged_rerun_passes(gate_dir):
 @pytest.mark.needs_vllm
 def test_update_is_refused_when_a_correctness_test_failed(gate_dir):
     result = run(gate_dir, "--specgate-methods", "good,wrong", "--update-baselines")
-    result.stdout.fnmatch_lines(["*refusing to write baselines: 1 correctness test(s) failed*test_method_reproduces_baseline_greedy_output*wrong*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*refusing to write baselines: 1 correctness test(s) "
+            "failed*test_method_reproduces_baseline_greedy_output*wrong*"
+        ]
+    )
     assert baseline_file(gate_dir) is None
 
 
@@ -136,8 +152,12 @@ def test_a_memory_consistency_failure_names_both_figures_and_blocks_no_update(ga
     script(monkeypatch, good={"drafter_mib": 3.0})
     result = run(gate_dir, "--specgate-methods", "good", "--update-baselines")
     result.assert_outcomes(passed=4 + 5 + 1, failed=1)
-    result.stdout.fnmatch_lines(["*test_memory_overhead_within_baseline[[]good[]]*",
-                                 "*measured in the engine (3.000 MiB) and computed from its checkpoint (0.000 MiB)*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*test_memory_overhead_within_baseline[[]good[]]*",
+            "*measured in the engine (3.000 MiB) and computed from its checkpoint (0.000 MiB)*",
+        ]
+    )
     result.stdout.fnmatch_lines(["*baselines written to*", "*good*acceptance*code_continuation*new entry*"])
     assert "refusing" not in result.stdout.str()  # memory is no correctness test
     assert "code_continuation" in baseline_file(gate_dir).read_text()
@@ -164,7 +184,9 @@ def speed_dir(gate_dir):
 @pytest.mark.needs_vllm
 def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monkeypatch):
     first = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or lifecycle")
-    first.assert_outcomes(passed=2 + 2 + 1 + 2)  # speedup at C=1 and C=4 for baseline and good, good's summary; 2 lifecycles
+    first.assert_outcomes(
+        passed=2 + 2 + 1 + 2
+    )  # speedup at C=1 and C=4 for baseline and good, good's summary; 2 lifecycles
     stored = baseline_file(speed_dir).read_text()
     assert '"speedup"' in stored and '"C=4"' in stored and '"measured_over_expected"' in stored
     same = run(speed_dir, "--specgate-methods", "good", "--specgate-strict", "-k", "speedup")
@@ -172,7 +194,9 @@ def test_speedup_gate_stores_its_floor_and_fails_a_slowed_build(speed_dir, monke
     script(monkeypatch, good={"step_cost": 1.2 * 1.4})  # speculative steps 40 % slower
     slowed = run(speed_dir, "--specgate-methods", "good", "-k", "speedup")
     slowed.assert_outcomes(passed=2, failed=3)  # both levels and the summary (geometric mean)
-    slowed.stdout.fnmatch_lines(["*method 'good', C=1: speedup 1.19 ?1.19, 1.19? (n=5) is below the floor 1.42 (stored 1.67*"])
+    slowed.stdout.fnmatch_lines(
+        ["*method 'good', C=1: speedup 1.19 ?1.19, 1.19? (n=5) is below the floor 1.42 (stored 1.67*"]
+    )
 
 
 @pytest.mark.needs_vllm
@@ -188,7 +212,9 @@ def test_speedup_gate_judges_coarsely_on_another_machine_and_says_so(speed_dir, 
     other.assert_outcomes(passed=5)
     summary = (out / "summary.md").read_text()
     assert "| good | C=1 | pass (coarse) |" in summary
-    assert "- speedups judged coarsely at C=1, C=4 (coarse_speedup_rtol 0.35): C=1: the baseline engine runs at" in summary
+    assert (
+        "- speedups judged coarsely at C=1, C=4 (coarse_speedup_rtol 0.35): C=1: the baseline engine runs at" in summary
+    )
     assert "(2.00x, outside machine_rtol 0.35" in summary
     script(monkeypatch, machine={"speed": 2}, good={"step_cost": 2.4})  # a proposer at half speed
     run(speed_dir, "--specgate-methods", "good", "-k", "speedup").assert_outcomes(passed=2, failed=3)
@@ -203,25 +229,40 @@ def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir
     before = json.loads(baseline_file(speed_dir).read_text())["methods"]
     script(monkeypatch, machine={"speed": 2})
     partial = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup or acceptance")
-    partial.stdout.fnmatch_lines(["*speedups at C=1, C=4 not written: the baseline engine ran at * tok/s here against * stored (outside machine_rtol 0.35), and the stored speedups of also_good*without --specgate-methods*"])
+    partial.stdout.fnmatch_lines(
+        [
+            "*speedups at C=1, C=4 not written: the baseline engine ran at * tok/s here against * stored (outside "
+            "machine_rtol 0.35), and the stored speedups of also_good*without --specgate-methods*"
+        ]
+    )
     after = json.loads(baseline_file(speed_dir).read_text())["methods"]
     for method in ("baseline", "good", "also_good"):  # every ratio keeps the machine stamp it was stored with
         assert after[method]["speedup"] == before[method]["speedup"]
     assert after["good"]["provenance"] != before["good"]["provenance"]  # acceptance was written
     run(speed_dir, *both).assert_outcomes(passed=6 + 2 + 10)  # every method at once moves the stamp
     moved = json.loads(baseline_file(speed_dir).read_text())["methods"]
-    ratio = moved["baseline"]["speedup"]["C=1"]["throughput_tok_s"] / before["baseline"]["speedup"]["C=1"]["throughput_tok_s"]
+    ratio = (
+        moved["baseline"]["speedup"]["C=1"]["throughput_tok_s"]
+        / before["baseline"]["speedup"]["C=1"]["throughput_tok_s"]
+    )
     assert ratio > 1.5
 
 
 @pytest.mark.needs_vllm
 def test_a_measurement_the_machine_disturbed_is_neither_judged_nor_stored(speed_dir, monkeypatch):
     profile = speed_dir.path / "fake.toml"
-    profile.write_text(profile.read_text() + "[speedup]\ninterleave_baseline = true\n[tolerance]\nmachine_rtol = 0.35\n")
+    profile.write_text(
+        profile.read_text() + "[speedup]\ninterleave_baseline = true\n[tolerance]\nmachine_rtol = 0.35\n"
+    )
     script(monkeypatch, machine={"disturbed": True})
     result = run(speed_dir, "--specgate-methods", "good", "--update-baselines", "-k", "speedup")
     result.assert_outcomes(passed=3, skipped=2)  # baseline's levels and good's summary; good's levels disturbed
-    result.stdout.fnmatch_lines(["*method 'good', C=1: the baseline engine's trials paired with this method ran at * tok/s against * on their own*(0.50x*"])
+    result.stdout.fnmatch_lines(
+        [
+            "*method 'good', C=1: the baseline engine's trials paired with this method ran at * tok/s against * on "
+            "their own*(0.50x*"
+        ]
+    )
     assert "good" not in json.loads(baseline_file(speed_dir).read_text())["methods"]
 
 
@@ -278,63 +319,91 @@ def test_a_failed_judgement_is_recorded_as_its_message_without_pytests_explanati
         "    def test_x(judge, method):\n>       assert verdict.passed, verdict.message\n"
         "E       AssertionError: method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\n"
         "E         second line of the message\n"
-        "E       assert False\n"
-        "E        +  where False = Judgement(memory, ngram, overhead: fail).passed\n"
+        "E       assert False\nE        +  where False = Judgement(memory, ngram, overhead: fail).passed\n"
     )
-    assert failure_text(longrepr) == "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
+    assert (
+        failure_text(longrepr)
+        == "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
+    )
 
 
 def test_a_malformed_specgate_marker_stops_collection_naming_the_test(gate_dir):
-    (gate_dir.path / "gate" / "test_custom.py").write_text(textwrap.dedent("""
+    (gate_dir.path / "gate" / "test_custom.py").write_text(
+        textwrap.dedent("""
         import pytest
 
         @pytest.mark.gpu
         @pytest.mark.specgate(gate="speed", stage=1)
         def test_mine():
             pass
-    """))
+    """)
+    )
     result = run(gate_dir)
-    result.stderr.fnmatch_lines(["*gate/test_custom.py::test_mine: @pytest.mark.specgate takes gate=<one of*got gate='speed', stage=1*"])
+    result.stderr.fnmatch_lines(
+        ["*gate/test_custom.py::test_mine: @pytest.mark.specgate takes gate=<one of*got gate='speed', stage=1*"]
+    )
     assert result.ret == pytest.ExitCode.USAGE_ERROR
 
 
 @pytest.mark.needs_vllm
 def test_an_engine_that_stops_producing_is_stopped_with_its_stacks_and_the_next_method_runs(gate_dir, monkeypatch):
-    gate_dir.makefile(".toml", stalling=fake_profile("""
+    gate_dir.makefile(
+        ".toml",
+        stalling=fake_profile("""
 [engine]
 stall_timeout_s = 1
 [methods.stuck]
 speculative_config = { method = "ngram", num_speculative_tokens = 2 }
 [methods.fine]
 speculative_config = { method = "ngram", num_speculative_tokens = 3 }
-"""))
+"""),
+    )
     script(monkeypatch, stuck={"stalls": True})
     out = gate_dir.path / "out"
-    result = gate_dir.runpytest_subprocess("-p", "specgate.testing", "-m", "gpu", "--specgate-profile",
-                                           str(gate_dir.path / "stalling.toml"), "--specgate-out", str(out),
-                                           "gate/test_equivalence.py", "gate/test_lifecycle.py")
-    result.stdout.fnmatch_lines([
-        "*no progress for 1 s while generating a batch of 12 prompts (engine 'stuck') (stall_timeout_s 1 in *stalling.toml); "
-        f"stacks in {out}/engines/stuck.stacks. Its processes (fake EngineCore (pid *)) were stopped; the other methods still run*",
-        "*fake engines booted: baseline, stuck, fine*",
-    ])
-    outcomes = {o["nodeid"].split("::")[-1]: o["outcome"] for o in json.loads((out / "run.json").read_text())["outcomes"]}
+    result = gate_dir.runpytest_subprocess(
+        "-p",
+        "specgate.testing",
+        "-m",
+        "gpu",
+        "--specgate-profile",
+        str(gate_dir.path / "stalling.toml"),
+        "--specgate-out",
+        str(out),
+        "gate/test_equivalence.py",
+        "gate/test_lifecycle.py",
+    )
+    result.stdout.fnmatch_lines(
+        [
+            "*no progress for 1 s while generating a batch of 12 prompts (engine 'stuck') (stall_timeout_s 1 in "
+            f"*stalling.toml); stacks in {out}/engines/stuck.stacks. Its processes (fake EngineCore (pid *)) were "
+            "stopped; the other methods still run*",
+            "*fake engines booted: baseline, stuck, fine*",
+        ]
+    )
+    outcomes = {
+        o["nodeid"].split("::")[-1]: o["outcome"] for o in json.loads((out / "run.json").read_text())["outcomes"]
+    }
     assert outcomes["test_method_reproduces_baseline_greedy_output[stuck]"] == "failed"
     assert outcomes["test_method_reproduces_baseline_greedy_output[fine]"] == "passed"  # the next method ran
     record = read(out)
-    stuck = next(o for o in record.outcomes if o.nodeid.endswith("test_method_reproduces_baseline_greedy_output[stuck]"))
+    stuck = next(
+        o for o in record.outcomes if o.nodeid.endswith("test_method_reproduces_baseline_greedy_output[stuck]")
+    )
     assert stuck.cause == DIED and stuck.correctness  # no verdict of the equivalence check: its engine stopped
     assert record.verdict().startswith("broken: method stuck's engine died after it booted: no progress for 1 s")
     stacks = (out / "engines" / "stuck.stacks").read_text()
     assert "--- fake EngineCore (pid" in stacks and "<module>" in stacks, stacks  # its Python stack, whichever way
 
 
-@pytest.mark.parametrize("built_for, cpu_only", [
-    ("cuda: Optional[str] = None\nhip: Optional[str] = None\nxpu: Optional[str] = None", True),
-    ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\nxpu: Optional[str] = None", False),
-    ("cuda = None\nhip = '6.2.41133'", False),
-    ("cuda = None", False),  # cannot be told: torch is imported and asked
-])
+@pytest.mark.parametrize(
+    "built_for, cpu_only",
+    [
+        ("cuda: Optional[str] = None\nhip: Optional[str] = None\nxpu: Optional[str] = None", True),
+        ("cuda: Optional[str] = '12.8'\nhip: Optional[str] = None\nxpu: Optional[str] = None", False),
+        ("cuda = None\nhip = '6.2.41133'", False),
+        ("cuda = None", False),  # cannot be told: torch is imported and asked
+    ],
+)
 def test_a_cpu_only_torch_is_told_from_its_version_file_without_importing_it(tmp_path, built_for, cpu_only):
     from specgate.machine import torch_is_cpu_only_build
 

@@ -63,18 +63,22 @@ def test_profile_fields_are_typed(tmp_path):
 @pytest.mark.parametrize(
     "change, key, words",
     [
-        (("dtype = \"float32\"", "dtype = \"float32\"\nbogus = 1"), "bogus", "not a known key"),
+        (('dtype = "float32"', 'dtype = "float32"\nbogus = 1'), "bogus", "not a known key"),
         (("max_tokens = 32", "max_tokens = 600"), "max_tokens", "smaller than max_model_len"),
         (("concurrency = [1, 4]", "concurrency = [1, -4]"), "concurrency", "positive integers"),
         (("concurrency = [1, 4]", "concurrency = [4, 4]"), "concurrency", "twice"),
-        (("dtype = \"float32\"", "dtype = \"float64\""), "dtype", "must be one of"),
-        (("method = \"ngram\"", "method = \"ngramm\""), "methods.ngram.speculative_config.method", "did you mean 'ngram'"),
-        (("num_speculative_tokens = 3, prompt", "num_speculative_tokens = 0, prompt"), "methods.ngram.speculative_config.num_speculative_tokens", ">= 1"),
+        (('dtype = "float32"', 'dtype = "float64"'), "dtype", "must be one of"),
+        (('method = "ngram"', 'method = "ngramm"'), "methods.ngram.speculative_config.method", "did you mean 'ngram'"),
+        (
+            ("num_speculative_tokens = 3, prompt", "num_speculative_tokens = 0, prompt"),
+            "methods.ngram.speculative_config.num_speculative_tokens",
+            ">= 1",
+        ),
         (("zoo:eagle", "zoo:eagel"), "methods.eagle.speculative_config.model", "did you mean 'eagle'"),
         (("zoo:eagle", "./no/such/model"), "methods.eagle.speculative_config.model", "does not exist"),
         (("zoo:target", "/nonexistent/target"), "target", "does not exist"),
         (("embedded.jsonl", "missing.jsonl"), "prompts[0]", "does not exist"),
-        (("max_model_len = 512", "max_model_len = \"512\""), "max_model_len", "must be a int"),
+        (("max_model_len = 512", 'max_model_len = "512"'), "max_model_len", "must be a int"),
     ],
 )
 def test_bad_profile_names_file_and_key(tmp_path, change, key, words):
@@ -93,7 +97,10 @@ def test_bad_tolerance_and_unknown_table_key(tmp_path):
 
 def test_baseline_is_a_reserved_method_name(tmp_path):
     with pytest.raises(ProfileError, match="reserved"):
-        load_text(tmp_path, GOOD + "[methods.baseline]\nspeculative_config = { method = \"ngram\", num_speculative_tokens = 2 }\n")
+        load_text(
+            tmp_path,
+            GOOD + '[methods.baseline]\nspeculative_config = { method = "ngram", num_speculative_tokens = 2 }\n',
+        )
 
 
 def test_invalid_toml_is_reported_with_the_file(tmp_path):
@@ -116,8 +123,10 @@ def test_hub_ids_are_accepted_without_a_local_check(tmp_path):
 def test_the_readmes_profile_example_is_a_profile_that_loads(tmp_path):
     readme = (ROOT / "README.md").read_text()
     start = readme.index("```toml\n", readme.index("## Profiles")) + len("```toml\n")
-    example = readme[start:readme.index("```", start)]
-    p = load_text(tmp_path, example.replace("fixtures/prompts/embedded.jsonl", str(ROOT / "fixtures/prompts/embedded.jsonl")))
+    example = readme[start : readme.index("```", start)]
+    p = load_text(
+        tmp_path, example.replace("fixtures/prompts/embedded.jsonl", str(ROOT / "fixtures/prompts/embedded.jsonl"))
+    )
     assert p.name == "cpu-tiny" and list(p.methods) == ["eagle3"] and p.speedup.interleave_baseline
 
 
@@ -130,7 +139,9 @@ def test_the_suites_own_deadlines_default_by_hardware_and_are_checked(tmp_path):
     assert (own.boot_timeout_s, own.stall_timeout_s) == (1800.0, 90.5)
     with pytest.raises(ProfileError, match=r"key 'engine.stall_timeout_s' must be > 0, got 0"):
         load_text(tmp_path, GOOD + "[engine]\nstall_timeout_s = 0\n")
-    with pytest.raises(ProfileError, match=r"key 'engine.boot_timout_s' is not a known key \(did you mean 'boot_timeout_s'\?\)"):
+    with pytest.raises(
+        ProfileError, match=r"key 'engine.boot_timout_s' is not a known key \(did you mean 'boot_timeout_s'\?\)"
+    ):
         load_text(tmp_path, GOOD + "[engine]\nboot_timout_s = 10\n")
 
 
@@ -153,32 +164,50 @@ def test_scenarios_are_enabled_by_their_tables(tmp_path):
     assert p.scenarios.enabled == ("preemption", "prefix_soak", "structured")
     assert p.scenarios.preemption.kv_share == 0.3 and p.scenarios.prefix_soak.rounds == 3
     assert p.scenarios.structured.schema == ROOT / "fixtures" / "schemas" / "tool_call.json"
-    assert load_profile(find_profile("cpu-tiny", ROOT), ROOT).scenarios.enabled == ("preemption", "prefix_soak", "structured")
+    assert load_profile(find_profile("cpu-tiny", ROOT), ROOT).scenarios.enabled == (
+        "preemption",
+        "prefix_soak",
+        "structured",
+    )
 
 
-@pytest.mark.parametrize("bad, key, says", [
-    ("[scenarios.preemption]\nkv_share = 1.5\n", "scenarios.preemption.kv_share", "in (0, 1)"),
-    ("[scenarios.prefix_soak]\nrounds = 1\n", "scenarios.prefix_soak.rounds", "must be >= 2"),
-    ("[scenarios.structured]\nprompts = \"fixtures/prompts/tool_calls.jsonl\"\n", "scenarios.structured.schema", "is required"),
-    ("[scenarios.structured]\nprompts = \"fixtures/prompts/tool_calls.jsonl\"\nschema = \"README.md\"\n",
-     "scenarios.structured.schema", "not a JSON schema file"),
-    ("[scenarios.preemptoin]\n", "scenarios.preemptoin", "did you mean 'preemption'"),
-])
+@pytest.mark.parametrize(
+    "bad, key, says",
+    [
+        ("[scenarios.preemption]\nkv_share = 1.5\n", "scenarios.preemption.kv_share", "in (0, 1)"),
+        ("[scenarios.prefix_soak]\nrounds = 1\n", "scenarios.prefix_soak.rounds", "must be >= 2"),
+        (
+            '[scenarios.structured]\nprompts = "fixtures/prompts/tool_calls.jsonl"\n',
+            "scenarios.structured.schema",
+            "is required",
+        ),
+        (
+            '[scenarios.structured]\nprompts = "fixtures/prompts/tool_calls.jsonl"\nschema = "README.md"\n',
+            "scenarios.structured.schema",
+            "not a JSON schema file",
+        ),
+        ("[scenarios.preemptoin]\n", "scenarios.preemptoin", "did you mean 'preemption'"),
+    ],
+)
 def test_a_bad_scenario_table_names_its_key(tmp_path, bad, key, says):
     with pytest.raises(ProfileError, match=f"key '{re.escape(key)}'.*{re.escape(says)}"):
         load_text(tmp_path, GOOD + bad)
 
 
 def test_a_plant_must_be_known(tmp_path):
-    text = GOOD.replace('prompt_lookup_max = 4 }', 'prompt_lookup_max = 4 }\nplant = "verify_emits_drafts"')
-    with pytest.raises(ProfileError, match="key 'methods.ngram.plant' is not a known plant .did you mean 'verify_emits_draft'"):
+    text = GOOD.replace("prompt_lookup_max = 4 }", 'prompt_lookup_max = 4 }\nplant = "verify_emits_drafts"')
+    with pytest.raises(
+        ProfileError, match="key 'methods.ngram.plant' is not a known plant .did you mean 'verify_emits_draft'"
+    ):
         load_text(tmp_path, text)
 
 
 def test_tie_aware_equivalence_needs_its_forgiven_share(tmp_path):
     with pytest.raises(ProfileError, match="key 'equivalence.max_forgiven_share' is required with mode = 'tie-aware'"):
         load_text(tmp_path, GOOD + '[equivalence]\nmode = "tie-aware"\nlogprob_margin = 0.05\n')
-    p = load_text(tmp_path, GOOD + '[equivalence]\nmode = "tie-aware"\nlogprob_margin = 0.05\nmax_forgiven_share = 0.1\n')
+    p = load_text(
+        tmp_path, GOOD + '[equivalence]\nmode = "tie-aware"\nlogprob_margin = 0.05\nmax_forgiven_share = 0.1\n'
+    )
     assert p.equivalence.max_forgiven_share == 0.1
 
 

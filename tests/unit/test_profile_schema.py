@@ -11,8 +11,20 @@ import pytest
 
 from specgate import history
 from specgate.errors import ProfileError
-from specgate.profile import (DEFAULT_DEADLINES, Equivalence, Method, Preemption, PrefixSoak, Profile, Scenarios,
-                              Speedup, Structured, Tolerance, parse, resolve)
+from specgate.profile import (
+    DEFAULT_DEADLINES,
+    Equivalence,
+    Method,
+    Preemption,
+    PrefixSoak,
+    Profile,
+    Scenarios,
+    Speedup,
+    Structured,
+    Tolerance,
+    parse,
+    resolve,
+)
 from specgate.schema import allowed, not_measuring, positive, setting, settings
 
 from .test_profile import GOOD
@@ -29,7 +41,9 @@ class WarmedSpeedup(Speedup):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class OwnedProfile(Profile):
     owner: str = setting("", str, measures=False, doc="who answers for this profile's runner")
-    speedup: WarmedSpeedup = setting(kind=dict, table=WarmedSpeedup, factory=WarmedSpeedup, measures=False, doc="[speedup]")
+    speedup: WarmedSpeedup = setting(
+        kind=dict, table=WarmedSpeedup, factory=WarmedSpeedup, measures=False, doc="[speedup]"
+    )
 
 
 def parsed(text: str, cls=OwnedProfile):
@@ -45,8 +59,11 @@ def test_a_new_key_is_one_declaration_on_its_dataclass():
         parsed(GOOD + "[speedup]\nwarmup_trials = 0\n")
     with pytest.raises(ProfileError, match=r"^profile owned.toml: key 'owner' must be a str, got int 3\.$"):
         parsed("owner = 3\n" + GOOD)
-    with pytest.raises(ProfileError, match=r"key 'speedup.warmup_trails' is not a known key \(did you mean 'warmup_trials'\?\); "
-                                           r"allowed here: .*step_trials, temperature, trials, warmup_trials\."):
+    with pytest.raises(
+        ProfileError,
+        match=r"key 'speedup.warmup_trails' is not a known key \(did you mean 'warmup_trials'\?\); "
+        r"allowed here: .*step_trials, temperature, trials, warmup_trials\.",
+    ):
         parsed(GOOD + "[speedup]\nwarmup_trails = 2\n")
     assert "owner" in not_measuring(OwnedProfile) and "owner" not in not_measuring(Profile)
     with pytest.raises(ProfileError, match="key 'owner' is not a known key"):  # the shipped Profile has no such key
@@ -59,17 +76,48 @@ def test_every_setting_is_documented_and_every_table_lists_exactly_its_settings(
             assert f.metadata["doc"], f"{cls.__name__}.{f.name}: a setting without a doc"
         derived = {f.name for f in dataclasses.fields(cls)} - {f.name for f in settings(cls)}
         assert derived <= {"path", "prompts", "baselines_name", "tolerance_file", "name", "sweep_of"}, (cls, derived)
-    assert set(allowed(Profile)) == {"name", "description", "target", "dtype", "max_model_len", "prompts", "max_tokens",
-                                     "concurrency", "seed", "hardware", "engine", "methods", "tolerance", "equivalence",
-                                     "speedup", "acceptance", "cost", "drift", "drift_since", "scenarios"}
+    assert set(allowed(Profile)) == {
+        "name",
+        "description",
+        "target",
+        "dtype",
+        "max_model_len",
+        "prompts",
+        "max_tokens",
+        "concurrency",
+        "seed",
+        "hardware",
+        "engine",
+        "methods",
+        "tolerance",
+        "equivalence",
+        "speedup",
+        "acceptance",
+        "cost",
+        "drift",
+        "drift_since",
+        "scenarios",
+    }
     assert set(allowed(Profile, "engine")) == {"kwargs", "env", "boot_timeout_s", "stall_timeout_s", "cpu_flags"}
-    assert set(allowed(Method)) == {"speculative_config", "engine", "expected_boot_error", "note", "floors", "canary_of",
-                                    "lossy", "slow_steps", "plant", "tolerance"}
+    assert set(allowed(Method)) == {
+        "speculative_config",
+        "engine",
+        "expected_boot_error",
+        "note",
+        "floors",
+        "canary_of",
+        "lossy",
+        "slow_steps",
+        "plant",
+        "tolerance",
+    }
 
 
 def test_defaults_are_the_dataclasses_own():
-    minimal = 'name = "m"\ntarget = "zoo:target"\nprompts = ["fixtures/prompts/embedded.jsonl"]\n' \
-              '[methods.ngram]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3 }\n'
+    minimal = (
+        'name = "m"\ntarget = "zoo:target"\nprompts = ["fixtures/prompts/embedded.jsonl"]\n'
+        '[methods.ngram]\nspeculative_config = { method = "ngram", num_speculative_tokens = 3 }\n'
+    )
     profile = parsed(minimal, Profile)
     for f in settings(Profile):
         if f.default is not dataclasses.MISSING and f.name not in ("boot_timeout_s", "stall_timeout_s"):

@@ -60,10 +60,14 @@ def session(tmp_path):
 def test_the_speedup_gate_loads_its_own_set_and_acceptance_keeps_the_qualitative_one(session):
     for method in ("baseline", "good"):
         session.judge("speedup", method, 1)
-    sent = {r.prompt_id for m in ("baseline", "good") for run in session.store.load_trials(m, 1).runs for r in run.requests}
+    sent = {
+        r.prompt_id for m in ("baseline", "good") for run in session.store.load_trials(m, 1).runs for r in run.requests
+    }
     assert sent == {f"throughput_2k/{tier}-{i}" for tier in ("low_entropy", "mixed", "high_entropy") for i in (0, 1)}
     assert session.store.load_inputs.max_prompt_tokens == 1024 - 32
-    assert len(session.plan.inputs.tokenized()) == 11 and all(p.id.startswith("qualitative/") for p in session.plan.inputs.tokenized())
+    assert len(session.plan.inputs.tokenized()) == 11 and all(
+        p.id.startswith("qualitative/") for p in session.plan.inputs.tokenized()
+    )
 
 
 @pytest.mark.needs_vllm
@@ -73,17 +77,26 @@ def test_summary_and_run_json_name_each_sets_source_per_category_counts_ids_and_
         session.judge("speedup", method, 1)
     lines = session.summary_lines()
     acceptance = next(line for line in lines if line.startswith("prompts for equivalence and acceptance: "))
-    assert f"SPEED-Bench qualitative ({SPEED_BENCH / 'qualitative.jsonl'}): 11 categories x 1 of 3 (seeded draw) = 11 prompts" in acceptance
+    assert (
+        f"SPEED-Bench qualitative ({SPEED_BENCH / 'qualitative.jsonl'}): 11 categories x 1 of 3 (seeded draw) = 11 "
+        "prompts" in acceptance
+    )
     load = next(line for line in lines if line.startswith("prompts for the speedup load (32 output tokens each): "))
     assert load.endswith("3 categories x 2 = 6 prompts; 3 longer than 992 tokens skipped"), load
     run = results.run_record(session, [], time.time(), lines)
     record = json.loads(json.dumps(run.prompts))  # as run.json holds it
     (acc,) = record["equivalence_acceptance"]["entries"]
     assert acc["per_category"] == 1 and len(acc["prompt_ids"]) == 11 and acc["used"] == {c: 1 for c in acc["available"]}
-    assert acc["available"]["coding"] == 3 and acc["skipped_too_long"] == [] and record["equivalence_acceptance"]["tokenized"]
+    assert (
+        acc["available"]["coding"] == 3
+        and acc["skipped_too_long"] == []
+        and record["equivalence_acceptance"]["tokenized"]
+    )
     (speed,) = record["speedup"]["entries"]
     assert speed["per_category"] == "all" and speed["too_long"] == "skip" and len(speed["prompt_ids"]) == 6
-    assert sorted(speed["skipped_too_long"]) == [f"throughput_2k/{t}-2" for t in ("high_entropy", "low_entropy", "mixed")]
+    assert sorted(speed["skipped_too_long"]) == [
+        f"throughput_2k/{t}-2" for t in ("high_entropy", "low_entropy", "mixed")
+    ]
     assert record["speedup"]["max_prompt_tokens"] == 992
 
 
@@ -101,9 +114,14 @@ def test_a_fallback_is_said_in_the_summary_notes_and_collects_the_fallbacks_cate
     s = fake_session(profile_from(tmp_path, FALLBACK), tmp_path)
     assert s.plan.inputs.categories()[0] == "code_continuation" and len(s.plan.inputs.loaded()) == 60
     lines = s.summary_lines()
-    note = (f"equivalence and acceptance prompts: SPEED-Bench qualitative is not on this machine (set ${SPEED_BENCH_ENV} "
-            "to its directory), so fixtures/prompts/embedded.jsonl stands in")
-    assert note in lines and "prompts (every gate): fixtures/prompts/embedded.jsonl: 5 categories x 12 = 60 prompts" in lines
+    note = (
+        f"equivalence and acceptance prompts: SPEED-Bench qualitative is not on this machine (set ${SPEED_BENCH_ENV} "
+        "to its directory), so fixtures/prompts/embedded.jsonl stands in"
+    )
+    assert (
+        note in lines
+        and "prompts (every gate): fixtures/prompts/embedded.jsonl: 5 categories x 12 = 60 prompts" in lines
+    )
     assert note in results.run_record(s, [], time.time(), lines).notes
 
 
@@ -124,4 +142,6 @@ def test_the_report_takes_eleven_categories(session, tmp_path):
     markdown = paths["summary"].read_text()
     assert all(f"| good | {c} |" in markdown for c in categories)
     assert (tmp_path / "results" / "plots" / "acceptance_heatmap.png").is_file()
-    assert len(json.loads(paths["run"].read_text())["prompts"]["equivalence_acceptance"]["entries"][0]["prompt_ids"]) == 11
+    assert (
+        len(json.loads(paths["run"].read_text())["prompts"]["equivalence_acceptance"]["entries"][0]["prompt_ids"]) == 11
+    )

@@ -11,8 +11,8 @@ import pytest
 
 from specgate.errors import ProfileError
 from specgate.profile import find_profile, load_profile
-from specgate.prompt_sources import SPEED_BENCH_ENV
 from specgate.prompt_inputs import PromptInputs
+from specgate.prompt_sources import SPEED_BENCH_ENV
 from specgate.prompts import load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,7 +75,11 @@ def test_a_configured_directory_that_does_not_exist_says_how_to_prepare_it(tmp_p
         load_text(tmp_path, f'[{{ speed_bench = "qualitative", fallback = "{GENERAL}" }}]')  # a typo is not "absent"
     msg = str(err.value)
     assert str(tmp_path / "p.toml") in msg and "'prompts[0]'" in msg and f"${SPEED_BENCH_ENV}" in msg
-    assert "is not a directory" in msg and "speed-bench/prepare.py" in msg and f"--output_dir {tmp_path / 'nowhere'}" in msg
+    assert (
+        "is not a directory" in msg
+        and "speed-bench/prepare.py" in msg
+        and f"--output_dir {tmp_path / 'nowhere'}" in msg
+    )
 
 
 def test_no_directory_and_no_fallback_is_an_error_saying_how_to_prepare_and_point_at_it(tmp_path):
@@ -106,12 +110,32 @@ def test_no_directory_with_a_fallback_reads_the_fallback_whole_and_says_so(tmp_p
     [
         ('{ speed_bench = "qualitative", per_categroy = 2 }', "prompts[0].per_categroy", "did you mean 'per_category'"),
         ('{ speed_bench = "qualitive" }', "prompts[0].speed_bench", "did you mean 'qualitative'"),
-        ('{ chat = "tests/unit/data/chat_traffic.jsonl", per_category = 0 }', "prompts[0].per_category", '>= 1 or "all"'),
-        ('{ chat = "tests/unit/data/chat_traffic.jsonl", per_category = "some" }', "prompts[0].per_category", '>= 1 or "all"'),
-        ('{ chat = "tests/unit/data/chat_traffic.jsonl", too_long = "skipp" }', "prompts[0].too_long", "did you mean 'skip'"),
-        ('{ chat = "tests/unit/data/chat_traffic.jsonl", file = "fixtures/prompts/general.jsonl" }', "prompts[0]", "exactly one of"),
-        ('{ per_category = 2 }', "prompts[0]", "exactly one of"),
-        ('{ chat = "tests/unit/data/chat_traffic.jsonl", dir = "x" }', "prompts[0].dir", "only applies to a speed_bench"),
+        (
+            '{ chat = "tests/unit/data/chat_traffic.jsonl", per_category = 0 }',
+            "prompts[0].per_category",
+            '>= 1 or "all"',
+        ),
+        (
+            '{ chat = "tests/unit/data/chat_traffic.jsonl", per_category = "some" }',
+            "prompts[0].per_category",
+            '>= 1 or "all"',
+        ),
+        (
+            '{ chat = "tests/unit/data/chat_traffic.jsonl", too_long = "skipp" }',
+            "prompts[0].too_long",
+            "did you mean 'skip'",
+        ),
+        (
+            '{ chat = "tests/unit/data/chat_traffic.jsonl", file = "fixtures/prompts/general.jsonl" }',
+            "prompts[0]",
+            "exactly one of",
+        ),
+        ("{ per_category = 2 }", "prompts[0]", "exactly one of"),
+        (
+            '{ chat = "tests/unit/data/chat_traffic.jsonl", dir = "x" }',
+            "prompts[0].dir",
+            "only applies to a speed_bench",
+        ),
         ('{ chat = "tests/unit/data/missing.jsonl" }', "prompts[0].chat", "does not exist"),
         ('{ speed_bench = "qualitative", fallback = "missing.jsonl" }', "prompts[0].fallback", "does not exist"),
         ("3", "prompts[0]", "must be a path string or a table"),
@@ -126,12 +150,22 @@ def test_a_bad_entry_names_file_and_key(tmp_path, entry, key, words):
 
 def test_the_speedup_gate_gets_its_own_prompts_validated_the_same_way(tmp_path, monkeypatch):
     monkeypatch.setenv(SPEED_BENCH_ENV, str(SPEED_BENCH))
-    p = load_text(tmp_path, f'["{GENERAL}"]', '[speedup]\nmax_tokens = 16\nprompts = [{ speed_bench = "throughput_2k", per_category = 2 }]\n')
+    p = load_text(
+        tmp_path,
+        f'["{GENERAL}"]',
+        '[speedup]\nmax_tokens = 16\nprompts = [{ speed_bench = "throughput_2k", per_category = 2 }]\n',
+    )
     assert [s.split for s in p.speedup.prompts] == ["throughput_2k"] and p.prompts == (ROOT / GENERAL,)
     load = PromptInputs(p, ROOT).speedup_inputs()
-    assert load.max_prompt_tokens == 1024 - 16 and {q.category for q in load.loaded()} == {"low_entropy", "mixed", "high_entropy"}
+    assert load.max_prompt_tokens == 1024 - 16 and {q.category for q in load.loaded()} == {
+        "low_entropy",
+        "mixed",
+        "high_entropy",
+    }
     with pytest.raises(ProfileError, match=r"'speedup.prompts\[0\].too_lon'.*did you mean 'too_long'"):
-        load_text(tmp_path, f'["{GENERAL}"]', '[speedup]\nprompts = [{ speed_bench = "throughput_2k", too_lon = "skip" }]\n')
+        load_text(
+            tmp_path, f'["{GENERAL}"]', '[speedup]\nprompts = [{ speed_bench = "throughput_2k", too_lon = "skip" }]\n'
+        )
     with pytest.raises(ProfileError, match=r"'speedup.max_tokens'.*smaller than max_model_len"):
         load_text(tmp_path, f'["{GENERAL}"]', "[speedup]\nmax_tokens = 2048\n")
 
@@ -172,9 +206,26 @@ def test_gpu_profile_collects_without_the_data():
     """`--collect-only` on a machine without SPEED-Bench: general.jsonl's categories, no error."""
     env = {k: v for k, v in os.environ.items() if k != SPEED_BENCH_ENV}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-m", "gpu", "--specgate-profile", "llama31-8b-h100", "--collect-only", "-q",
-         "-p", "no:randomly", "tests/gate/test_acceptance.py"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-m",
+            "gpu",
+            "--specgate-profile",
+            "llama31-8b-h100",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:randomly",
+            "tests/gate/test_acceptance.py",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "test_acceptance_holds_per_category[eagle3-short_qa]" in result.stdout

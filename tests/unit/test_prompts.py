@@ -14,8 +14,16 @@ from specgate.prompts import load_prompt_set, load_prompts, validate_prompt_set
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ROOT / "fixtures" / "prompts"
 GENERAL_CATEGORIES = {
-    "short_qa", "summarization", "code_generation", "code_editing", "creative_writing",
-    "translation", "structured_output", "math_reasoning", "multi_turn", "rag",
+    "short_qa",
+    "summarization",
+    "code_generation",
+    "code_editing",
+    "creative_writing",
+    "translation",
+    "structured_output",
+    "math_reasoning",
+    "multi_turn",
+    "rag",
 }
 
 
@@ -46,7 +54,9 @@ def test_embedded_prompts_stop_on_their_last_character():
 
 def write_set(tmp_path, texts, name="salad.jsonl"):
     path = tmp_path / name
-    path.write_text("".join(json.dumps({"id": f"p{i}", "category": "c", "text": t}) + "\n" for i, t in enumerate(texts)))
+    path.write_text(
+        "".join(json.dumps({"id": f"p{i}", "category": "c", "text": t}) + "\n" for i, t in enumerate(texts))
+    )
     return path
 
 

@@ -21,7 +21,9 @@ def test_only_a_change_whose_whole_interval_is_past_the_tolerance_counts():
 def test_a_rehearsal_writes_the_usual_results_with_the_old_release_as_baseline(tmp_path):
     profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
     r = rehearse.Rehearsal(profile, ROOT, tmp_path / "out", ("0.31.0", Path("old")), ("0.32.0", Path("new")), [])
-    r._judge("ngram", "acceptance", "doc_prose", "mean_acceptance_length", 2.0, 2.26, rehearse.WORSE, "-11.5%", bound=2.147)
+    r._judge(
+        "ngram", "acceptance", "doc_prose", "mean_acceptance_length", 2.0, 2.26, rehearse.WORSE, "-11.5%", bound=2.147
+    )
     r._judge("ngram", "equivalence", "greedy", "identical", 60, 60, rehearse.UNCHANGED, "")
     r.fail_method("eagle", RuntimeError("server 'eagle' exited with 1 before it answered /health"))
     paths = r.write(started=0.0)
@@ -34,8 +36,10 @@ def test_a_rehearsal_writes_the_usual_results_with_the_old_release_as_baseline(t
 
 
 def test_kv_capacity_comes_from_the_servers_cache_config_gauge():
-    text = ('# TYPE vllm:cache_config_info gauge\n'
-            'vllm:cache_config_info{block_size="16",num_gpu_blocks="10920",engine="0"} 1.0\n')
+    text = (
+        "# TYPE vllm:cache_config_info gauge\n"
+        'vllm:cache_config_info{block_size="16",num_gpu_blocks="10920",engine="0"} 1.0\n'
+    )
     client = Endpoint("x", "http://127.0.0.1:1")
     client.run = lambda coro: (coro.close(), text)[1]
     try:
@@ -48,13 +52,17 @@ def fake_venv(root: Path, methods: list[str]) -> Path:
     """A venv's python next to a vLLM source whose SpeculativeMethod offers `methods`."""
     source = root / "lib" / "python3.11" / "site-packages" / "vllm" / "config" / "speculative.py"
     source.parent.mkdir(parents=True)
-    source.write_text("from typing import Literal\nSpeculativeMethod = Literal[" + ", ".join(map(repr, methods)) + "]\n")
+    source.write_text(
+        "from typing import Literal\nSpeculativeMethod = Literal[" + ", ".join(map(repr, methods)) + "]\n"
+    )
     (root / "bin").mkdir()
     (root / "bin" / "python").write_text("")
     return root / "bin" / "python"
 
 
-def test_a_rehearsal_leaves_canaries_out_and_skips_what_a_release_refuses_as_the_gate_does(tmp_path, monkeypatch, capsys):
+def test_a_rehearsal_leaves_canaries_out_and_skips_what_a_release_refuses_as_the_gate_does(
+    tmp_path, monkeypatch, capsys
+):
     from specgate import cli
     from specgate.server import ServerError
 
@@ -67,20 +75,36 @@ def test_a_rehearsal_leaves_canaries_out_and_skips_what_a_release_refuses_as_the
         if method.name == "mlp_speculator":
             # as the server path raises it: the message's tail stops at the exception's header line, vLLM's
             # sentence is only in the whole log (line 57 of 58, over 10,000 characters)
-            raise ServerError("server 'mlp_speculator' exited with 1 before it answered /health: "
-                              "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
-                              ROOT / "tests" / "unit" / "data" / "mlp_speculator-server-0.31.0.log")
+            raise ServerError(
+                "server 'mlp_speculator' exited with 1 before it answered /health: "
+                "pydantic_core._pydantic_core.ValidationError: 1 validation error for SpeculativeConfig",
+                ROOT / "tests" / "unit" / "data" / "mlp_speculator-server-0.31.0.log",
+            )
 
     monkeypatch.setattr(rehearse.Rehearsal, "run_method", run_method)
-    args = ["rehearse", "--from", "0.31.0", "--to", "0.32.0", "--from-python", str(old), "--to-python", str(new),
-            "--root", str(ROOT), "--out", str(tmp_path / "out")]
+    args = [
+        "rehearse",
+        "--from",
+        "0.31.0",
+        "--to",
+        "0.32.0",
+        "--from-python",
+        str(old),
+        "--to-python",
+        str(new),
+        "--root",
+        str(ROOT),
+        "--out",
+        str(tmp_path / "out"),
+    ]
     assert cli.main(args) == 0  # the documented rehearsal no longer exits 1 on mlp_speculator's expected refusal
     assert ran == ["baseline", "ngram", "suffix", "draft_model", "eagle", "eagle3", "mlp_speculator", "mtp"]
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     skipped = {o["method"]: o["message"] for o in run["outcomes"] if o["outcome"] == "skipped"}
     assert "vLLM 0.32.0 does not offer speculative_config.method = 'medusa'" in skipped["medusa"]
-    assert skipped["mlp_speculator"].endswith("vLLM said: Value error, Model architectures "
-                                              "['MLPSpeculatorPreTrainedModel'] are not supported for now.")
+    assert skipped["mlp_speculator"].endswith(
+        "vLLM said: Value error, Model architectures ['MLPSpeculatorPreTrainedModel'] are not supported for now."
+    )
     ran.clear()
     assert cli.main(args + ["--methods", "ngram,draft_perturbed"]) == 0
     assert ran == ["baseline", "ngram", "draft_perturbed"]  # a canary named is a canary asked for

@@ -19,8 +19,12 @@ ACCEPTANCE = {
     "eagle3": ((2.03, 2.44, 1.68, 2.23, 2.29), (0.54, 0.33, 0.16)),
     "mtp": ((1.74, 1.79, 1.69, 1.74, 1.73), (0.74,)),
 }
-SPEEDUP = {"ngram": (1.31, 1.18, 0.97), "eagle": (1.62, 1.44, 1.12), "eagle3": (1.55, 1.21, 0.88),
-           "mtp": (1.40, 1.30, 1.10)}
+SPEEDUP = {
+    "ngram": (1.31, 1.18, 0.97),
+    "eagle": (1.62, 1.44, 1.12),
+    "eagle3": (1.55, 1.21, 0.88),
+    "mtp": (1.40, 1.30, 1.10),
+}
 
 
 def row(method, gate, key, metric, value, **extra):
@@ -41,18 +45,54 @@ def fabricated_table(gates=("equivalence", "acceptance", "speedup", "memory", "l
             for c, length in zip(CATEGORIES, lengths):
                 measured = length - (0.45 if (m, c) == ("eagle3", "doc_prose") else 0.01)
                 verdict = "fail" if (m, c) == ("eagle3", "doc_prose") else "pass"
-                msg = ("eagle3 / doc_prose: mean acceptance length 1.23 < floor 1.60 (baseline 1.68, "
-                       "vLLM 0.32.0, 2026-11-22, rev fc76477)") if verdict == "fail" else ""
-                rows.append(row(m, "acceptance", c, "mean_acceptance_length", measured, baseline=length,
-                                bound=round(length * 0.95, 3), unit="tokens/step", verdict=verdict, message=msg))
-                rows.append(row(m, "acceptance", c, "acceptance_rate", (measured - 1) / len(positions),
-                                baseline=(length - 1) / len(positions)))
+                msg = (
+                    (
+                        "eagle3 / doc_prose: mean acceptance length 1.23 < floor 1.60 (baseline 1.68, "
+                        "vLLM 0.32.0, 2026-11-22, rev fc76477)"
+                    )
+                    if verdict == "fail"
+                    else ""
+                )
+                rows.append(
+                    row(
+                        m,
+                        "acceptance",
+                        c,
+                        "mean_acceptance_length",
+                        measured,
+                        baseline=length,
+                        bound=round(length * 0.95, 3),
+                        unit="tokens/step",
+                        verdict=verdict,
+                        message=msg,
+                    )
+                )
+                rows.append(
+                    row(
+                        m,
+                        "acceptance",
+                        c,
+                        "acceptance_rate",
+                        (measured - 1) / len(positions),
+                        baseline=(length - 1) / len(positions),
+                    )
+                )
                 for p, rate in enumerate(positions, start=1):
                     scale = length / lengths[0]
                     value = min(1.0, rate * scale) * (0.55 if verdict == "fail" else 0.99)
-                    rows.append(row(m, "acceptance", c, "position_rate", value, position=p,
-                                    baseline=min(1.0, rate * scale), bound=min(1.0, rate * scale) * 0.9,
-                                    verdict="fail" if verdict == "fail" else ""))
+                    rows.append(
+                        row(
+                            m,
+                            "acceptance",
+                            c,
+                            "position_rate",
+                            value,
+                            position=p,
+                            baseline=min(1.0, rate * scale),
+                            bound=min(1.0, rate * scale) * 0.9,
+                            verdict="fail" if verdict == "fail" else "",
+                        )
+                    )
     if "speedup" in gates:
         for m, speeds in SPEEDUP.items():
             for c, s in zip((1, 4, 16), speeds):
@@ -60,34 +100,92 @@ def fabricated_table(gates=("equivalence", "acceptance", "speedup", "memory", "l
                 value = s - (0.25 if low else 0.02)
                 stored = None if m == "mtp" else s
                 verdict = "skip" if m == "mtp" else "fail" if low else "pass"
-                msg = ("no stored speedup baseline for mtp; run with --update-baselines"
-                       if m == "mtp" else "eagle3 at C=16: speedup 0.63 [0.58, 0.70] below floor 0.75" if low else "")
-                rows.append(row(m, "speedup", f"C={c}", "speedup", value, concurrency=c, baseline=stored,
-                                bound=None if stored is None else round(s * 0.85, 3), ci_low=value - 0.06,
-                                ci_high=value + 0.07, unit="x", verdict=verdict, message=msg))
+                msg = (
+                    "no stored speedup baseline for mtp; run with --update-baselines"
+                    if m == "mtp"
+                    else "eagle3 at C=16: speedup 0.63 [0.58, 0.70] below floor 0.75"
+                    if low
+                    else ""
+                )
+                rows.append(
+                    row(
+                        m,
+                        "speedup",
+                        f"C={c}",
+                        "speedup",
+                        value,
+                        concurrency=c,
+                        baseline=stored,
+                        bound=None if stored is None else round(s * 0.85, 3),
+                        ci_low=value - 0.06,
+                        ci_high=value + 0.07,
+                        unit="x",
+                        verdict=verdict,
+                        message=msg,
+                    )
+                )
                 rows.append(row(m, "speedup", f"C={c}", "expected_speedup", s * 1.15, concurrency=c, unit="x"))
                 rows.append(row(m, "speedup", f"C={c}", "measured_over_expected", value / (s * 1.15), concurrency=c))
-                rows.append(row(m, "speedup", f"C={c}", "throughput_tok_s", 180 * c ** 0.6 * value, concurrency=c,
-                                unit="tok/s"))
-                rows.append(row(m, "speedup", f"C={c}", "baseline_throughput_tok_s", 180 * c ** 0.6,
-                                concurrency=c, unit="tok/s"))
-                rows.append(row(m, "speedup", f"C={c}", "tpot_p50_ms", 22.5 * c ** 0.3 / value, concurrency=c,
-                                unit="ms"))
+                rows.append(
+                    row(m, "speedup", f"C={c}", "throughput_tok_s", 180 * c**0.6 * value, concurrency=c, unit="tok/s")
+                )
+                rows.append(
+                    row(m, "speedup", f"C={c}", "baseline_throughput_tok_s", 180 * c**0.6, concurrency=c, unit="tok/s")
+                )
+                rows.append(row(m, "speedup", f"C={c}", "tpot_p50_ms", 22.5 * c**0.3 / value, concurrency=c, unit="ms"))
     if "memory" in gates:
         rows.append(row("baseline", "memory", "engine", "kv_capacity_tokens", 349440, unit="tokens"))
         rows.append(row("baseline", "memory", "engine", "peak_process_mib", 2461.2, unit="MiB"))
-        for m, (static, lost, proc) in {"ngram": (0.0, 0, 175.6), "eagle": (1.78, 49920, 41.5),
-                                        "eagle3": (3.66, 49920, 57.9), "mtp": (1.79, 49920, 32.4)}.items():
+        for m, (static, lost, proc) in {
+            "ngram": (0.0, 0, 175.6),
+            "eagle": (1.78, 49920, 41.5),
+            "eagle3": (3.66, 49920, 57.9),
+            "mtp": (1.79, 49920, 32.4),
+        }.items():
             over = m == "ngram"
-            rows.append(row(m, "memory", "overhead", "static_mib_measured", static, baseline=static,
-                            bound=static * 1.1 + 0.25, unit="MiB", verdict="pass"))
-            rows.append(row(m, "memory", "overhead", "kv_tokens_lost", lost, baseline=lost, bound=lost * 1.1,
-                            unit="tokens", verdict="pass"))
+            rows.append(
+                row(
+                    m,
+                    "memory",
+                    "overhead",
+                    "static_mib_measured",
+                    static,
+                    baseline=static,
+                    bound=static * 1.1 + 0.25,
+                    unit="MiB",
+                    verdict="pass",
+                )
+            )
+            rows.append(
+                row(
+                    m,
+                    "memory",
+                    "overhead",
+                    "kv_tokens_lost",
+                    lost,
+                    baseline=lost,
+                    bound=lost * 1.1,
+                    unit="tokens",
+                    verdict="pass",
+                )
+            )
             value = proc + (95 if over else 1.2)
-            rows.append(row(m, "memory", "overhead", "process_mib", value, baseline=proc, bound=proc * 1.1 + 64,
-                            unit="MiB", verdict="fail" if over else "pass",
-                            message=f"ngram: process memory {value:.1f} MiB > ceiling {proc * 1.1 + 64:.1f} MiB"
-                            if over else ""))
+            rows.append(
+                row(
+                    m,
+                    "memory",
+                    "overhead",
+                    "process_mib",
+                    value,
+                    baseline=proc,
+                    bound=proc * 1.1 + 64,
+                    unit="MiB",
+                    verdict="fail" if over else "pass",
+                    message=f"ngram: process memory {value:.1f} MiB > ceiling {proc * 1.1 + 64:.1f} MiB"
+                    if over
+                    else "",
+                )
+            )
     if "lifecycle" in gates:
         for m in ("baseline", *ACCEPTANCE):
             rows.append(row(m, "lifecycle", "shutdown", "boot_s", 35.2, unit="s", verdict="pass"))
@@ -99,18 +197,40 @@ EMPTY_RUN = RunRecord("gate", "", "")  # a run record that says nothing about th
 
 
 def fabricated_run(**extra) -> RunRecord:
-    run = {"kind": "gate", "run_id": "20261122-031500", "profile": "cpu-tiny",
-           "profile_path": "fixtures/profiles/cpu-tiny.toml",
-           "hardware": "cpu-intel-xeon-processor-2c", "started": "2026-11-22T03:15:00+00:00",
-           "finished": "2026-11-22T03:29:41+00:00", "vllm": "0.32.0", "torch": "2.13.0+cpu",
-           "git_revision": "fab8bdc",
-           "outcomes": [Outcome("tests/gate/test_acceptance.py::test_acceptance[eagle3]", "eagle3", "acceptance", "",
-                                "failed", "see table"),
-                        Outcome("tests/gate/test_equivalence.py::test_greedy[medusa]", "medusa", "equivalence", "greedy",
-                                "error", "engine for medusa did not boot: RuntimeError: out of memory\n(log tail)"),
-                        Outcome("tests/gate/test_equivalence.py::test_greedy[ngram]", "ngram", "equivalence", "greedy",
-                                "passed", "")],
-           "summary_lines": ["engines booted: 5 (4 methods + 1 baseline)", "memory not returned: none"]}
+    run = {
+        "kind": "gate",
+        "run_id": "20261122-031500",
+        "profile": "cpu-tiny",
+        "profile_path": "fixtures/profiles/cpu-tiny.toml",
+        "hardware": "cpu-intel-xeon-processor-2c",
+        "started": "2026-11-22T03:15:00+00:00",
+        "finished": "2026-11-22T03:29:41+00:00",
+        "vllm": "0.32.0",
+        "torch": "2.13.0+cpu",
+        "git_revision": "fab8bdc",
+        "outcomes": [
+            Outcome(
+                "tests/gate/test_acceptance.py::test_acceptance[eagle3]",
+                "eagle3",
+                "acceptance",
+                "",
+                "failed",
+                "see table",
+            ),
+            Outcome(
+                "tests/gate/test_equivalence.py::test_greedy[medusa]",
+                "medusa",
+                "equivalence",
+                "greedy",
+                "error",
+                "engine for medusa did not boot: RuntimeError: out of memory\n(log tail)",
+            ),
+            Outcome(
+                "tests/gate/test_equivalence.py::test_greedy[ngram]", "ngram", "equivalence", "greedy", "passed", ""
+            ),
+        ],
+        "summary_lines": ["engines booted: 5 (4 methods + 1 baseline)", "memory not returned: none"],
+    }
     run.update(extra)
     return RunRecord(**run)
 
@@ -136,8 +256,11 @@ def test_summary_has_totals_numbers_against_baseline_and_failure_messages():
     assert "run 20261122-031500" in first and "profile cpu-tiny" in first and "vLLM 0.32.0" in first
     assert "| eagle | code_continuation | pass | 2.32 ≥ 2.21 |" in text  # each figure with the bound it was held to
     # a failing row says what moved and by how much, and which check decided
-    assert re.search(r"\| eagle3 \| C=16 \| \*\*fail\*\* \| 0\.630 \[0\.570, 0\.700\] ≥ 0\.748 \|.*"
-                     r"\| speedup floor: 0\.880 → 0\.630 \(-28\.4%\), floor 0\.748 \|", text)
+    assert re.search(
+        r"\| eagle3 \| C=16 \| \*\*fail\*\* \| 0\.630 \[0\.570, 0\.700\] ≥ 0\.748 \|.*"
+        r"\| speedup floor: 0\.880 → 0\.630 \(-28\.4%\), floor 0\.748 \|",
+        text,
+    )
     assert "≤" in text.split("## memory")[1]
     assert max(len(line.split(" | ")) for line in text.splitlines() if line.startswith("| ")) <= 8  # at a glance
     assert "- **fail** eagle3 / doc_prose: eagle3 / doc_prose: mean acceptance length 1.23" in text
@@ -207,7 +330,14 @@ def test_summary_is_appended_to_the_github_step_summary(tmp_path, monkeypatch):
 
 def test_numbers_are_formatted_for_people():
     assert [report.fmt(x) for x in (2.4137, 349440.0, 0.51, 175.64, 0.0, float("nan"), None)] == [
-        "2.41", "349,440", "0.510", "176", "0", "–", "–"]
+        "2.41",
+        "349,440",
+        "0.510",
+        "176",
+        "0",
+        "–",
+        "–",
+    ]
 
 
 @pytest.mark.parametrize(
@@ -216,11 +346,20 @@ def test_numbers_are_formatted_for_people():
         (lambda d: None, "does not exist"),
         (lambda d: d.mkdir(parents=True), "measurements.json is missing"),
         (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text('[{"method": "ngr')), "not valid JSON"),
-        (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text('{"a": 1}')), "not a list of row objects"),
+        (
+            lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text('{"a": 1}')),
+            "not a list of row objects",
+        ),
         (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text('[{"x": 1}]')), "rows without method"),
         (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text("[]")), "run.json is missing"),
-        (lambda d: (d.mkdir(parents=True), (d / "measurements.json").write_text("[]"), (d / "run.json").write_text("[1]")),
-         "not a JSON object"),
+        (
+            lambda d: (
+                d.mkdir(parents=True),
+                (d / "measurements.json").write_text("[]"),
+                (d / "run.json").write_text("[1]"),
+            ),
+            "not a JSON object",
+        ),
     ],
 )
 def test_unreadable_results_are_named_with_what_to_do(tmp_path, setup, words):
@@ -259,19 +398,27 @@ def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkey
 
 def test_the_summary_opens_with_how_much_was_judged_and_why_the_rest_was_skipped():
     reason = "no stored acceptance baseline for method 'ngram', doc_prose in baselines/x.json; create it"
-    outcomes = [Outcome("", "ngram", "acceptance", c, "skipped", reason.replace("doc_prose", c))
-                for c in CATEGORIES] + [Outcome("", "ngram", "equivalence", "greedy", "passed")]
+    outcomes = [
+        Outcome("", "ngram", "acceptance", c, "skipped", reason.replace("doc_prose", c)) for c in CATEGORIES
+    ] + [Outcome("", "ngram", "equivalence", "greedy", "passed")]
     line = report.judged_line(outcomes)
-    assert line.startswith("judged 1 of 6 checks (1 passed, 0 failed); 5 skipped, mostly (5): no stored acceptance baseline")
+    assert line.startswith(
+        "judged 1 of 6 checks (1 passed, 0 failed); 5 skipped, mostly (5): no stored acceptance baseline"
+    )
     text = report.summary_markdown(fabricated_table(gates=("equivalence",)), fabricated_run(outcomes=outcomes))
     assert text.splitlines()[2] == f"**{line}**"
 
 
 def test_divergence_gaps_are_plotted_against_the_margin_not_listed_as_a_column(tmp_path):
-    rows = [row("eagle", "equivalence", "greedy", "identical", 38, verdict="pass"),
-            row("eagle", "equivalence", "greedy", "compared", 40), row("eagle", "equivalence", "greedy", "diverged", 0)]
-    rows += [row("eagle", "equivalence", "greedy", "logprob_gap", g, bound=0.1, unit="nats", position=p)
-             for p, g in ((3, 0.02), (9, 0.07))]
+    rows = [
+        row("eagle", "equivalence", "greedy", "identical", 38, verdict="pass"),
+        row("eagle", "equivalence", "greedy", "compared", 40),
+        row("eagle", "equivalence", "greedy", "diverged", 0),
+    ]
+    rows += [
+        row("eagle", "equivalence", "greedy", "logprob_gap", g, bound=0.1, unit="nats", position=p)
+        for p, g in ((3, 0.02), (9, 0.07))
+    ]
     table = report.normalize(pd.DataFrame(rows))
     assert report.plot_divergence_gaps(table) is not None
     assert report.plot_divergence_gaps(report.normalize(pd.DataFrame(rows[:3]))) is None
@@ -283,16 +430,27 @@ def test_divergence_gaps_are_plotted_against_the_margin_not_listed_as_a_column(t
 
 def test_a_draft_length_sweep_is_shown_against_k_with_the_best_k_per_level():
     rows = []
-    for k, (length, speeds, stored) in {2: (1.9, (1.30, 1.10), (1.25, 1.12)), 3: (2.3, (1.40, 1.05), (1.20, 1.15)),
-                                        4: (2.5, (1.35, 0.95), (1.10, 1.00))}.items():
+    for k, (length, speeds, stored) in {
+        2: (1.9, (1.30, 1.10), (1.25, 1.12)),
+        3: (2.3, (1.40, 1.05), (1.20, 1.15)),
+        4: (2.5, (1.35, 0.95), (1.10, 1.00)),
+    }.items():
         m = f"ngram@k{k}"
         rows.append(row(m, "acceptance", "code", "mean_acceptance_length", length))
         rows.append(row(m, "acceptance", "code", "acceptance_rate", (length - 1) / k))
         for c, v, b in zip((1, 4), speeds, stored):
-            rows.append(row(m, "speedup", f"C={c}", "speedup", v, concurrency=c, baseline=b, ci_low=v - 0.02, ci_high=v + 0.02))
+            rows.append(
+                row(m, "speedup", f"C={c}", "speedup", v, concurrency=c, baseline=b, ci_low=v - 0.02, ci_high=v + 0.02)
+            )
     table = report.normalize(pd.DataFrame(rows))
     ((family, header, body),) = report.sweeps(table)
-    assert family == "ngram" and header == ["k", "mean acceptance length", "acceptance rate", "speedup C=1", "speedup C=4"]
+    assert family == "ngram" and header == [
+        "k",
+        "mean acceptance length",
+        "acceptance rate",
+        "speedup C=1",
+        "speedup C=4",
+    ]
     assert [r[0] for r in body] == ["2", "3", "4", "best k"]
     assert body[-1][3:] == ["k=3 (stored: k=2)", "k=2 (stored: k=3)"]  # the best k moved at both levels
     assert "## draft-length sweep: ngram" in report.summary_markdown(table, EMPTY_RUN)
@@ -301,10 +459,26 @@ def test_a_draft_length_sweep_is_shown_against_k_with_the_best_k_per_level():
 def test_speedup_markers_follow_the_verdicts_not_the_median_against_the_floor():
     """A canary whose interval straddles its floor failed (it was not caught) although its median is
     below the floor; a caught canary passed although its median is below it too; a skip was not judged."""
-    rows = [row("suffix_throttled", "speedup", f"C={c}", "speedup", value, concurrency=c, baseline=1.54, bound=0.998,
-                ci_low=low, ci_high=high, verdict=verdict)
-            for c, value, low, high, verdict in ((1, 0.62, 0.55, 0.70, "pass"), (4, 0.890, 0.822, 1.05, "fail"),
-                                                 (16, 0.95, 0.80, 1.10, "skip"))]
+    rows = [
+        row(
+            "suffix_throttled",
+            "speedup",
+            f"C={c}",
+            "speedup",
+            value,
+            concurrency=c,
+            baseline=1.54,
+            bound=0.998,
+            ci_low=low,
+            ci_high=high,
+            verdict=verdict,
+        )
+        for c, value, low, high, verdict in (
+            (1, 0.62, 0.55, 0.70, "pass"),
+            (4, 0.890, 0.822, 1.05, "fail"),
+            (16, 0.95, 0.80, 1.10, "skip"),
+        )
+    ]
     fig = report.plot_speedup(report.normalize(pd.DataFrame(rows)))
     ax = fig.axes[0]
     drawn = {}
@@ -315,7 +489,10 @@ def test_speedup_markers_follow_the_verdicts_not_the_median_against_the_floor():
     assert drawn[1] == ("#1f77b4", "#1f77b4")  # passed: its median is below the floor, and it is not red
     assert drawn[4] == ("#e41a1c", "#e41a1c")  # failed, by its verdict
     assert drawn[16] == ("#888888", "white")  # not judged
-    labels = [t.get_text() for t in fig.legends[0].get_texts()] if fig.legends else [
-        t.get_text() for a in fig.axes for leg in [a.get_legend()] if leg for t in leg.get_texts()]
+    labels = (
+        [t.get_text() for t in fig.legends[0].get_texts()]
+        if fig.legends
+        else [t.get_text() for a in fig.axes for leg in [a.get_legend()] if leg for t in leg.get_texts()]
+    )
     assert "failed its check (see the message)" in labels and "below floor" not in labels
     report.plots.pyplot().close(fig)

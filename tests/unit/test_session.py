@@ -8,7 +8,9 @@ from specgate.testing import FakeScript, fake_session
 
 from .fakes import fake_profile
 
-pytestmark = pytest.mark.needs_vllm  # fake gate sessions: a boot tokenizes with the target's transformers tokenizer (imports torch)
+pytestmark = (
+    pytest.mark.needs_vllm
+)  # fake gate sessions: a boot tokenizes with the target's transformers tokenizer (imports torch)
 
 PROFILE = fake_profile("""
 concurrency = [1, 4]
@@ -36,8 +38,15 @@ def profile(tmp_path):
 def session(profile, tmp_path, *methods, update=False, strict=False, hardware=None, **behaviours):
     machine = behaviours.pop("machine", {})
     script = FakeScript.from_dict({"machine": machine, "methods": behaviours})
-    return fake_session(profile, tmp_path, script, methods=list(methods) or None, update_baselines=update, strict=strict,
-                        hardware=hardware)
+    return fake_session(
+        profile,
+        tmp_path,
+        script,
+        methods=list(methods) or None,
+        update_baselines=update,
+        strict=strict,
+        hardware=hardware,
+    )
 
 
 def stored(profile, tmp_path, *methods, hardware=None, **behaviours):
@@ -56,7 +65,9 @@ def stored(profile, tmp_path, *methods, hardware=None, **behaviours):
 
 def test_a_missing_baseline_skips_saying_how_to_create_it_and_fails_under_strict(profile, tmp_path):
     j = session(profile, tmp_path, "good").judge("acceptance", "good", CATEGORY)
-    assert j.verdict is Verdict.SKIP and "--update-baselines" in j.message and "no stored acceptance baseline" in j.message
+    assert (
+        j.verdict is Verdict.SKIP and "--update-baselines" in j.message and "no stored acceptance baseline" in j.message
+    )
     strict = session(profile, tmp_path, "good", strict=True).judge("acceptance", "good", CATEGORY)
     assert strict.verdict is Verdict.FAIL and strict.message.endswith("(--specgate-strict)")
 
@@ -138,7 +149,9 @@ def test_speedup_floor_fails_a_slower_proposer_and_passes_an_unchanged_one(profi
 def test_speedups_from_another_machine_or_load_are_judged_coarsely(profile, tmp_path):
     stored(profile, tmp_path, "good")
     j = session(profile, tmp_path, "good", machine={"speed": 2}).judge("speedup", "good", 1)
-    assert j.passed and j.basis == "coarse" and "not the machine (or the load) the speedups were stored under" in j.message
+    assert (
+        j.passed and j.basis == "coarse" and "not the machine (or the load) the speedups were stored under" in j.message
+    )
     assert "coarse_speedup_rtol 0.35" in j.message
     row = [r for r in j.rows if r.metric == "speedup"][0]
     assert row.bound == pytest.approx(1.667 * 0.65, abs=0.01)  # the coarse floor, not speedup_rtol's
@@ -216,7 +229,9 @@ def test_every_divergence_records_the_baselines_logprob_gap_for_calibrating_the_
     near = session(profile, tmp_path, "good", good={"diverge_at": 2, "wrong_token": 98})
     j = near.judge("equivalence", "good")
     gaps = [r for r in j.rows if r.metric == "logprob_gap"]
-    assert j.verdict is Verdict.FAIL and len(gaps) == 60 and gaps[0].value == pytest.approx(2.9) and gaps[0].position == 2
+    assert (
+        j.verdict is Verdict.FAIL and len(gaps) == 60 and gaps[0].value == pytest.approx(2.9) and gaps[0].position == 2
+    )
 
 
 def test_a_lossy_method_is_judged_on_its_declared_share_of_diverging_prompts(tmp_path):
@@ -241,7 +256,10 @@ def test_the_speedup_summary_gates_the_geometric_mean_and_a_crossover_that_dropp
     for c in profile.concurrency:
         s.judge("speedup", "baseline", c)
     first = s.judge("speedup", "good")
-    assert first.key == "summary" and first.record == {"geomean_speedup": pytest.approx(1.6667, abs=1e-3), "top_level": 4}
+    assert first.key == "summary" and first.record == {
+        "geomean_speedup": pytest.approx(1.6667, abs=1e-3),
+        "top_level": 4,
+    }
     s.write_baselines()
     assert session(profile, tmp_path, "good").judge("speedup", "good").passed
     slow = session(profile, tmp_path, "good", good={"step_cost": 2.4})  # half the speed: slower than no speculation
@@ -270,6 +288,7 @@ def test_the_geometric_mean_fails_only_when_the_levels_upper_bounds_say_so(profi
             if name != "good":
                 return result
             return dataclasses.replace(result, estimate=stats.Estimate(value, low, high, 4))
+
         monkeypatch.setattr(measurements.MeasurementStore, "speedup", speedup)
         return session(profile, tmp_path, "good").judge("speedup", "good")
 
@@ -298,7 +317,9 @@ def test_cost_per_million_tokens_and_the_saving_at_the_runners_price(profile, tm
     j = session(load_profile(profile.path, tmp_path), tmp_path, "good").judge("speedup", "good", 1)
     # the fake baseline engine emits 100 tok/s, 'good' 2 tokens per 12 ms: 166.7 tok/s
     assert j.record["baseline_usd_per_mtok"] == pytest.approx(3.6 / (100 * 3600) * 1e6)
-    assert j.record["usd_per_mtok"] == pytest.approx(6.0, rel=1e-3) and j.record["cost_saving"] == pytest.approx(0.4, abs=1e-3)
+    assert j.record["usd_per_mtok"] == pytest.approx(6.0, rel=1e-3) and j.record["cost_saving"] == pytest.approx(
+        0.4, abs=1e-3
+    )
     assert {r.metric: r.unit for r in j.rows}["usd_per_mtok"] == "USD / M tokens"
 
 
@@ -321,18 +342,24 @@ def test_every_speedup_row_names_its_runner_and_a_comparison_across_runners_is_m
     s = session(profile, tmp_path, "good", "self", good={"runner": "v1"}, self={"runner": "v2"})
     for c in profile.concurrency:
         s.judge("speedup", "baseline", c)
-    rows = {(j.method, j.key): {r.metric: r.unit for r in j.rows if r.metric == "runner"}
-            for j in [s.judge("speedup", m, c) for m in ("good", "self") for c in profile.concurrency]
-            + [s.judge("speedup", "self")]}
+    rows = {
+        (j.method, j.key): {r.metric: r.unit for r in j.rows if r.metric == "runner"}
+        for j in [s.judge("speedup", m, c) for m in ("good", "self") for c in profile.concurrency]
+        + [s.judge("speedup", "self")]
+    }
     base = s.judgements[("baseline", "speedup", "C=1")]
     assert {r.metric: r.unit for r in base.rows}["runner"] == "v1"
-    assert rows[("good", "C=1")] == {"runner": "v1"} and rows[("self", "summary")]["runner"].startswith("v2 vs baseline v1")
+    assert rows[("good", "C=1")] == {"runner": "v1"} and rows[("self", "summary")]["runner"].startswith(
+        "v2 vs baseline v1"
+    )
     table = measurement_table(s.judgements.values())
     shown = table[(table["metric"] == "runner") & (table["method"] == "self")].to_dict("records")[0]
     assert headline(shown).startswith("v2 vs baseline v1: across model runners")  # the report's table cell
     summary = s.summary_lines()
     assert any(line.startswith("speedups across model runners: self (v2 vs baseline v1)") for line in summary)
-    assert any("speedup (model runner v2 vs baseline v1: across runners, not like for like): C=1" in line for line in summary)
+    assert any(
+        "speedup (model runner v2 vs baseline v1: across runners, not like for like): C=1" in line for line in summary
+    )
     assert sum("speedup (model runner" in line for line in summary) == 1  # good ran v1 as the baseline engine did
 
 
@@ -347,8 +374,13 @@ def test_the_step_cost_check_fails_a_slower_drafter_that_the_wall_clock_speedup_
     assert row.value == pytest.approx(0.002 / 0.009, abs=1e-6) and row.bound == pytest.approx(row.baseline + 0.05)
     # each drafting call 0.5 ms slower: 5.6 % of a verification step; the speedup unchanged
     slower = session(gated, tmp_path, "good", good={"draft_call_s": 0.0025}).judge("speedup", "good", 4)
-    assert slower.verdict is Verdict.FAIL and "step cost: a drafting call costs 0.278 of a verification step, stored " \
-        "0.222; ceiling 0.272 (draft_cost_tol 0.05)" in slower.message and "below the" not in slower.message
+    assert (
+        slower.verdict is Verdict.FAIL
+        and "step cost: a drafting call costs 0.278 of a verification step, stored "
+        "0.222; ceiling 0.272 (draft_cost_tol 0.05)"
+        in slower.message
+        and "below the" not in slower.message
+    )
     assert next(r for r in slower.rows if r.metric == "draft_cost").failing
     ungated = session(profile, tmp_path, "good", good={"draft_call_s": 0.0025}).judge("speedup", "good", 4)
     assert ungated.passed  # tolerances 0: shown, not gated
@@ -360,8 +392,11 @@ def test_a_profile_needing_a_cpu_flag_this_machine_lacks_skips_every_engine_sayi
     path = tmp_path / "flags.toml"
     path.write_text(PROFILE + '[engine]\ncpu_flags = ["no_such_flag_here"]\n')
     s = session(load_profile(path, tmp_path), tmp_path, "good")
-    with pytest.raises(NotMeasurable, match=r"profile fake needs a CPU with no_such_flag_here \(\[engine\] cpu_flags in .*"
-                                            r"has none of the flags no_such_flag_here"):
+    with pytest.raises(
+        NotMeasurable,
+        match=r"profile fake needs a CPU with no_such_flag_here \(\[engine\] cpu_flags in .*"
+        r"has none of the flags no_such_flag_here",
+    ):
         s.boot("good")
     assert not s.host.engines_booted
 

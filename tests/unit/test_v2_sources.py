@@ -41,8 +41,11 @@ def test_fetch_keeps_python_files_and_dist_info_once(cache, monkeypatch):
     assert "ci/setup-cpu.sh" in vllm_source.missing("0.33.0") and str(cache / "0.33.0") in vllm_source.missing("0.33.0")
     tree = vllm_source.fetch("0.33.0")
     files = sorted(str(p.relative_to(tree)) for p in tree.rglob("*") if p.is_file())
-    assert files == ["vllm-0.33.0.dist-info/METADATA", "vllm/__init__.py",
-                     "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py"]
+    assert files == [
+        "vllm-0.33.0.dist-info/METADATA",
+        "vllm/__init__.py",
+        "vllm/v1/worker/gpu/spec_decode/rejection_sampler_utils.py",
+    ]
     assert calls[0][-1] == "vllm==0.33.0" and "--no-deps" in calls[0]
     assert vllm_source.missing("0.33.0") == "" and vllm_source.release_of(tree) == "0.33.0"
     vllm_source.fetch("0.33.0")  # idempotent: nothing downloaded again
@@ -87,7 +90,8 @@ def test_a_rule_the_release_lacks_skips_naming_it(cache):
     (tree / "vllm" / "__init__.py").write_text("")
     (tree / "vllm-0.32.0.dist-info").mkdir()
     (tree / "vllm" / "config" / "speculative.py").write_text(
-        'RejectionSampleMethod = Literal["standard", "synthetic", "block"]\n')
+        'RejectionSampleMethod = Literal["standard", "synthetic", "block"]\n'
+    )
     with pytest.raises(pytest.skip.Exception, match="vLLM 0.32.0 has no rejection_sample_method 'fly'"):
         Subject("v2", "fly", "0.32.0").built()
 

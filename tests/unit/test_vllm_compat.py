@@ -13,12 +13,12 @@ from specgate.testing import FakeScript, fake_session
 
 from .fakes import fake_profile
 
-SOURCE = '''
+SOURCE = """
 MTPModelTypes = Literal["deepseek_mtp", "mtp"]
 NgramGPUTypes = Literal["ngram_gpu"]
 EagleModelTypes = Literal["eagle", "eagle3", MTPModelTypes]
 SpeculativeMethod = Literal["ngram", "draft_model", "suffix", EagleModelTypes, NgramGPUTypes]
-'''
+"""
 
 
 def test_the_method_list_is_read_from_vllms_source_following_its_aliases():
@@ -29,24 +29,29 @@ def test_the_method_list_is_read_from_vllms_source_following_its_aliases():
 @pytest.fixture
 def profile(tmp_path):
     path = tmp_path / "fake.toml"
-    path.write_text(fake_profile("""
+    path.write_text(
+        fake_profile("""
 [methods.good]
 speculative_config = { method = "ngram", num_speculative_tokens = 2 }
 [methods.other]
 speculative_config = { method = "ngram", num_speculative_tokens = 2 }
-"""))
+""")
+    )
     return load_profile(path, tmp_path)
 
 
 @pytest.mark.needs_vllm
-def test_a_method_this_vllm_does_not_offer_is_skipped_naming_the_release_and_what_it_offers(profile, tmp_path, monkeypatch):
+def test_a_method_this_vllm_does_not_offer_is_skipped_naming_the_release_and_what_it_offers(
+    profile, tmp_path, monkeypatch
+):
     monkeypatch.setattr(vllm_compat, "speculative_methods", lambda: ("draft_model", "eagle3", "mtp"))
     monkeypatch.setattr(vllm_compat, "release", lambda: "vLLM 0.33.0")
     session = fake_session(profile, tmp_path, methods=["good"])
     with pytest.raises(NotMeasurable) as skip:
         session.boot("good")
     assert str(skip.value) == (
-        "method 'good': vLLM 0.33.0 does not offer speculative_config.method = 'ngram'; it offers: draft_model, eagle3, mtp"
+        "method 'good': vLLM 0.33.0 does not offer speculative_config.method = 'ngram'; it offers: draft_model, "
+        "eagle3, mtp"
     )
     assert session.host.records["good"].skipped_reason == str(skip.value)
 
@@ -60,7 +65,9 @@ def test_a_boot_failure_is_said_in_full_once_then_in_one_line(profile, tmp_path)
     with pytest.raises(EngineBootError) as later:
         session.boot("good")
     assert not first.value.repeat and later.value.repeat
-    assert str(later.value).startswith("not judged: the engine for method 'good' did not boot (TypeError: Cannot inspect")
+    assert str(later.value).startswith(
+        "not judged: the engine for method 'good' did not boot (TypeError: Cannot inspect"
+    )
 
 
 @pytest.mark.needs_vllm
@@ -73,8 +80,14 @@ def test_every_speculative_method_failing_while_the_baseline_runs_is_one_diagnos
         with pytest.raises(EngineBootError):
             session.boot(method)
     lines = session.summary_lines()
-    assert any(line.startswith(f"speculative decoding is broken in {vllm_compat.release()}: every speculative method "
-                               f"that ran (2 of 2) failed") and line.endswith(error) for line in lines), lines
+    assert any(
+        line.startswith(
+            f"speculative decoding is broken in {vllm_compat.release()}: every speculative method "
+            f"that ran (2 of 2) failed"
+        )
+        and line.endswith(error)
+        for line in lines
+    ), lines
 
 
 class _Process:
@@ -86,7 +99,9 @@ def _dead_engine(tmp_path, log_text: str, exitcode: int) -> Engine:
     log = tmp_path / "ngram.log"
     log.write_text(log_text)
     manager = SimpleNamespace(processes=[_Process("EngineCore_DP0", 4242, exitcode)])
-    client = SimpleNamespace(engine_core=SimpleNamespace(resources=SimpleNamespace(engine_manager=manager)), errored=True)
+    client = SimpleNamespace(
+        engine_core=SimpleNamespace(resources=SimpleNamespace(engine_manager=manager)), errored=True
+    )
     method = SimpleNamespace(name="ngram")
     return Engine(method, client, None, log, 1.0, 0, 0, set(), processes={4242: "VLLM::EngineCore_DP0"})
 
@@ -107,8 +122,10 @@ def test_a_killed_engine_says_which_process_died_and_how(tmp_path):
 def test_a_crash_at_the_first_verification_step_quotes_vllms_own_error(tmp_path):
     from vllm.v1.engine.exceptions import EngineDeadError
 
-    log = ("Traceback (most recent call last):\n  File \"rejection_sampler.py\", line 1\n"
-           "TypeError: Cannot inspect kernel parameters for function\nERROR EngineCore encountered a fatal error\n")
+    log = (
+        'Traceback (most recent call last):\n  File "rejection_sampler.py", line 1\n'
+        "TypeError: Cannot inspect kernel parameters for function\nERROR EngineCore encountered a fatal error\n"
+    )
     died = _dead_engine(tmp_path, log, 1)._diagnose(EngineDeadError())
     assert died.reason == "TypeError: Cannot inspect kernel parameters for function"
     assert "EngineCore_DP0 (pid 4242) exited with code 1" in str(died)
@@ -137,8 +154,10 @@ class _V2Runner:
 def test_either_model_runner_gives_its_drafter_and_what_to_time():
     v1 = _V1Runner(SimpleNamespace(model="eagle head"))
     assert vllm_compat.runner_kind(v1) == "v1" and vllm_compat.drafter_model(v1) == (True, "eagle head")
-    assert {k: v[1] for k, v in vllm_compat.step_timers(v1).items()} == {"forward": "_model_forward",
-                                                                          "propose": "propose_draft_token_ids"}
+    assert {k: v[1] for k, v in vllm_compat.step_timers(v1).items()} == {
+        "forward": "_model_forward",
+        "propose": "propose_draft_token_ids",
+    }
     v2 = _V2Runner(SimpleNamespace(model="eagle head", propose=lambda **kw: None))
     timers = vllm_compat.step_timers(v2)
     assert vllm_compat.runner_kind(v2) == "v2" and vllm_compat.drafter_model(v2) == (True, "eagle head")
@@ -167,10 +186,14 @@ def test_suffix_without_arctic_inference_is_skipped_saying_how_to_get_it(tmp_pat
     import importlib.util
 
     path = tmp_path / "fake.toml"
-    path.write_text(fake_profile('[methods.suffix]\nspeculative_config = { method = "suffix", num_speculative_tokens = 3 }\n'))
+    path.write_text(
+        fake_profile('[methods.suffix]\nspeculative_config = { method = "suffix", num_speculative_tokens = 3 }\n')
+    )
     profile = load_profile(path, tmp_path)
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "arctic_inference" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "arctic_inference" else real(name, *a)
+    )
     with pytest.raises(NotMeasurable, match=r"suffix decoding needs the arctic-inference package.*C\+\+20"):
         fake_session(profile, tmp_path).boot("suffix")
 

@@ -60,8 +60,10 @@ def test_the_boot_deadline_holds_however_much_the_log_moves(tmp_path):
             time.sleep(0.05)
     assert over.value.kind == "boot" and over.value.last_line == "capturing CUDA graphs" and over.value.waited_s > 0.4
     message = watchdog.describe(over.value, "the engine for method 'x'", 10, 0.4, "p.toml", None)
-    assert message.startswith("the engine for method 'x' did not finish booting within 0 s (boot_timeout_s in p.toml); "
-                              "the boot was at: 'capturing CUDA graphs'")
+    assert message.startswith(
+        "the engine for method 'x' did not finish booting within 0 s (boot_timeout_s in p.toml); "
+        "the boot was at: 'capturing CUDA graphs'"
+    )
 
 
 def test_wait_returns_the_result_or_raises_when_nothing_moves():
@@ -101,8 +103,11 @@ def test_without_py_spy_a_process_writes_its_own_stacks_through_the_registered_s
 
 
 def test_stop_tree_kills_a_stopped_process_that_ignores_sigterm_and_its_children(tmp_path):
-    proc = _python(tmp_path, "import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-                             "subprocess.Popen(['sleep', '600'])\ntime.sleep(600)")
+    proc = _python(
+        tmp_path,
+        "import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "subprocess.Popen(['sleep', '600'])\ntime.sleep(600)",
+    )
     child = psutil.Process(proc.pid).children()[0]
     proc.send_signal(signal.SIGSTOP)
     from specgate.processes import stop_tree
@@ -114,8 +119,11 @@ def test_stop_tree_kills_a_stopped_process_that_ignores_sigterm_and_its_children
 
 def test_the_reaper_stops_what_a_killed_run_left_and_removes_its_state_file(tmp_path):
     # the "run": starts its reaper and an "engine" in a session of its own (as a server is), then is SIGKILLed
-    owner = _python(tmp_path, f"import subprocess, time\nfrom specgate import reaper\nreaper.ensure({str(tmp_path)!r})\n"
-                              "subprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)")
+    owner = _python(
+        tmp_path,
+        f"import subprocess, time\nfrom specgate import reaper\nreaper.ensure({str(tmp_path)!r})\n"
+        "subprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)",
+    )
     state = reaper.state_path(tmp_path, owner.pid)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and not any(p["name"] == "sleep" for p in _listed(state)):
@@ -124,8 +132,11 @@ def test_the_reaper_stops_what_a_killed_run_left_and_removes_its_state_file(tmp_
     owner.kill()
     owner.wait()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and psutil.pid_exists(engine["pid"]) and \
-            psutil.Process(engine["pid"]).status() != psutil.STATUS_ZOMBIE:
+    while (
+        time.monotonic() < deadline
+        and psutil.pid_exists(engine["pid"])
+        and psutil.Process(engine["pid"]).status() != psutil.STATUS_ZOMBIE
+    ):
         time.sleep(0.2)
     assert not psutil.pid_exists(engine["pid"]) or psutil.Process(engine["pid"]).status() == psutil.STATUS_ZOMBIE
     time.sleep(1)
@@ -146,13 +157,26 @@ def test_a_later_run_finds_processes_an_earlier_one_left_and_stops_them_when_ask
     state = reaper.state_path(tmp_path, gone.pid)
     state.parent.mkdir(parents=True)
     p = psutil.Process(left.pid)
-    state.write_text(json.dumps({"owner": gone.pid, "owner_created": 1.0, "owner_cmd": "pytest -m gpu", "reaper": 1,
-                                 "processes": [{"pid": left.pid, "created": p.create_time(), "name": "python"},  # as first seen
-                                               {"pid": 1, "created": 0.0, "name": "reused pid"}]}))
+    state.write_text(
+        json.dumps(
+            {
+                "owner": gone.pid,
+                "owner_created": 1.0,
+                "owner_cmd": "pytest -m gpu",
+                "reaper": 1,
+                "processes": [
+                    {"pid": left.pid, "created": p.create_time(), "name": "python"},  # as first seen
+                    {"pid": 1, "created": 0.0, "name": "reused pid"},
+                ],
+            }
+        )
+    )
     state.with_suffix(".phase").write_text("booting engine 'eagle3'")
     [stale] = reaper.stale_runs(tmp_path)
-    assert stale.describe().startswith(f"1 process(es) of an earlier run (pid {gone.pid}: pytest -m gpu, last at: booting "
-                                       f"engine 'eagle3') are still alive: sleep (pid {left.pid})")  # as it is now
+    assert stale.describe().startswith(
+        f"1 process(es) of an earlier run (pid {gone.pid}: pytest -m gpu, last at: booting "
+        f"engine 'eagle3') are still alive: sleep (pid {left.pid})"
+    )  # as it is now
     assert reaper.stop_stale(stale) == []
     assert left.wait(timeout=5) is not None
     assert reaper.stale_runs(tmp_path) == [] and not state.exists()

@@ -42,7 +42,9 @@ STORE_DTYPE_NAME = "float16"  # checkpoints store float16; profiles compute in f
 # 6 x 192 target 2.6 ms, + EAGLE 4.8, + Medusa 4.2, + draft model 6.4 (break-even acceptance length
 # 1.8 / 1.6 / 2.4); 12 x 128 target 4.7 ms, + EAGLE 6.6, + Medusa 5.0, + draft 7.4 (1.4 / 1.1 / 1.6).
 # So the target is deep and narrow: speculation can pay off as it does on real models.
-TARGET = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=12, num_attention_heads=2, num_key_value_heads=1)
+TARGET = dict(
+    hidden_size=128, intermediate_size=384, num_hidden_layers=12, num_attention_heads=2, num_key_value_heads=1
+)
 DRAFT = dict(hidden_size=128, intermediate_size=384, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
 # EAGLE-3 reads the target's residual stream entering these layers (low, middle, high). Named in the
 # head's config (vLLM's Llama default, (2, n // 2, n - 3), is the same for 12 layers) so that a
@@ -254,7 +256,9 @@ def _random(module, seed: int) -> dict:
 def random_mlp_speculator(seed: int) -> dict:
     from tools.zoo.modules import MlpSpeculatorLayout
 
-    module = MlpSpeculatorLayout(TARGET["hidden_size"], VOCAB_SIZE, MLP_SPECULATOR["inner_dim"], MLP_SPECULATOR["n_predict"])
+    module = MlpSpeculatorLayout(
+        TARGET["hidden_size"], VOCAB_SIZE, MLP_SPECULATOR["inner_dim"], MLP_SPECULATOR["n_predict"]
+    )
     return _random(module, seed)
 
 
@@ -268,12 +272,16 @@ def build_random(tmp: Path, tokenizer) -> None:
     target = _random(m.Llama(TARGET, VOCAB_SIZE), SEED)
     write_llama(tmp / "target", TARGET, tokenizer, target)
     gen = torch.Generator().manual_seed(SEED + 7)
-    noisy = {k: v + torch.randn(v.shape, generator=gen) * v.std() * PERTURB if v.ndim == 2 else v for k, v in target.items()}
+    noisy = {
+        k: v + torch.randn(v.shape, generator=gen) * v.std() * PERTURB if v.ndim == 2 else v for k, v in target.items()
+    }
     write_llama(tmp / "target_perturbed", TARGET, tokenizer, noisy)
     write_llama(tmp / "draft", DRAFT, tokenizer, _random(m.Llama(DRAFT, VOCAB_SIZE), SEED + 1))
     head_shape = dict(TARGET, num_hidden_layers=1)
     write_eagle(tmp / "eagle", tokenizer, _random(m.EagleHead(head_shape), SEED + 2))
-    write_eagle3(tmp / "eagle3", tokenizer, _random(m.Eagle3Head(head_shape, VOCAB_SIZE, len(EAGLE3_AUX_LAYERS)), SEED + 3))
+    write_eagle3(
+        tmp / "eagle3", tokenizer, _random(m.Eagle3Head(head_shape, VOCAB_SIZE, len(EAGLE3_AUX_LAYERS)), SEED + 3)
+    )
     write_medusa(tmp / "medusa", _random(m.MedusaHeads(TARGET["hidden_size"], VOCAB_SIZE, MEDUSA_HEADS), SEED + 4))
     write_mlp_speculator(tmp / "mlp_speculator", random_mlp_speculator(SEED + 5))
     write_mtp_target(tmp / "mtp_target", tokenizer, _random(m.MtpLayer(TARGET), SEED + 6))
@@ -331,7 +339,9 @@ def main(argv: list[str] | None = None) -> int:
     except ZooError as exc:
         sys.exit(f"zoo: {exc}")
     took = time.monotonic() - start
-    print(f"zoo: built {', '.join(built)} (random weights) in {took:.1f} s" if built else f"zoo: {args.out} is complete")
+    print(
+        f"zoo: built {', '.join(built)} (random weights) in {took:.1f} s" if built else f"zoo: {args.out} is complete"
+    )
     return 0
 
 

@@ -16,9 +16,9 @@ def _self_distillation_lines(sd: dict | None) -> list[str]:
     if not sd:
         return []
     return [
-        f"  {sd['share']:.0%} of their windows come from the target's own greedy continuations ({sd['tokens']} tokens each,"
-        f" in vLLM's CPU engine) of {sd['prompts']} corpus windows of {sd['prompt_len'][0]}-{sd['prompt_len'][1]} tokens"
-        f" ({sd['stream_tokens']} tokens, {sd['seconds']:.0f} s): what they draft at test time.",
+        f"  {sd['share']:.0%} of their windows come from the target's own greedy continuations ({sd['tokens']} tokens "
+        f"each, in vLLM's CPU engine) of {sd['prompts']} corpus windows of {sd['prompt_len'][0]}-{sd['prompt_len'][1]} "
+        f"tokens ({sd['stream_tokens']} tokens, {sd['seconds']:.0f} s): what they draft at test time.",
     ]
 
 
@@ -31,7 +31,8 @@ def _mtp_lines(t: dict) -> list[str]:
         f"- MTP layer (MiMo), alone: {mtp['steps']} steps x {t['batch']} x {t['seq']}, {mtp['precision']}, "
         f"{mtp['seconds'] / 60:.1f} min; loss {mtp['final_loss']:.3f} (the same soft cross-entropy, same data mix).",
         f"  It predicts {what}. It trains longer than the heads above because its speculative step is",
-        "  the cheapest of the learned methods on the CPU engine, so its acceptance decides whether one beats the baseline.",
+        "  the cheapest of the learned methods on the CPU engine, so its acceptance decides whether one beats the "
+        "baseline.",
     ]
 
 
@@ -65,8 +66,9 @@ def _copy_probe_lines(probe: dict | None) -> list[str]:
     if not probe:
         return []
     return [
-        f"  Copy probe ({probe['passages']} passages of {probe['tokens']} tokens from prose and code, each repeated once):"
-        f" loss {probe['passage_loss']:.2f} nats/token on a passage, {probe['repeat_loss']:.2f} on its verbatim repeat.",
+        f"  Copy probe ({probe['passages']} passages of {probe['tokens']} tokens from prose and code, each repeated "
+        f"once): loss {probe['passage_loss']:.2f} nats/token on a passage, {probe['repeat_loss']:.2f} on its verbatim "
+        "repeat.",
     ]
 
 
@@ -113,7 +115,8 @@ def _precision_lines(t: dict) -> list[str]:
     if not in_bf16(t):
         return []
     return [
-        "The target and the joint drafters here trained in bf16 autocast on a CPU with native bf16 (the time above); on an",
+        "The target and the joint drafters here trained in bf16 autocast on a CPU with native bf16 (the time above); "
+        "on an",
         "AMD EPYC without AVX512-BF16 a bf16-autocast target step took 15.8 s against 1.22 s in float32 (the default).",
     ]
 
@@ -133,9 +136,10 @@ def _machine_lines(m: dict) -> list[str]:
 def _loop_lines(m: dict) -> list[str]:
 
     return [
-        f"Share of its greedy output tokens (baseline engine, every prompt) that only repeat, verbatim, a cycle of at most"
-        f" {LOOP_MAX_PERIOD} tokens the output ends in (turned {LOOP_MIN_TURNS}+ times); the same measure on the last 48"
-        " tokens of the prompts themselves (real text) for comparison:",
+        "Share of its greedy output tokens (baseline engine, every prompt) that only repeat, verbatim, a cycle of at "
+        "most"
+        f" {LOOP_MAX_PERIOD} tokens the output ends in (turned {LOOP_MIN_TURNS}+ times); the same measure on the last "
+        "48 tokens of the prompts themselves (real text) for comparison:",
         "",
         *_table({"target output": m["looped_share"], "prompts' own text": m["looped_share_prompts"]}, "{:.0%}", "text"),
         "",
@@ -156,8 +160,9 @@ def render(zoo: Path) -> str:
         "it, acceptance differs by prompt category, speculation can beat the baseline at concurrency 1.",
         "Their numbers describe these toy models only (see Limits).",
         "",
-        f"Rebuild: `{_rebuild_command(t)}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; Python {t['python']}, "
-        f"torch {t['torch']}; no download). Measure: `python -m tools.zoo.measure` (boots vLLM engines).",
+        f"Rebuild: `{_rebuild_command(t)}` (seeded; {t['total_seconds'] / 60:.0f} min on 2 CPU cores; "
+        f"Python {t['python']}, torch {t['torch']}; no download). Measure: `python -m tools.zoo.measure` (boots vLLM "
+        "engines).",
         *_precision_lines(t),
         "",
         "## Data",
@@ -172,8 +177,11 @@ def render(zoo: Path) -> str:
         f"- editing: stdlib functions and classes followed by `# Same function, with the variable `a` renamed to"
         f" `b`:` and the renamed copy ({t['corpus']['editing']:,})",
         *(
-            [f"- repeat (no stream of its own): windows of passages of {t['repeat_len'][0]}-{t['repeat_len'][1]} tokens drawn from code, prose and",
-             "  structured, each followed by itself verbatim, so that copying from the context pays off in training"]
+            [
+                f"- repeat (no stream of its own): windows of passages of {t['repeat_len'][0]}-{t['repeat_len'][1]} "
+                "tokens drawn from code, prose and",
+                "  structured, each followed by itself verbatim, so that copying from the context pays off in training",
+            ]
             if "repeat" in t["mix"]
             else []
         ),
@@ -196,25 +204,37 @@ def render(zoo: Path) -> str:
         "",
         "## Training",
         "",
-        f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, {_schedule_label(t['target'])}, "
+        f"- target: {t['target']['steps']} steps x {t['batch']} x {t['seq']} tokens, AdamW, "
+        f"{_schedule_label(t['target'])}, "
         f"{_precision_label(t['target'])}; "
-        f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); {t['target']['seconds'] / 60:.1f} min"
-        + (" (trained by an earlier run of the same recipe; this run reused it with `--target-from` and trained what follows)."
-           if t.get("target_reused_from") else "."),
+        f"final loss {t['target']['final_loss']:.3f} nats/token (mean of the last 50 steps); "
+        f"{t['target']['seconds'] / 60:.1f} min"
+        + (
+            " (trained by an earlier run of the same recipe; this run reused it with `--target-from` and trained what "
+            "follows)."
+            if t.get("target_reused_from")
+            else "."
+        ),
         *_unlikelihood_lines(t["target"].get("unlikelihood")),
         *_copy_probe_lines(probe),
-        f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, {_precision_label(d)}, "
-        f"{d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft cross-entropy, nats; EAGLE "
-        f"terms summed over {t['unroll']} unrolled steps): "
+        f"- drafters, jointly on one target forward per step: {d['steps']} steps x {t['batch']} x {t['seq']}, "
+        f"{_precision_label(d)}, {d['seconds'] / 60:.1f} min. Loss against the target's distribution (soft "
+        f"cross-entropy, nats; EAGLE terms summed over {t['unroll']} unrolled steps): "
         + ", ".join(f"{k} {v:.3f}" for k, v in d["final_loss"].items())
-        + (". Trained by an earlier run of the same recipe, kept by this one (`--mtp-only`)." if t.get("drafters_reused_from") else "."),
+        + (
+            ". Trained by an earlier run of the same recipe, kept by this one (`--mtp-only`)."
+            if t.get("drafters_reused_from")
+            else "."
+        ),
         *_self_distillation_lines(d.get("self_distillation")),
         "  EAGLE-1 / EAGLE-3 are unrolled over the profile's 3 speculative steps, each step reading the previous",
         "  step's own output state as vLLM feeds it; EAGLE-1 also regresses the target's next hidden state.",
         "  Medusa head k on the target's last state predicts the token k+2 ahead.",
         *_mtp_lines(t),
-        f"- target_perturbed: the trained target + {t['perturb']['scale']:.4f} x (per-matrix std) Gaussian noise; greedy",
-        f"  agreement with the target {t['perturb']['agreement']:.1%} (teacher-forced on its own greedy continuations of",
+        f"- target_perturbed: the trained target + {t['perturb']['scale']:.4f} x (per-matrix std) Gaussian noise; "
+        "greedy",
+        f"  agreement with the target {t['perturb']['agreement']:.1%} (teacher-forced on its own greedy continuations "
+        "of",
         "  the embedded prompts). The gate's canary: it must fail `draft_self`'s acceptance baseline.",
         "- `mlp_speculator` keeps seeded random weights: vLLM 0.32 cannot run the method at all.",
         "",
@@ -243,14 +263,20 @@ def render(zoo: Path) -> str:
         ]
         for k, r in m["methods"].items():
             s = r["speedup_c1"]
-            out.append(f"| {k} | {s['median']:.2f} [{s['low']:.2f}, {s['high']:.2f}] | {'yes' if r['outputs_equal_baseline'] else 'NO'} |")
+            out.append(
+                f"| {k} | {s['median']:.2f} [{s['low']:.2f}, {s['high']:.2f}] | "
+                f"{'yes' if r['outputs_equal_baseline'] else 'NO'} |"
+            )
         out.append("")
     stale = m is not None and t.get("prompts_sha256") != m.get("prompts_sha256")
     out += [
         "Offline estimate at training time (teacher-forced on the target's float32 greedy continuations of the",
         "embedded prompts, every continuation position taken as a verification point"
-        + ("; computed on an earlier version of the prompt set, which has changed since: the trainer recomputes"
-           " it):" if stale else "):"),
+        + (
+            "; computed on an earlier version of the prompt set, which has changed since: the trainer recomputes it):"
+            if stale
+            else "):"
+        ),
         "",
     ]
     out += _table({k: v for k, v in t["offline"].items() if k != "perturbed_agreement"})
@@ -262,7 +288,8 @@ def render(zoo: Path) -> str:
             if acc.get("doc_prose") is not None:
                 heavy = sum(acc[c] for c in copy_heavy) / len(copy_heavy)
                 out.append(
-                    f"- {name}: mean acceptance length {heavy:.2f} on the copy-heavy categories ({', '.join(copy_heavy)})"
+                    f"- {name}: mean acceptance length {heavy:.2f} on the copy-heavy categories "
+                    f"({', '.join(copy_heavy)})"
                     f" vs {acc['doc_prose']:.2f} on doc_prose."
                 )
         copies = (
@@ -272,7 +299,8 @@ def render(zoo: Path) -> str:
             else ""
         )
         out += [
-            f"- The target is small and briefly trained (loss {t['target']['final_loss']:.2f} nats/token on its training mix): its",
+            f"- The target is small and briefly trained (loss {t['target']['final_loss']:.2f} nats/token on its "
+            "training mix): its",
             "  continuations are locally plausible fragments of Python / prose / JSON that often fall into repetition",
             f"  (see below), and prompt-lookup methods (ngram, suffix) accept repetition in whatever category.{copies}",
         ]
@@ -282,11 +310,14 @@ def render(zoo: Path) -> str:
             speed = mtp["speedup_c1"]["median"]
             out += [
                 "- A speculative step costs more than a plain one on vLLM's CPU engine: with MTP (one draft token per",
-                f"  step from a one-layer head) it costs about {length / speed:.2f} baseline steps (mean acceptance length"
+                f"  step from a one-layer head) it costs about {length / speed:.2f} baseline steps (mean acceptance "
+                "length"
                 f" {length:.2f} / speedup {speed:.2f}), so a drafter pays off here only above that acceptance length.",
             ]
     # vLLM's baseline engine's output when measured (the prompts of today), else the trainer's own
-    samples, source = (m["samples"], "vLLM's baseline engine") if m and "samples" in m else (t["samples"], "the trainer")
+    samples, source = (
+        (m["samples"], "vLLM's baseline engine") if m and "samples" in m else (t["samples"], "the trainer")
+    )
     out += ["", "## What the target writes", ""]
     if m and "looped_share" in m:
         out += _loop_lines(m)

@@ -14,7 +14,8 @@ Boots the baseline engine, keeps it alive, and boots one method engine at a time
   time, `max_tokens` each), in `--rounds` pairs: a baseline round, then the method's round. The
   speedup is the median of the pairs' baseline time / method time with its 95 % bootstrap interval
   (specgate.stats.ratio_estimate, as the speedup gate computes it).
-Writes fixtures/zoo/measured.json and re-renders fixtures/zoo/MODEL_CARD.md. Took 37 min on 2 cores with 6 rounds, 49 min with 15 (12-13 ms per baseline token).
+Writes fixtures/zoo/measured.json and re-renders fixtures/zoo/MODEL_CARD.md. Took 37 min on 2 cores with 6
+rounds, 49 min with 15 (12-13 ms per baseline token).
 With --merge, only the methods measured are replaced in the existing measured.json (after retraining one
 drafter); it must have been measured on the same machine type, prompt set and number of rounds.
 """
@@ -31,7 +32,17 @@ from specgate.models import zoo_dir
 from tools.zoo import LOOP_MAX_PERIOD, LOOP_MIN_TOKENS, LOOP_MIN_TURNS, prompts_digest
 
 PROFILE = "fixtures/profiles/cpu-tiny.toml"
-DEFAULT_METHODS = ["ngram", "suffix", "draft_model", "eagle", "eagle3", "medusa", "mtp", "draft_self", "draft_perturbed"]
+DEFAULT_METHODS = [
+    "ngram",
+    "suffix",
+    "draft_model",
+    "eagle",
+    "eagle3",
+    "medusa",
+    "mtp",
+    "draft_self",
+    "draft_perturbed",
+]
 TIMING_PROMPTS_PER_CATEGORY = 2
 
 
@@ -81,8 +92,8 @@ def _generate(engine, prompts: list, categories: list[str], max_tokens: int, k: 
 def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
-    from specgate.machine import cpu_name, detect_device, hardware_key
     from specgate.engine import boot_engine
+    from specgate.machine import cpu_name, detect_device, hardware_key
     from specgate.profile import load_profile
     from specgate.prompt_inputs import tokenize
     from specgate.prompts import load_prompts
@@ -95,8 +106,14 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
     timing = [p for c in categories for p in [q for q in prompts if q.category == c][:TIMING_PROMPTS_PER_CATEGORY]]
     # The same weights run at other speeds on another machine: the record says where it was measured
     # and how fast the baseline engine ran there.
-    results: dict = {"methods": {}, "baseline_rounds_s": [], "rounds": rounds, "timing_prompts": len(timing),
-                     "machine": hardware_key(*detect_device(profile.hardware)), "cpu": cpu_name()}
+    results: dict = {
+        "methods": {},
+        "baseline_rounds_s": [],
+        "rounds": rounds,
+        "timing_prompts": len(timing),
+        "machine": hardware_key(*detect_device(profile.hardware)),
+        "cpu": cpu_name(),
+    }
     baseline = boot_engine(profile, profile.baseline, root, log_dir / "baseline.log")
     try:
         baseline_outputs, _, _ = _generate(baseline, prompts, categories, profile.max_tokens, 0)
@@ -104,7 +121,9 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
         results["samples"] = {c: tokenizer.decode(baseline_outputs[p.id]) for c, p in firsts.items()}
         results["looped_share"] = looped_shares(baseline_outputs, prompts)
         # the same measure on real text of each category: the prompts' own last max_tokens tokens
-        results["looped_share_prompts"] = looped_shares({p.id: p.token_ids[-profile.max_tokens:] for p in prompts}, prompts)
+        results["looped_share_prompts"] = looped_shares(
+            {p.id: p.token_ids[-profile.max_tokens :] for p in prompts}, prompts
+        )
         baseline.run_batch(timing[:1], profile.max_tokens)  # warm-up
         for name in methods:
             method = profile.methods[name]
@@ -134,8 +153,11 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
                 "speedup_c1": {"median": speed.value, "low": speed.low, "high": speed.high, "n": speed.n},
                 "date": time.strftime("%Y-%m-%d"),
             }
-            print(f"{name}: acceptance {json.dumps({c: round(v or 0, 3) for c, v in acceptance.items()})} "
-                  f"speedup at C=1 {speed.describe()}, outputs equal: {outputs == baseline_outputs}", flush=True)
+            print(
+                f"{name}: acceptance {json.dumps({c: round(v or 0, 3) for c, v in acceptance.items()})} "
+                f"speedup at C=1 {speed.describe()}, outputs equal: {outputs == baseline_outputs}",
+                flush=True,
+            )
     finally:
         baseline.shutdown()
     return results
@@ -155,8 +177,10 @@ def merge_into(previous: dict, new: dict, path: Path) -> dict:
     """`previous` with `new`'s methods replaced or added; the two must describe comparable runs."""
     for key in ("machine", "prompts_sha256", "rounds", "timing_prompts", "timing_tokens"):
         if previous.get(key) != new.get(key):
-            raise SystemExit(f"--merge: {path} was measured with {key} = {previous.get(key)!r}, this run with "
-                             f"{new.get(key)!r}; its figures would not compare. Measure every method without --merge.")
+            raise SystemExit(
+                f"--merge: {path} was measured with {key} = {previous.get(key)!r}, this run with "
+                f"{new.get(key)!r}; its figures would not compare. Measure every method without --merge."
+            )
     merged = dict(previous, methods={**previous["methods"], **new["methods"]}, date=new["date"])
     merged["baseline_rounds_s"] = pooled_baseline_rounds(merged)
     return merged
@@ -169,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--methods", default=",".join(DEFAULT_METHODS), help="methods of cpu-tiny to measure")
     parser.add_argument("--rounds", type=int, default=15, help="paired timing rounds per method (default: 15)")
     parser.add_argument("--merge", action="store_true", help="replace only these methods in the existing measured.json")
-    parser.add_argument("--logs", type=Path, default=Path("results/zoo-measure"), help="engine logs (default: results/zoo-measure)")
+    parser.add_argument(
+        "--logs", type=Path, default=Path("results/zoo-measure"), help="engine logs (default: results/zoo-measure)"
+    )
     args = parser.parse_args(argv)
     root = Path.cwd()
     path = zoo_dir(root) / "measured.json"

@@ -1,6 +1,7 @@
 """Train the embedded zoo from local text only (no hub, no download), seeded.
 
-    python -m tools.zoo.train [--out fixtures/zoo] [--quick] [--precision float32|bfloat16] [--target-steps N --draft-steps N --mtp-steps N ...] [--target-from ZOO [--mtp-only]]
+    python -m tools.zoo.train [--out fixtures/zoo] [--quick] [--precision float32|bfloat16]
+                              [--target-steps N --draft-steps N --mtp-steps N ...] [--target-from ZOO [--mtp-only]]
 
 1. Corpus, all from the running interpreter: the standard library's sources (code), the documentation
    that ships with it (pydoc_data topics) and its docstrings (prose), JSON/CSV/INI renderings of
@@ -38,8 +39,8 @@ import time
 from pathlib import Path
 
 from specgate.errors import ZooError
-from specgate.prompts import load_prompt_set
 from specgate.models import REBUILD, ZOO_MODELS, check_model_dir, zoo_dir
+from specgate.prompts import load_prompt_set
 from tools.zoo import EVAL_PROMPTS, build, prompts_digest
 from tools.zoo.card import in_bf16, stable_share, write_card
 
@@ -154,13 +155,25 @@ def _tables() -> list[tuple[str, list[str], list[list]]]:
     import unicodedata
 
     tables = [
-        ("http_status", ["code", "phrase", "description"], [[s.value, s.phrase, s.description] for s in http.HTTPStatus]),
+        (
+            "http_status",
+            ["code", "phrase", "description"],
+            [[s.value, s.phrase, s.description] for s in http.HTTPStatus],
+        ),
         ("mime_types", ["extension", "type"], sorted([k, v] for k, v in mimetypes.types_map.items())),
         ("encodings", ["alias", "codec"], sorted([k, v] for k, v in encodings.aliases.aliases.items())),
         ("errno", ["code", "name", "message"], [[c, n, os.strerror(c)] for c, n in sorted(errno.errorcode.items())]),
-        ("entities", ["name", "codepoint", "char"], sorted([k, f"U+{v:04X}", chr(v)] for k, v in html.entities.name2codepoint.items())),
+        (
+            "entities",
+            ["name", "codepoint", "char"],
+            sorted([k, f"U+{v:04X}", chr(v)] for k, v in html.entities.name2codepoint.items()),
+        ),
         ("locales", ["alias", "locale"], sorted([k, v] for k, v in locale.locale_alias.items())[:600]),
-        ("months", ["number", "name", "abbr"], [[i, calendar.month_name[i], calendar.month_abbr[i]] for i in range(1, 13)]),
+        (
+            "months",
+            ["number", "name", "abbr"],
+            [[i, calendar.month_name[i], calendar.month_abbr[i]] for i in range(1, 13)],
+        ),
         ("weekdays", ["number", "name", "abbr"], [[i, calendar.day_name[i], calendar.day_abbr[i]] for i in range(7)]),
         ("keywords", ["keyword", "length"], [[k, len(k)] for k in keyword.kwlist]),
     ]
@@ -203,7 +216,12 @@ def structured_docs(rng: random.Random) -> list[str]:
                 writer.writerows(part)
                 docs.append(buf.getvalue())
             else:
-                docs.append("\n".join(f"[{name}:{r[0]}]\n" + "\n".join(f"{c} = {v}" for c, v in zip(cols[1:], r[1:])) + "\n" for r in part))
+                docs.append(
+                    "\n".join(
+                        f"[{name}:{r[0]}]\n" + "\n".join(f"{c} = {v}" for c, v in zip(cols[1:], r[1:])) + "\n"
+                        for r in part
+                    )
+                )
     return docs
 
 
@@ -224,7 +242,13 @@ def editing_docs(rng: random.Random) -> list[str]:
     """'<code>\\n\\n# Same function, with the variable `a` renamed to `b`:\\n<renamed code>' pairs."""
     import re
 
-    vocabulary = sorted({w for p in _stdlib_files()[:200] for w in re.findall(r"\b[a-z][a-z_]{2,14}\b", p.read_text(encoding="utf-8", errors="replace"))})
+    vocabulary = sorted(
+        {
+            w
+            for p in _stdlib_files()[:200]
+            for w in re.findall(r"\b[a-z][a-z_]{2,14}\b", p.read_text(encoding="utf-8", errors="replace"))
+        }
+    )
     docs = []
     for path in _stdlib_files():
         for node, code in _defs(path.read_text(encoding="utf-8", errors="replace")):
@@ -236,7 +260,9 @@ def editing_docs(rng: random.Random) -> list[str]:
                     names.setdefault(sub.arg, "parameter")
                 elif isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
                     names.setdefault(sub.id, "variable")
-                elif isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store) and isinstance(node, ast.ClassDef):
+                elif (
+                    isinstance(sub, ast.Attribute) and isinstance(sub.ctx, ast.Store) and isinstance(node, ast.ClassDef)
+                ):
                     names.setdefault(sub.attr, "attribute")
             if not names:
                 kind, old = ("function" if isinstance(node, ast.FunctionDef) else "class"), node.name
@@ -248,7 +274,11 @@ def editing_docs(rng: random.Random) -> list[str]:
             new = rng.choice(vocabulary)
             if new == old or re.search(rf"\b{re.escape(new)}\b", code):
                 continue
-            renamed = re.sub(rf"(?<![\w.]){re.escape(old)}\b" if names.get(old) != "attribute" else rf"\b{re.escape(old)}\b", new, code)
+            renamed = re.sub(
+                rf"(?<![\w.]){re.escape(old)}\b" if names.get(old) != "attribute" else rf"\b{re.escape(old)}\b",
+                new,
+                code,
+            )
             docs.append(f"{code}\n\n# Same {kind}, {what} `{new}`:\n{renamed}\n")
     return docs
 
@@ -260,7 +290,12 @@ class Corpus:
         import torch
 
         rng = random.Random(seed)
-        texts = {"code": code_docs(), "prose": prose_docs(), "structured": structured_docs(rng), "editing": editing_docs(rng)}
+        texts = {
+            "code": code_docs(),
+            "prose": prose_docs(),
+            "structured": structured_docs(rng),
+            "editing": editing_docs(rng),
+        }
         self.streams = {}
         for name, docs in texts.items():
             ids = []
@@ -336,7 +371,9 @@ class Corpus:
         parts, total = [], 0
         while total < n:
             stream = self.streams[REPEAT_SOURCES[int(torch.randint(0, len(REPEAT_SOURCES), (1,), generator=self.gen))]]
-            passage = self._window(stream, int(torch.randint(REPEAT_LEN[0], REPEAT_LEN[1] + 1, (1,), generator=self.gen)))
+            passage = self._window(
+                stream, int(torch.randint(REPEAT_LEN[0], REPEAT_LEN[1] + 1, (1,), generator=self.gen))
+            )
             parts += [torch.tensor([self.bos]), passage, passage]
             total += 1 + 2 * passage.numel()
         return torch.cat(parts)[:n]
@@ -427,8 +464,14 @@ def round_to_storage(module) -> None:
             p.copy_(p.to(torch.float16).float())
 
 
-def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR, precision: str = "float32",
-                 stable: float = TARGET_STABLE):
+def train_target(
+    corpus: Corpus,
+    steps: int,
+    seed: int,
+    lr: float = TARGET_LR,
+    precision: str = "float32",
+    stable: float = TARGET_STABLE,
+):
     import torch
     import torch.nn.functional as F
 
@@ -460,7 +503,9 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR, p
         losses.append(ce.item())
         if step % 50 == 0 or step == steps - 1:
             ul_note = f" unlikelihood {recent_mean(ul_terms):.3f}" if ul_terms else ""
-            log(f"target step {step}/{steps} loss {recent_mean(losses):.3f}{ul_note} ({time.monotonic() - start:.0f} s)")
+            log(
+                f"target step {step}/{steps} loss {recent_mean(losses):.3f}{ul_note} ({time.monotonic() - start:.0f} s)"
+            )
         if step % 250 == 0 or step == steps - 1:
             first, second = copy_losses(model, probe)
             log(f"target step {step}: copy probe, loss on a passage {first:.2f}, on its verbatim repeat {second:.2f}")
@@ -472,12 +517,18 @@ def train_target(corpus: Corpus, steps: int, seed: int, lr: float = TARGET_LR, p
         "stable_share": stable,
         "precision": precision,
         "final_loss": recent_mean(losses),  # next-token cross-entropy alone
-        "unlikelihood": dict(weight=UNLIKELIHOOD, sources=list(UNLIKELIHOOD_SOURCES), from_step=ul_from,
-                             final=recent_mean(ul_terms) if ul_terms else None),
+        "unlikelihood": dict(
+            weight=UNLIKELIHOOD,
+            sources=list(UNLIKELIHOOD_SOURCES),
+            from_step=ul_from,
+            final=recent_mean(ul_terms) if ul_terms else None,
+        ),
         "seconds": time.monotonic() - start,
     }
     count, length = probe.shape[0], (probe.shape[1] - 1) // 2
-    return model, dict(stats, copy_probe={"passages": count, "tokens": length, "passage_loss": first, "repeat_loss": second})
+    return model, dict(
+        stats, copy_probe={"passages": count, "tokens": length, "passage_loss": first, "repeat_loss": second}
+    )
 
 
 def unlikelihood(logits, inputs, targets):
@@ -544,8 +595,11 @@ def self_generated(target_dir: Path, prompts: list[list[int]], max_tokens: int):
 
     llm = LLM(model=str(target_dir), dtype="float32", enforce_eager=True, max_model_len=1024, seed=0)
     try:
-        outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts],
-                               SamplingParams(temperature=0, max_tokens=max_tokens), use_tqdm=False)
+        outputs = llm.generate(
+            [TokensPrompt(prompt_token_ids=p) for p in prompts],
+            SamplingParams(temperature=0, max_tokens=max_tokens),
+            use_tqdm=False,
+        )
     finally:
         llm.llm_engine.engine_core.shutdown()
         del llm
@@ -562,8 +616,10 @@ def reused_target_stats(zoo: Path) -> dict:
     except (ZooError, OSError, ValueError, KeyError) as exc:
         # without the zoo error's own rebuild advice; a JSON error does not name its file
         reason = str(exc).split(";")[0] if isinstance(exc, ZooError) else f"{zoo / 'training.json'}: {exc!r}"
-        raise SystemExit(f"--target-from {zoo}: no usable trained target there ({reason}). Give a zoo written by a full "
-                         "`python -m tools.zoo.train` run (target/ and training.json), or drop the option.") from None
+        raise SystemExit(
+            f"--target-from {zoo}: no usable trained target there ({reason}). Give a zoo written by a full "
+            "`python -m tools.zoo.train` run (target/ and training.json), or drop the option."
+        ) from None
 
 
 def load_target(zoo: Path, tokenizer):
@@ -573,8 +629,14 @@ def load_target(zoo: Path, tokenizer):
     from tools.zoo.modules import Llama
 
     target_dir = zoo / "target"
-    if json.loads((target_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"] != tokenizer.get_vocab():
-        raise SystemExit(f"--target-from: {target_dir} was trained with another tokenizer than build.py makes now; retrain the target.")
+    if (
+        json.loads((target_dir / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"]
+        != tokenizer.get_vocab()
+    ):
+        raise SystemExit(
+            f"--target-from: {target_dir} was trained with another tokenizer than build.py makes now; retrain the "
+            "target."
+        )
     model = Llama(build.TARGET, build.VOCAB_SIZE)
     model.load_state_dict({k: v.float() for k, v in load_file(str(target_dir / "model.safetensors")).items()})
     return model
@@ -586,7 +648,7 @@ class Students:
     def __init__(self, target, seed: int):
         import torch
 
-        from tools.zoo.modules import EagleHead, Eagle3Head, Llama, MedusaHeads, MtpLayer
+        from tools.zoo.modules import Eagle3Head, EagleHead, Llama, MedusaHeads, MtpLayer
 
         self.target = target
         for p in target.parameters():
@@ -596,7 +658,9 @@ class Students:
         self.models = {
             "draft": Llama(build.DRAFT, build.VOCAB_SIZE),
             "eagle": EagleHead(dict(build.TARGET, num_hidden_layers=1)),
-            "eagle3": Eagle3Head(dict(build.TARGET, num_hidden_layers=1), build.VOCAB_SIZE, len(build.EAGLE3_AUX_LAYERS)),
+            "eagle3": Eagle3Head(
+                dict(build.TARGET, num_hidden_layers=1), build.VOCAB_SIZE, len(build.EAGLE3_AUX_LAYERS)
+            ),
             "medusa": MedusaHeads(h, build.VOCAB_SIZE, build.MEDUSA_HEADS),
         }
         # The MTP layer trains on its own now (train_mtp), but building one here still draws from the
@@ -638,12 +702,16 @@ class Students:
 
         loss = 0.0
         for w, (out, logits) in zip(STEP_WEIGHTS, _unroll(eagle_step, nxt_embeds, cur_states, pos, UNROLL)):
-            loss = loss + w * (_soft_ce(logits, tgt) + EAGLE_REGRESSION * F.smooth_l1_loss(out.float(), states[:, 1:].float()))
+            loss = loss + w * (
+                _soft_ce(logits, tgt) + EAGLE_REGRESSION * F.smooth_l1_loss(out.float(), states[:, 1:].float())
+            )
         losses["eagle"] = loss
         # EAGLE-3: first state = fc(aux states)
         e3 = self.models["eagle3"]
         first = e3.fc(torch.cat([a[:, :-1] for a in aux], dim=-1))
-        losses["eagle3"] = sum(w * _soft_ce(lg, tgt) for w, (_, lg) in zip(STEP_WEIGHTS, _unroll(e3, nxt_embeds, first, pos, UNROLL)))
+        losses["eagle3"] = sum(
+            w * _soft_ce(lg, tgt) for w, (_, lg) in zip(STEP_WEIGHTS, _unroll(e3, nxt_embeds, first, pos, UNROLL))
+        )
         # Medusa: head k on h_i predicts x_{i+2+k}
         med = self.models["medusa"](states)
         losses["medusa"] = sum(_soft_ce(lg[:, : n - 1 - k], teacher[:, 1 + k :]) for k, lg in enumerate(med))
@@ -669,7 +737,11 @@ class Students:
                 history[name].append(losses[name].item())
             if step % 50 == 0 or step == steps - 1:
                 avg = {k: recent_mean(v) for k, v in history.items()}
-                log(f"drafters step {step}/{steps} " + " ".join(f"{k} {v:.3f}" for k, v in avg.items()) + f" ({time.monotonic() - start:.0f} s)")
+                log(
+                    f"drafters step {step}/{steps} "
+                    + " ".join(f"{k} {v:.3f}" for k, v in avg.items())
+                    + f" ({time.monotonic() - start:.0f} s)"
+                )
         for model in self.models.values():
             round_to_storage(model)
         return {k: recent_mean(v) for k, v in history.items()}, time.monotonic() - start
@@ -705,8 +777,13 @@ def train_mtp(target, corpus: Corpus, steps: int, seed: int):
             log(f"mtp step {step}/{steps} loss {recent_mean(losses):.3f} ({time.monotonic() - start:.0f} s)")
     round_to_storage(model)
     model.eval()
-    return model, {"steps": steps, "lr": DRAFT_LR, "precision": "float32", "final_loss": recent_mean(losses),
-                   "seconds": time.monotonic() - start}
+    return model, {
+        "steps": steps,
+        "lr": DRAFT_LR,
+        "precision": "float32",
+        "final_loss": recent_mean(losses),
+        "seconds": time.monotonic() - start,
+    }
 
 
 # --------------------------------------------------------------------------------------------------
@@ -714,8 +791,10 @@ def train_mtp(target, corpus: Corpus, steps: int, seed: int):
 
 
 def load_eval_prompts(tokenizer, root: Path):
-    return [(p.category, [tokenizer.bos_token_id, *tokenizer.encode(p.text, add_special_tokens=False)])
-            for p in load_prompt_set(root / EVAL_PROMPTS)]
+    return [
+        (p.category, [tokenizer.bos_token_id, *tokenizer.encode(p.text, add_special_tokens=False)])
+        for p in load_prompt_set(root / EVAL_PROMPTS)
+    ]
 
 
 def greedy_continuations(target, prompts, max_tokens: int = EVAL_MAX_TOKENS):
@@ -810,7 +889,9 @@ def offline_mtp(target, mtp, sequences) -> dict:
             ids = seq[None]
             n = ids.shape[1]
             states, _ = target.hidden(ids)
-            pred = target.lm_head(mtp(target.model.embed_tokens(ids)[:, 1:], states[:, :-1], torch.arange(n - 1)))[0].argmax(-1)
+            pred = target.lm_head(mtp(target.model.embed_tokens(ids)[:, 1:], states[:, :-1], torch.arange(n - 1)))[
+                0
+            ].argmax(-1)
             idx = torch.arange(plen - 1, n - 2)
             per.setdefault(cat, []).append(1.0 + (pred[idx] == seq[idx + 2]).float().mean().item())
     return {c: sum(v) / len(v) for c, v in per.items()}
@@ -825,7 +906,9 @@ def kept_drafters(zoo: Path) -> dict:
         kept = {k: stats[k] for k in ("drafters", "perturb", "offline")}
     except (ZooError, OSError, ValueError, KeyError) as exc:
         reason = str(exc).split(";")[0] if isinstance(exc, ZooError) else f"{zoo / 'training.json'}: {exc!r}"
-        raise SystemExit(f"--mtp-only: {zoo} has no usable drafters to keep ({reason}). Run without --mtp-only to train them.") from None
+        raise SystemExit(
+            f"--mtp-only: {zoo} has no usable drafters to keep ({reason}). Run without --mtp-only to train them."
+        ) from None
     kept["drafters"]["final_loss"].pop("mtp", None)  # zoos before MTP_STEPS trained it jointly
     kept["offline"].pop("mtp", None)
     return kept
@@ -912,21 +995,49 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=zoo_dir(Path.cwd()), help="zoo directory (default: fixtures/zoo)")
     parser.add_argument("--quick", action="store_true", help="a few steps only: checks the pipeline, not a usable zoo")
     parser.add_argument("--threads", type=int, default=2, help="torch threads (default: 2)")
-    parser.add_argument("--target-steps", type=int, default=TARGET_STEPS, help=f"target training steps (default: {TARGET_STEPS})")
-    parser.add_argument("--target-lr", type=float, default=TARGET_LR, help=f"target peak learning rate (default: {TARGET_LR})")
-    parser.add_argument("--target-stable", type=float, default=TARGET_STABLE, metavar="SHARE",
-                        help="share of the target's steps held at the peak lr before the cosine decay; unlikelihood "
-                        f"starts there too (default: {TARGET_STABLE}; 0: a cosine from the warmup on)")
-    parser.add_argument("--repeat-share", type=float, default=REPEAT_SHARE, help=f"share of 'repeat' windows (default: {REPEAT_SHARE})")
-    parser.add_argument("--draft-steps", type=int, default=DRAFT_STEPS, help=f"drafter training steps (default: {DRAFT_STEPS})")
-    parser.add_argument("--mtp-steps", type=int, default=MTP_STEPS, help=f"MTP layer training steps (default: {MTP_STEPS})")
-    parser.add_argument("--precision", choices=PRECISIONS, default=PRECISIONS[0],
-                        help="the target's and the joint drafters' training: float32 (default) or bf16 autocast, "
-                        "fast only on a CPU with native bf16 (the MTP layer always trains in float32)")
-    parser.add_argument("--target-from", type=Path, metavar="ZOO",
-                        help="reuse the target (weights and stats) of this zoo and train everything after it (same result as a full run)")
-    parser.add_argument("--mtp-only", action="store_true",
-                        help="with --target-from: also keep that zoo's jointly trained drafters and target_perturbed; train the MTP layer only")
+    parser.add_argument(
+        "--target-steps", type=int, default=TARGET_STEPS, help=f"target training steps (default: {TARGET_STEPS})"
+    )
+    parser.add_argument(
+        "--target-lr", type=float, default=TARGET_LR, help=f"target peak learning rate (default: {TARGET_LR})"
+    )
+    parser.add_argument(
+        "--target-stable",
+        type=float,
+        default=TARGET_STABLE,
+        metavar="SHARE",
+        help="share of the target's steps held at the peak lr before the cosine decay; unlikelihood "
+        f"starts there too (default: {TARGET_STABLE}; 0: a cosine from the warmup on)",
+    )
+    parser.add_argument(
+        "--repeat-share", type=float, default=REPEAT_SHARE, help=f"share of 'repeat' windows (default: {REPEAT_SHARE})"
+    )
+    parser.add_argument(
+        "--draft-steps", type=int, default=DRAFT_STEPS, help=f"drafter training steps (default: {DRAFT_STEPS})"
+    )
+    parser.add_argument(
+        "--mtp-steps", type=int, default=MTP_STEPS, help=f"MTP layer training steps (default: {MTP_STEPS})"
+    )
+    parser.add_argument(
+        "--precision",
+        choices=PRECISIONS,
+        default=PRECISIONS[0],
+        help="the target's and the joint drafters' training: float32 (default) or bf16 autocast, "
+        "fast only on a CPU with native bf16 (the MTP layer always trains in float32)",
+    )
+    parser.add_argument(
+        "--target-from",
+        type=Path,
+        metavar="ZOO",
+        help="reuse the target (weights and stats) of this zoo and train everything after it (same result as a full "
+        "run)",
+    )
+    parser.add_argument(
+        "--mtp-only",
+        action="store_true",
+        help="with --target-from: also keep that zoo's jointly trained drafters and target_perturbed; train the MTP "
+        "layer only",
+    )
     return parser
 
 
@@ -944,16 +1055,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.mtp_only and not args.target_from:
         parser.error("--mtp-only needs --target-from ZOO, the zoo whose other models it keeps")
     if args.precision == "bfloat16" and not args.quick and not native_bf16():
-        parser.error("--precision bfloat16: this CPU has no native bf16 (neither AVX512-BF16 nor AMX), where bf16 autocast "
-                     "runs about 13x slower than float32 (a target step 15.8 s against 1.22 s), so the recipe would take "
-                     "about a day. Train with --precision float32 (the default) here, or run on a CPU whose "
-                     "/proc/cpuinfo lists avx512_bf16 or amx_bf16.")
+        parser.error(
+            "--precision bfloat16: this CPU has no native bf16 (neither AVX512-BF16 nor AMX), where bf16 autocast "
+            "runs about 13x slower than float32 (a target step 15.8 s against 1.22 s), so the recipe would take "
+            "about a day. Train with --precision float32 (the default) here, or run on a CPU whose "
+            "/proc/cpuinfo lists avx512_bf16 or amx_bf16."
+        )
     reused_stats = reused_target_stats(args.target_from) if args.target_from else None
     kept = kept_drafters(args.target_from) if args.mtp_only else None
     torch.set_num_threads(args.threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
     root = Path.cwd()
-    target_steps, draft_steps, mtp_steps = (20, 20, 20) if args.quick else (args.target_steps, args.draft_steps, args.mtp_steps)
+    target_steps, draft_steps, mtp_steps = (
+        (20, 20, 20) if args.quick else (args.target_steps, args.draft_steps, args.mtp_steps)
+    )
     start = time.monotonic()
 
     tmp = args.out.with_name(args.out.name + ".building")
@@ -972,13 +1087,16 @@ def main(argv: list[str] | None = None) -> int:
         target, target_stats = load_target(args.target_from, tokenizer), reused_stats
         log(f"target loaded from {args.target_from}")
     else:
-        target, target_stats = train_target(corpus, target_steps, SEED + 1, args.target_lr, args.precision,
-                                                args.target_stable)
+        target, target_stats = train_target(
+            corpus, target_steps, SEED + 1, args.target_lr, args.precision, args.target_stable
+        )
     build.write_llama(tmp / "target", build.TARGET, tokenizer, target.state_dict())
     selfgen_count = 32 if args.quick else SELFGEN_PROMPTS
     log(f"self-distillation data: the target's greedy continuations of {selfgen_count} corpus windows (vLLM)")
     selfgen_start = time.monotonic()
-    selfgen = self_generated(tmp / "target", corpus.prompts(selfgen_count, SELFGEN_PROMPT_LEN, SEED + 4), SELFGEN_TOKENS)
+    selfgen = self_generated(
+        tmp / "target", corpus.prompts(selfgen_count, SELFGEN_PROMPT_LEN, SEED + 4), SELFGEN_TOKENS
+    )
     selfgen_s = time.monotonic() - selfgen_start
     log(f"self-distillation data: {selfgen.numel()} tokens in {selfgen_s:.0f} s")
     log("greedy continuations of the embedded prompts")
@@ -990,16 +1108,29 @@ def main(argv: list[str] | None = None) -> int:
         log(f"drafters and target_perturbed kept from {args.target_from}")
     else:
         students = Students(target, SEED + 2)
-        draft_losses, draft_s = students.train(corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 5), draft_steps, args.precision)
+        draft_losses, draft_s = students.train(
+            corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 5), draft_steps, args.precision
+        )
         for m in students.models.values():
             m.eval()
         log("tuning target_perturbed")
         scale, agreement, perturbed = perturb_for_agreement(target, sequences, PERTURB_AGREEMENT, SEED + 3)
         log("offline acceptance")
         offline = offline_acceptance(target, students.models, perturbed, sequences)
-        drafter_stats = dict(steps=draft_steps, precision=args.precision, seconds=draft_s, final_loss=draft_losses,
-                             self_distillation=dict(prompts=selfgen_count, prompt_len=SELFGEN_PROMPT_LEN, tokens=SELFGEN_TOKENS,
-                                                    share=SELFGEN_SHARE, stream_tokens=int(selfgen.numel()), seconds=selfgen_s))
+        drafter_stats = dict(
+            steps=draft_steps,
+            precision=args.precision,
+            seconds=draft_s,
+            final_loss=draft_losses,
+            self_distillation=dict(
+                prompts=selfgen_count,
+                prompt_len=SELFGEN_PROMPT_LEN,
+                tokens=SELFGEN_TOKENS,
+                share=SELFGEN_SHARE,
+                stream_tokens=int(selfgen.numel()),
+                seconds=selfgen_s,
+            ),
+        )
         perturb_stats = dict(scale=scale, agreement=agreement)
         build.write_llama(tmp / "target_perturbed", build.TARGET, tokenizer, perturbed.state_dict())
         build.write_llama(tmp / "draft", build.DRAFT, tokenizer, students.models["draft"].state_dict())
@@ -1008,7 +1139,9 @@ def main(argv: list[str] | None = None) -> int:
         build.write_medusa(tmp / "medusa", students.models["medusa"].state_dict())
         build.write_mlp_speculator(tmp / "mlp_speculator", build.random_mlp_speculator(build.SEED + 5))
     # its own generator: the MTP layer's batches do not depend on how many the joint phase drew
-    mtp, mtp_stats = train_mtp(target, corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 6), mtp_steps, SEED + 6)
+    mtp, mtp_stats = train_mtp(
+        target, corpus.with_stream("selfgen", selfgen, SELFGEN_SHARE, SEED + 6), mtp_steps, SEED + 6
+    )
     offline["mtp"] = offline_mtp(target, mtp, sequences)
     build.write_mtp_target(tmp / "mtp_target", tokenizer, mtp.state_dict())
 
@@ -1030,7 +1163,9 @@ def main(argv: list[str] | None = None) -> int:
         samples=samples,
         prompts_sha256=prompts_digest(root),
         # reused models count with the time they took, so this is what a full run takes
-        total_seconds=time.monotonic() - start + (target_stats["seconds"] if args.target_from else 0)
+        total_seconds=time.monotonic()
+        - start
+        + (target_stats["seconds"] if args.target_from else 0)
         + (drafter_stats["seconds"] if kept else 0),
         target_reused_from=str(args.target_from) if args.target_from else None,
         drafters_reused_from=str(args.target_from) if kept else None,
