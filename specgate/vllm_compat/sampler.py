@@ -7,8 +7,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import sys
 from collections.abc import Iterator
 from dataclasses import fields
+from typing import Any
 
 from specgate.vllm_compat.lookup import load
 from specgate.vllm_compat.release import release
@@ -28,6 +30,37 @@ def sampling_metadata(**values):
     return SamplingMetadata(**{k: v for k, v in values.items() if k in known})
 
 
+@contextlib.contextmanager
+def _unscannable_modules_hidden() -> Iterator[None]:
+    """vLLM's kernel rebinding (triton_utils/dispatcher.py `_rebind_kernels`, 0.31-0.32) walks every
+    loaded module and calls `vars(value).get("kernel")` on each attribute that has a `__dict__`.
+    llvmlite (loaded with numba) has one whose `__dict__` is forwarded to a C function wrapper
+    without `.get`: the walk dies with AttributeError once anything imported numba. Such modules
+    hold no Triton kernel, so they leave sys.modules for the walk and come back after it."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # reading every module's attributes wakes deprecations
+        hidden = {name: module for name, module in list(sys.modules.items()) if _unscannable(module)}
+    for name in hidden:
+        del sys.modules[name]
+    try:
+        yield
+    finally:
+        sys.modules.update(hidden)
+
+
+def _unscannable(module: Any) -> bool:
+    """Whether vLLM's kernel walk would die on one of the module's attributes."""
+    try:
+        for value in list((getattr(module, "__dict__", None) or {}).values()):
+            if hasattr(value, "__dict__"):
+                _ = vars(value).get
+    except Exception:
+        return True
+    return False
+
+
 @functools.cache
 def use_cpu_kernels() -> str:
     """Make the rejection sampler run vLLM's C++ kernels instead of Triton ones on CPU, as its CPU
@@ -42,7 +75,7 @@ def use_cpu_kernels() -> str:
     current = platform()
     register = getattr(type(current), "register_triton_kernel_overrides", None)
     if register is not None:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _unscannable_modules_hidden():
             warnings.simplefilter("ignore", FutureWarning)  # the swap walks every loaded module
             register()
         return "platform hook"

@@ -211,3 +211,15 @@ def test_sampled_acceptance_is_skipped_naming_the_cpu_bug_while_the_probe_finds_
     monkeypatch.setattr(vllm_compat, "sampled_verification_broken", lambda: "")  # a release with the fix
     j = fake_session(profile, tmp_path).judge("acceptance", "good", ("doc_prose", 0.7))
     assert j.key == "doc_prose@T0.7" and j.record["mean_acceptance_length"] == 2.0
+
+
+@pytest.mark.needs_vllm
+def test_cpu_kernels_register_after_numba_loaded_llvmlite():
+    # vLLM 0.31-0.32's kernel walk read vars(x).get("kernel") of llvmlite's forwarding wrapper and
+    # died with AttributeError once anything had imported numba (20 property tests in CI).
+    pytest.importorskip("vllm")
+    pytest.importorskip("llvmlite.binding.ffi")
+    import sys
+
+    assert vllm_compat.use_cpu_kernels() in ("platform hook", "triton", "kernels rebound")
+    assert "llvmlite.binding.ffi" in sys.modules
