@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -79,7 +80,7 @@ TESTS = 'bash ci/setup-cpu.sh && .venv/bin/python -m pytest -m "not gpu"'
 @documents(GATE, TESTS)
 def test_ci_runs_the_quickstart_lines_as_written():
     """The project's CI (.ci/run) runs the two Quickstart lines as README shows them on every clean clone:
-    the gate stage line 1 whole, the second line in two stages (not slow, then slow) that together are
+    the gate stage line 1 whole, the second line in stages (no engine, real engine runs, slow) that together are
     its whole selection. This checks that .ci/run reads them from README, as written."""
     script = (ROOT / ".ci" / "run").read_text()
     extract = script[script.index("quickstart_line() {") : script.index("gate_cmd=")]
@@ -91,8 +92,11 @@ def test_ci_runs_the_quickstart_lines_as_written():
     ]
     assert lines == [GATE, TESTS]
     assert 'run_stage gate "$gate_cmd --specgate-out results/ci"' in script
-    assert "run_stage tests \"$test_cmd -m 'not gpu and not slow'\"" in script
-    assert "run_stage slow \"$test_cmd -m 'slow and not gpu'\"" in script
+    # the second line's stages: each narrows it with one -m, and together they select "not gpu"
+    selections = re.findall(r"^run_stage \w+ \"\$test_cmd -m '([^']+)'", script, re.M)
+    assert sorted(selections) == sorted(
+        ["not gpu and not slow and not system", "system and not gpu and not slow", "slow and not gpu"]
+    ), selections
 
 
 # -- with a GPU --------------------------------------------------------------------------------------
