@@ -179,7 +179,7 @@ def test_baselines_diff_between_the_stored_file_and_a_run(matrix_run):
     stored = ROOT / "baselines" / "cpu-tiny" / "cpu-amd-epyc-2c.json"
     done = sh(f"specgate baselines diff {stored} {out}", timeout_s=120)
     assert done.returncode == 0, said(done)
-    assert "| method | kind | key | field | old | new | change |" in done.stdout
+    assert "| method | kind | key | value | old | new | change |" in done.stdout
     assert sh(f"specgate baselines diff {stored} {out} --exit-code", timeout_s=120).returncode == 1  # they differ
     assert sh(f"specgate baselines diff {stored} {stored} --exit-code", timeout_s=120).returncode == 0
 
