@@ -9,6 +9,7 @@
 #   SPECGATE_MATRIX_METHODS  the gate's methods (default ngram,suffix,draft_model,eagle,eagle3,mtp)
 #   SPECGATE_MATRIX_OUT      results root (default results/matrix); each release writes <root>/<release>/
 #   SPECGATE_MATRIX_TESTS    0 = skip the suite's own tests (gate only)
+#   SPECGATE_MATRIX_PROFILE  the gate's profile, a name or a .toml path (default cpu-tiny)
 # Exit code: 0 when every release's tests and gate passed, 1 otherwise (the table says which).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,6 +17,7 @@ releases=("$@")
 [ ${#releases[@]} -gt 0 ] || releases=(0.29.0 0.30.0 0.31.0 0.32.0)
 methods=${SPECGATE_MATRIX_METHODS:-ngram,suffix,draft_model,eagle,eagle3,mtp}
 out=${SPECGATE_MATRIX_OUT:-results/matrix}
+profile=${SPECGATE_MATRIX_PROFILE:-cpu-tiny}
 status=0
 python=""
 for release in "${releases[@]}"; do
@@ -41,7 +43,8 @@ for release in "${releases[@]}"; do
     tail -1 "$dir/tests.log"
   fi
   echo "=== matrix $release: gate ($methods)"
-  "$python" -m pytest -m gpu -k "not endpoint" --specgate-methods "$methods" --specgate-out "$dir/gate" \
+  "$python" -m pytest -m gpu -k "not endpoint" --specgate-profile "$profile" --specgate-methods "$methods" \
+    --specgate-out "$dir/gate" \
     --junitxml="$dir/gate.xml" > "$dir/gate.log" 2>&1 || status=1
   tail -1 "$dir/gate.log"
   echo $(( $(date +%s) - start )) > "$dir/wall_s"

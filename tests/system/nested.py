@@ -23,6 +23,19 @@ ROOT = Path(__file__).resolve().parents[2]
 CPU_TINY = ROOT / "fixtures" / "profiles" / "cpu-tiny.toml"
 
 
+def quick_profile(directory: Path) -> Path:
+    """cpu-tiny for the documented commands whose meaning is not the speed at every level (rehearsal,
+    calibrate, matrix): the same name (judged against cpu-tiny's stored figures), engines, prompts and
+    gates, speedup at C = 1 only and no scenarios (each has its own tests): each gate run about half as long."""
+    text = CPU_TINY.read_text()
+    text = text[: text.index("[scenarios.")] + text[text.index("[speedup]") :]
+    assert "concurrency = [1, 4, 16]" in text, "cpu-tiny.toml's concurrency line changed: update quick_profile"
+    path = directory / "quick" / "cpu-tiny.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text.replace("concurrency = [1, 4, 16]", "concurrency = [1]", 1))
+    return path
+
+
 def skip_without_vllm_cpu():
     """These runs boot cpu-tiny's engines: they need vLLM's CPU build (ci/setup-cpu.sh). Checked when a
     marked test is set up (the fixture in tests/system/conftest.py), so collecting imports no torch."""

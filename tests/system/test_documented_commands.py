@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.system import readme, wheels
-from tests.system.nested import skip_without_vllm_cpu
+from tests.system.nested import quick_profile, skip_without_vllm_cpu
 
 pytestmark = pytest.mark.system  # the whole file: the README's commands, run as a user types them
 
@@ -205,7 +205,9 @@ def test_report_rebuilds_a_runs_summary_and_page(matrix_run):
 @documents("specgate rehearse --from 0.31.0 --to 0.32.0 [--profile P] [--methods a,b]")
 def test_the_rehearsal_skips_a_refused_method_quoting_vllm_and_exits_0(tmp_path):
     done = sh(
-        f"specgate rehearse --from 0.31.0 --to 0.32.0 --methods ngram,mlp_speculator --out {tmp_path}/r", timeout_s=3000
+        f"specgate rehearse --from 0.31.0 --to 0.32.0 --profile {quick_profile(tmp_path)} "
+        f"--methods ngram,mlp_speculator --out {tmp_path}/r",
+        timeout_s=3000,
     )
     assert done.returncode == 0, said(done)[-5000:]
     refused = [line for line in done.stdout.splitlines() if line.lstrip().startswith("mlp_speculator")]
@@ -266,7 +268,12 @@ def matrix_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("matrix") / "matrix"
     release = venvs.installed_release("cpu")
-    env = {"SPECGATE_MATRIX_TESTS": "0", "SPECGATE_MATRIX_METHODS": "ngram", "SPECGATE_MATRIX_OUT": str(out)}
+    env = {
+        "SPECGATE_MATRIX_TESTS": "0",
+        "SPECGATE_MATRIX_METHODS": "ngram",
+        "SPECGATE_MATRIX_OUT": str(out),
+        "SPECGATE_MATRIX_PROFILE": str(quick_profile(out.parent)),
+    }
     built = sh(f"bash ci/vllm-matrix.sh {release}", timeout_s=2400, env=env)
     return built, out, release
 
@@ -292,7 +299,9 @@ def test_matrix_table_of_a_one_release_matrix_run(matrix_run):
 def test_calibrate_suggests_tolerances_and_leaves_the_checkouts_baselines_alone(tmp_path):
     before = {p: p.read_bytes() for p in sorted((ROOT / "baselines").rglob("*")) if p.is_file()}
     done = sh(
-        f"specgate calibrate --profile cpu-tiny --runs 2 --methods ngram --slowed '' --out {tmp_path}/c", timeout_s=2400
+        f"specgate calibrate --profile {quick_profile(tmp_path)} --runs 2 --methods ngram --slowed '' "
+        f"--out {tmp_path}/c",
+        timeout_s=2400,
     )
     assert done.returncode == 0, said(done)[-4000:]
     assert "calibration: 2 judged runs after the one that stored baselines" in done.stdout
