@@ -148,8 +148,9 @@ def test_the_reaper_stops_what_a_killed_run_left_and_removes_its_state_file(tmp_
         assert not state.exists()
     finally:  # whatever failed, nothing of the test outlives it
         owner.kill()
+        listed = {e["pid"] for e in _listed(state)}  # read once: the state file, not once per process
         for p in psutil.process_iter(["cmdline"]):
-            if p.info["cmdline"] == ["sleep", "600"] and p.pid in {e["pid"] for e in _listed(state)}:
+            if p.pid in listed and p.info["cmdline"] == ["sleep", "600"]:
                 p.kill()
 
 
