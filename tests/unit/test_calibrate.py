@@ -74,7 +74,7 @@ def test_the_tolerance_file_is_held_over_the_profile_on_its_machine_only(tmp_pat
     assert tomllib.loads(path.read_text())["methods"]["ngram"]["tolerance"] == {"draft_cost_tol": 0.01}
     held = tolerances.apply(profile, path)
     assert held.tolerance.speedup_rtol == 0.12 and held.methods["ngram"].tolerance == {"draft_cost_tol": 0.01}
-    assert held.tolerance_file == str(path) and held.methods["eagle3"].tolerance == {}
+    assert held.tolerance_file == str(path) and held.methods["eagle"].tolerance == {}
     assert tolerances.apply(profile, tmp_path / "absent.toml") is profile
     path.write_text("[tolerance]\nspeedup_rtl = 0.1\n")
     with pytest.raises(ProfileError, match="holds speedup_rtl, which are not tolerances"):
@@ -89,7 +89,7 @@ def test_a_method_tolerance_is_what_its_checks_read(tmp_path):
         _file(tmp_path, "[methods.ngram.tolerance]\ndraft_cost_tol = 0.02\n"),
     )
     ctx = Context(profile, baselines=None)
-    assert ctx.tolerance("ngram").draft_cost_tol == 0.02 and ctx.tolerance("eagle3").draft_cost_tol == 0.0
+    assert ctx.tolerance("ngram").draft_cost_tol == 0.02 and ctx.tolerance("eagle").draft_cost_tol == 0.0
     assert ctx.tolerance("suffix_throttled", "speedup").speedup_rtol == profile.tolerance.speedup_rtol  # its parent's
 
 
