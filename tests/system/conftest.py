@@ -9,9 +9,8 @@ from .nested import vllm_cpu_build_missing
 
 # Under pytest-xdist (.ci/run's slow stage runs on two workers) each worker's engines compute on a core
 # of their own: vLLM's CPU build otherwise binds every engine's threads to the same first core.
-if (_worker := os.environ.get("PYTEST_XDIST_WORKER", "")).startswith(
-    "gw"
-) and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
     _cores = sorted(os.sched_getaffinity(0))
     os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(_cores[int(_worker[2:]) % len(_cores)])
 
