@@ -68,8 +68,10 @@ def write_report(run_dir: Path, table: pd.DataFrame, run: RunRecord, *, step_sum
     paths = {"summary": run_dir / "summary.md", "html": run_dir / "report.html"}
     markdown = summary_markdown(table, run)
     paths["summary"].write_text(markdown, encoding="utf-8")
-    plot_files = render_plots(table, run_dir / "plots")
-    paths["html"].write_text(report_html(table, run, plot_files), encoding="utf-8")
+    plot_files, plot_failures = render_plots(table, run_dir / "plots")
+    for name, why in plot_failures.items():
+        warnings.warn(f"report.html without its {name} plot: {why}", stacklevel=2)
+    paths["html"].write_text(report_html(table, run, plot_files, plot_failures), encoding="utf-8")
     paths.update({f"plot:{name}": path for name, path in plot_files.items()})
     target = os.environ.get("GITHUB_STEP_SUMMARY")
     if step_summary and target:

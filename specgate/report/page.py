@@ -42,8 +42,14 @@ def png_uri(fig) -> str:
     return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def report_html(table: pd.DataFrame, run: RunRecord, plot_files: dict[str, Path] | None = None) -> str:
-    """The self-contained report: title, plots (embedded PNGs), the summary tables and messages."""
+def report_html(
+    table: pd.DataFrame,
+    run: RunRecord,
+    plot_files: dict[str, Path] | None = None,
+    plot_failures: dict[str, str] | None = None,
+) -> str:
+    """The self-contained report: title, plots (embedded PNGs; drawn here unless plot_files has them, a
+    line in its place for one that could not be drawn), the summary tables and messages."""
     table = normalize(table)
     esc = html.escape
     counts = totals(table, run)
@@ -90,17 +96,24 @@ def report_html(table: pd.DataFrame, run: RunRecord, plot_files: dict[str, Path]
     plt = None
     for name, (heading, plot) in plots.PLOTS.items():
         parts.append(f"<h2>{esc(heading)}</h2>")
-        if plot_files and name in plot_files:
-            data = Path(plot_files[name]).read_bytes()
-            uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
-        else:
-            fig = plot(table)
-            if fig is None:
-                parts.append(f"<p class='none'>{esc(plots.NO_DATA[name])}</p>")
+        try:
+            if plot_failures and name in plot_failures:
+                parts.append(f"<p class='none'>{esc(plot_failures[name])}</p>")
                 continue
-            plt = plt or plots.pyplot()
-            uri = png_uri(fig)
-            plt.close(fig)
+            if plot_files and name in plot_files:
+                data = Path(plot_files[name]).read_bytes()
+                uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")
+            else:
+                fig = plot(table)
+                if fig is None:
+                    parts.append(f"<p class='none'>{esc(plots.NO_DATA[name])}</p>")
+                    continue
+                plt = plt or plots.pyplot()
+                uri = png_uri(fig)
+                plt.close(fig)
+        except Exception as exc:
+            parts.append(f"<p class='none'>{esc(plots.not_drawn(exc))}</p>")
+            continue
         parts.append(f"<img alt='{esc(heading)}' src='{uri}'>")
     parts.append("<h2>Results per gate</h2>")
     if not per_gate:

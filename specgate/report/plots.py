@@ -388,19 +388,27 @@ NO_DATA = {
 }
 
 
-def render_plots(table: pd.DataFrame, out_dir: Path) -> dict[str, Path]:
-    """Every plot the table has data for, as PNG files in out_dir (name -> path)."""
+def render_plots(table: pd.DataFrame, out_dir: Path) -> tuple[dict[str, Path], dict[str, str]]:
+    """Every plot the table has data for, as PNG files in out_dir (name -> path), and name -> why for a
+    plot that could not be drawn (a broken font or a full disk must not cost the run its report)."""
     out_dir = Path(out_dir)
     table = normalize(table)
-    paths = {}
+    paths, failed = {}, {}
     plt = None
     for name, (_, plot) in PLOTS.items():
-        fig = plot(table)
-        if fig is None:
-            continue
-        plt = plt or pyplot()
-        out_dir.mkdir(parents=True, exist_ok=True)
-        paths[name] = out_dir / f"{name}.png"
-        fig.savefig(paths[name], format="png", dpi=DPI)
-        plt.close(fig)
-    return paths
+        try:
+            fig = plot(table)
+            if fig is None:
+                continue
+            plt = plt or pyplot()
+            out_dir.mkdir(parents=True, exist_ok=True)
+            fig.savefig(out_dir / f"{name}.png", format="png", dpi=DPI)
+            plt.close(fig)
+            paths[name] = out_dir / f"{name}.png"
+        except Exception as exc:
+            failed[name] = not_drawn(exc)
+    return paths, failed
+
+
+def not_drawn(exc: Exception) -> str:
+    return f"This plot could not be drawn ({type(exc).__name__}: {exc}); the tables below hold its figures."

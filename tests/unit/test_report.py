@@ -309,6 +309,24 @@ def test_missing_gates_leave_a_sentence_instead_of_a_plot(tmp_path, monkeypatch)
     assert report.plot_speedup(fabricated_table(gates=("acceptance",))) is None
 
 
+def test_a_plot_that_cannot_be_drawn_leaves_the_rest_of_the_report(tmp_path, monkeypatch):
+    # Stop 48's CI: the harness removed matplotlib's font files while the teardown drew the plots, and
+    # the run said no results were written at all.
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    monkeypatch.setattr(report.plots, "DPI", 30)
+
+    def font_gone(table):
+        raise FileNotFoundError(2, "No such file or directory", "mpl-data/fonts/ttf/LastResortHE-Regular.ttf")
+
+    monkeypatch.setitem(report.plots.PLOTS, "speedup", ("Speedup vs concurrency", font_gone))
+    with pytest.warns(UserWarning, match="report.html without its speedup plot: This plot could not be drawn"):
+        paths = report.write_report(tmp_path, fabricated_table(), fabricated_run())
+    page = paths["html"].read_text()
+    assert "plot:speedup" not in paths and page.count("src='data:image/png;base64,") == 3
+    assert "This plot could not be drawn (FileNotFoundError: [Errno 2] No such file or directory" in page
+    assert "LastResortHE-Regular.ttf" in page and "engine for medusa did not boot" in page  # the tables follow
+
+
 def test_an_empty_table_still_makes_a_report(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     paths = report.write_report(tmp_path, pd.DataFrame(columns=report.COLUMNS), RunRecord("gate", "r", ""))
