@@ -2,16 +2,16 @@
 
     specgate calibrate --profile P [--runs N] [--methods a,b] [--slowdown 0.074] [--write]
 
-Repeated gate runs (speedup, equivalence, lifecycle) of the profile's methods next to a deliberately slower copy
-of each (every drafting call also sleeps `--slowdown` of a step, `canary_of = { speedup = ... }`):
-the first run stores baselines in a scratch directory (SPECGATE_BASELINES_DIR: the checkout's
-baselines are never touched, whatever happens to the calibration), the next N are judged. From them,
-per method: the smallest speedup_rtol, geomean_rtol, draft_cost_tol and acceptance_rtol with no false
-alarm in the A/A runs (plus a margin), and how many of the slowed copy's runs each then catches, per level; for a
-tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs' honest near-ties. It ends
-with that table and the TOML of `baselines/<profile>/<hardware>.tolerance.toml`, which `--write` puts
-there: a run on this machine then holds the methods to it (specgate.tolerances). First week on a new
-runner: `pytest -m gpu --update-baselines`, `specgate calibrate --write`, commit both.
+Repeated gate runs (speedup, equivalence, lifecycle) of the profile's methods next to a deliberately slower
+copy of each (every drafting call also sleeps `--slowdown` of a step, `canary_of = { speedup = ... }`): the
+first run stores baselines in a scratch directory (SPECGATE_BASELINES_DIR: the checkout's baselines are
+never touched, whatever happens to the calibration), the next N are judged. From them, per method: the
+smallest speedup_rtol, geomean_rtol, draft_cost_tol and acceptance_rtol with no false alarm in the A/A runs
+whichever of them had stored the baselines (plus a margin), and how many of the slowed copy's runs each then
+catches, per level; for a tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs'
+honest near-ties. It ends with that table and the TOML of `baselines/<profile>/<hardware>.tolerance.toml`,
+which `--write` puts there: a run on this machine then holds the methods to it (specgate.tolerances). First
+week on a new runner: `pytest -m gpu --update-baselines`, `specgate calibrate --write`, commit both.
 """
 
 from __future__ import annotations
@@ -141,32 +141,34 @@ def suggest_rule(divergences: dict[str, Divergences]) -> dict[str, float]:
     return {"logprob_margin": margin, "max_forgiven_share": tolerances.suggest_forgiven_share(most, compared)}
 
 
+def spread(cell: Cell, metric: str) -> float | None:
+    """How far apart the runs' `metric` lay (largest minus smallest, the storing run's included): the
+    drift an A/A run can show over its stored figure, whichever run happened to store it."""
+    values = [v for v in (cell.stored.get(metric), *(r.get(metric) for r in cell.runs)) if v is not None]
+    return max(values) - min(values) if len(values) > 1 else None
+
+
+def worst_shortfall(cell: Cell, metric: str) -> float:
+    """The largest relative shortfall of a run's upper bound under a stored `metric`, whichever run had
+    stored it: the lowest upper bound against the highest point figure (0 when none fell short)."""
+    points = [v for v in (cell.stored.get(metric), *(r.get(metric) for r in cell.runs)) if v is not None]
+    highs = [r[metric + "_high"] for r in cell.runs if r.get(metric + "_high") is not None]
+    return shortfall(max(points), min(highs)) if points and highs else 0.0
+
+
 def suggest(cells: dict, names: list[str], acceptance: dict | None = None) -> dict[str, dict[str, float]]:
-    """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs, and
-    acceptance_rtol from the largest drop of a category's mean acceptance length below its stored value."""
+    """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs, such
+    that none of them would have failed whichever run had stored the baselines, and acceptance_rtol from
+    the largest drop of a category's mean acceptance length below its stored value."""
     out = {}
     for name in names:
         levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
         summary = cells.get((name, "summary"))
-        drop = max(
-            (shortfall(c.stored.get("speedup"), r.get("speedup_high")) for _, c in levels for r in c.runs), default=0.0
-        )
-        drift = max(
-            (
-                r["draft_cost"] - c.stored["draft_cost"]
-                for _, c in levels
-                for r in c.runs
-                if r.get("draft_cost") is not None and c.stored.get("draft_cost") is not None
-            ),
-            default=None,
-        )
+        drop = max((worst_shortfall(c, "speedup") for _, c in levels), default=0.0)
+        drift = max((d for _, c in levels if (d := spread(c, "draft_cost")) is not None), default=None)
         values = {"speedup_rtol": tolerances.suggest_relative(drop)}
         if summary is not None:
-            geo = max(
-                (shortfall(summary.stored.get("geomean_speedup"), r.get("geomean_speedup_high")) for r in summary.runs),
-                default=0.0,
-            )
-            values["geomean_rtol"] = tolerances.suggest_relative(geo)
+            values["geomean_rtol"] = tolerances.suggest_relative(worst_shortfall(summary, "geomean_speedup"))
         if drift is not None:
             values["draft_cost_tol"] = tolerances.suggest_absolute(drift)
         drops = [
@@ -205,7 +207,7 @@ def report(cells: dict, names: list[str], suggested: dict, runs: int, slowdown: 
         f"calibration: {runs} judged runs after the one that stored baselines; the slowed copies sleep "
         f"{slowdown:g} of a step in every drafting call",
         "",
-        "| method | level | A/A speedup / stored (min) | A/A draft_cost drift (max) | slowed: caught by speedup | "
+        "| method | level | A/A speedup / stored (min) | A/A draft_cost spread | slowed: caught by speedup | "
         "by step cost | by either |",
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
@@ -220,20 +222,13 @@ def report(cells: dict, names: list[str], suggested: dict, runs: int, slowdown: 
                 ),
                 default=None,
             )
-            drift = max(
-                (
-                    r["draft_cost"] - cell.stored["draft_cost"]
-                    for r in cell.runs
-                    if r.get("draft_cost") is not None and cell.stored.get("draft_cost") is not None
-                ),
-                default=None,
-            )
+            drift = spread(cell, "draft_cost")
             speed, cost, either, n = caught(cells, name, key, suggested[name])
             lines.append(
                 f"| {name} | {key} | {'–' if ratio is None else f'{ratio:.3f}'} | "
-                f"{'–' if drift is None else f'{drift:+.4f}'} | {speed}/{n} | {cost}/{n} | {either}/{n} |"
+                f"{'–' if drift is None else f'{drift:.4f}'} | {speed}/{n} | {cost}/{n} | {either}/{n} |"
             )
-    lines += ["", "suggested (no false alarm in these A/A runs, plus a margin):"]
+    lines += ["", "suggested (no false alarm in these A/A runs whichever stored the baselines, plus a margin):"]
     lines += [
         f"  {name}: " + ", ".join(f"{k} {v:g}" for k, v in sorted(values.items())) for name, values in suggested.items()
     ]
@@ -357,8 +352,8 @@ def main(args: argparse.Namespace) -> int:
     text = tolerances.render(
         [
             f"specgate calibrate --profile {profile.name} --runs {args.runs} --slowdown {args.slowdown:g} "
-            f"on {hardware}, {time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in {args.runs} "
-            "A/A runs, plus a margin",
+            f"on {hardware}, {time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in "
+            f"{args.runs + 1} A/A runs whichever stored the baselines, plus a margin",
             f"(results: {out})",
         ],
         {},
