@@ -141,17 +141,22 @@ def suggest_rule(divergences: dict[str, Divergences]) -> dict[str, float]:
     return {"logprob_margin": margin, "max_forgiven_share": tolerances.suggest_forgiven_share(most, compared)}
 
 
+def figures(cell: Cell, metric: str) -> list[float]:
+    """`metric` in every A/A run of the cell, the storing run's first (any of them could have stored it)."""
+    return [v for v in (cell.stored.get(metric), *(r.get(metric) for r in cell.runs)) if v is not None]
+
+
 def spread(cell: Cell, metric: str) -> float | None:
-    """How far apart the runs' `metric` lay (largest minus smallest, the storing run's included): the
-    drift an A/A run can show over its stored figure, whichever run happened to store it."""
-    values = [v for v in (cell.stored.get(metric), *(r.get(metric) for r in cell.runs)) if v is not None]
+    """How far apart the runs' `metric` lay (largest minus smallest): the drift an A/A run can show over
+    its stored figure, whichever run happened to store it."""
+    values = figures(cell, metric)
     return max(values) - min(values) if len(values) > 1 else None
 
 
 def worst_shortfall(cell: Cell, metric: str) -> float:
     """The largest relative shortfall of a run's upper bound under a stored `metric`, whichever run had
     stored it: the lowest upper bound against the highest point figure (0 when none fell short)."""
-    points = [v for v in (cell.stored.get(metric), *(r.get(metric) for r in cell.runs)) if v is not None]
+    points = figures(cell, metric)
     highs = [r[metric + "_high"] for r in cell.runs if r.get(metric + "_high") is not None]
     return shortfall(max(points), min(highs)) if points and highs else 0.0
 
@@ -165,12 +170,12 @@ def suggest(cells: dict, names: list[str], acceptance: dict | None = None) -> di
         levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
         summary = cells.get((name, "summary"))
         drop = max((worst_shortfall(c, "speedup") for _, c in levels), default=0.0)
-        drift = max((d for _, c in levels if (d := spread(c, "draft_cost")) is not None), default=None)
+        widest = max((d for _, c in levels if (d := spread(c, "draft_cost")) is not None), default=None)
         values = {"speedup_rtol": tolerances.suggest_relative(drop)}
         if summary is not None:
             values["geomean_rtol"] = tolerances.suggest_relative(worst_shortfall(summary, "geomean_speedup"))
-        if drift is not None:
-            values["draft_cost_tol"] = tolerances.suggest_absolute(drift)
+        if widest is not None:
+            values["draft_cost_tol"] = tolerances.suggest_absolute(widest)
         drops = [
             shortfall(c.stored.get("mean_acceptance_length"), r.get("mean_acceptance_length"))
             for (m, _), c in (acceptance or {}).items()
@@ -222,11 +227,11 @@ def report(cells: dict, names: list[str], suggested: dict, runs: int, slowdown: 
                 ),
                 default=None,
             )
-            drift = spread(cell, "draft_cost")
+            apart = spread(cell, "draft_cost")
             speed, cost, either, n = caught(cells, name, key, suggested[name])
             lines.append(
                 f"| {name} | {key} | {'–' if ratio is None else f'{ratio:.3f}'} | "
-                f"{'–' if drift is None else f'{drift:.4f}'} | {speed}/{n} | {cost}/{n} | {either}/{n} |"
+                f"{'–' if apart is None else f'{apart:.4f}'} | {speed}/{n} | {cost}/{n} | {either}/{n} |"
             )
     lines += ["", "suggested (no false alarm in these A/A runs whichever stored the baselines, plus a margin):"]
     lines += [

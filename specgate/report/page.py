@@ -96,10 +96,10 @@ def report_html(
     plt = None
     for name, (heading, plot) in plots.PLOTS.items():
         parts.append(f"<h2>{esc(heading)}</h2>")
-        try:
-            if plot_failures and name in plot_failures:
-                parts.append(f"<p class='none'>{esc(plot_failures[name])}</p>")
-                continue
+        if plot_failures and name in plot_failures:
+            parts.append(f"<p class='none'>{esc(plot_failures[name])}</p>")
+            continue
+        try:  # the PNG read back, or a plot drawn here: a removed file or a failing plot leaves a line
             if plot_files and name in plot_files:
                 data = Path(plot_files[name]).read_bytes()
                 uri = "data:image/png;base64," + base64.b64encode(data).decode("ascii")

@@ -402,9 +402,10 @@ def render_plots(table: pd.DataFrame, out_dir: Path) -> tuple[dict[str, Path], d
                 continue
             plt = plt or pyplot()
             out_dir.mkdir(parents=True, exist_ok=True)
-            fig.savefig(out_dir / f"{name}.png", format="png", dpi=DPI)
+            path = out_dir / f"{name}.png"
+            fig.savefig(path, format="png", dpi=DPI)
             plt.close(fig)
-            paths[name] = out_dir / f"{name}.png"
+            paths[name] = path
         except Exception as exc:
             failed[name] = not_drawn(exc)
     return paths, failed
