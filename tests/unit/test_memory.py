@@ -1,5 +1,7 @@
 """Memory figures and ceilings without an engine."""
 
+import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,18 @@ def test_kv_bytes_per_token_from_config():
     assert memory.kv_bytes_per_token(cfg, 4) == 4 * 2 * 2 * 32 * 4
 
 
-def test_zoo_drafters_cost_what_their_checkpoints_hold():
+def test_zoo_drafters_cost_what_their_checkpoints_hold(monkeypatch):
+    # The CPU path sizes every model from fixtures/zoo: the Hugging Face cache is never asked, let alone
+    # the hub (a stand-in module records any call; model_dir would swallow an exception).
+    asked = []
+    hub = types.ModuleType("huggingface_hub")
+    hub.snapshot_download = lambda repo_id, **kwargs: asked.append(repo_id)
+    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
     profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
+    for method in profile.methods.values():
+        if not method.expected_boot_error:  # mlp_speculator: no engine boots it, nothing is sized
+            memory.drafter_footprint(profile, method, ROOT)
+    assert asked == []
     ngram, _ = memory.drafter_footprint(profile, profile.methods["ngram"], ROOT)
     eagle, eagle_kv = memory.drafter_footprint(profile, profile.methods["eagle"], ROOT)
     draft, _ = memory.drafter_footprint(profile, profile.methods["draft_model"], ROOT)
@@ -205,7 +217,12 @@ def test_the_checkpoint_figure_of_a_bin_only_hub_head_gates_and_an_unreadable_on
     profile = load_profile(find_profile("llama31-8b-h100", ROOT), ROOT)
     (tmp_path / "config.json").write_text((ROOT / "fixtures" / "zoo" / "eagle" / "config.json").read_text())
     torch.save({"fc.weight": torch.zeros(128, 256)}, tmp_path / "pytorch_model.bin")
-    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, **kwargs: str(tmp_path))
+
+    def snapshot(repo_id, local_files_only=False, **kwargs):
+        assert local_files_only  # never downloads here
+        return str(tmp_path)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
     weights, _ = memory.drafter_footprint(profile, profile.methods["eagle"], ROOT)
     assert weights == 128 * 256 * 2  # bf16
     (tmp_path / "pytorch_model.bin").write_bytes(b"truncated")
