@@ -100,6 +100,14 @@ def read_runs(update: Path, judged: list[Path], gate: str = "speedup") -> dict[t
     return dict(cells)
 
 
+def unstored(update: Path, methods: list[str]) -> list[str]:
+    """The methods the storing run left without speed figures: a machine disturbed during its speedup
+    trials stores none (session.py), and then no judged run has anything to be held to."""
+    path = update / "baselines.json"
+    stored = json.loads(path.read_text(encoding="utf-8")).get("methods", {}) if path.is_file() else {}
+    return [m for m in methods if not stored.get(m, {}).get("speedup")]
+
+
 def shortfall(stored: float | None, high: float | None) -> float:
     """How far below the stored value a run's upper bound fell, relative (0 when it did not)."""
     return 0.0 if not stored or high is None else max(0.0, 1 - high / stored)
@@ -342,6 +350,12 @@ def main(args: argparse.Namespace) -> int:
     profile_path.write_text(calibration_profile(profile, slowed, args.slowdown), encoding="utf-8")
     methods = names + [name + SLOWED for name in slowed]
     wall = run_gate(root, profile_path, methods, out / "update", scratch, update=True)
+    if missing := unstored(out / "update", methods):
+        raise CalibrationError(
+            f"the storing run ({out / 'update'}) kept no speed figures for {', '.join(missing)}: the machine was "
+            f"disturbed during its speedup trials (its summary.md names the level), so the {args.runs} judged runs "
+            "would have nothing to be held to. Nothing was written; rerun calibrate when nothing else runs here."
+        )
     print(f"calibrate: baselines stored by the first run ({wall:.0f} s)", flush=True)
     judged = []
     for i in range(1, args.runs + 1):

@@ -256,7 +256,8 @@ def drafter_footprint(profile, method, root: Path, shared=()) -> tuple[int | Non
     if drafter is None:
         return None, 0
     cfg = _config(drafter)
-    kv = 0 if kind == "medusa" else kv_bytes_per_token(cfg, elem)
+    # Medusa's heads and the MLP speculator's stages read the target's hidden state: no attention, no KV
+    kv = 0 if kind in ("medusa", "mlp_speculator") else kv_bytes_per_token(cfg, elem)
     params = checkpoint_params(drafter, exclude=shared)
     return None if params is None else params * elem, kv
 

@@ -197,3 +197,24 @@ def test_acceptance_rtol_comes_from_the_largest_aa_drop_of_a_category(tmp_path):
         update, [run(tmp_path / "r3", [acc("doc_prose", 2.0), acc("code", 3.0)])], "acceptance"
     )
     assert calibrate.suggest({}, ["suffix"], deterministic)["suffix"]["acceptance_rtol"] == 0.01  # the floor
+
+
+def test_a_storing_run_that_kept_no_speed_figures_stops_calibrate_before_the_judged_runs(tmp_path, monkeypatch):
+    gates = []
+
+    def gate(root, profile_path, methods, out, scratch, update):
+        gates.append(out.name)
+        # a disturbed machine: acceptance stored for both, speed figures for ngram's slowed copy only
+        stored = {m: {"acceptance": {"doc_prose": {"mean_acceptance_length": 2.0}}} for m in methods}
+        stored["ngram_slowed"]["speedup"] = {"C=1": {"speedup": 1.1}}
+        run(out, [], stored)
+        return 1.0
+
+    monkeypatch.setattr(calibrate, "run_gate", gate)
+    args = calibrate.argparse.Namespace(
+        root=ROOT, profile="cpu-tiny", methods="ngram", runs=3, slowdown=0.074, slowed=None, write=False, out=tmp_path
+    )
+    with pytest.raises(calibrate.CalibrationError, match=r"kept no speed figures for ngram: .*disturbed") as err:
+        calibrate.main(args)
+    assert "ngram_slowed" not in str(err.value).split("for ")[1].split(":")[0]
+    assert gates == ["update"]  # no judged run was spent on it
