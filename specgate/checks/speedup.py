@@ -5,7 +5,9 @@ interval's upper bound lies below it, so noise alone does not fail a build. Two 
 cannot see: a machine that changed under the measurement (the baseline engine's paired trials far off
 its own) is neither judged nor stored; ratios stored on another machine (another file, or this file
 while the baseline engine runs outside machine_rtol of its stored speed) are judged coarsely, against
-stored x (1 - coarse_speedup_rtol), and say so.
+stored x (1 - coarse_speedup_rtol), and say so. The step cost (the worker's own timers: a drafting call
+and a verification step of one engine) is held to this machine's own stored figure wherever it has one,
+coarse or not; another machine's is shown, never a ceiling.
 """
 
 from __future__ import annotations
@@ -61,14 +63,19 @@ class SpeedupCheck:
             return self.ctx.skip_unless_strict(j, f"method '{method}', " + disturbed)
         j.record = result.record()
         j.record.update(self._cost(result))
-        j.rows = self._rows(method, j.record, stored or {}, concurrency, False, rtol)
+        # The step cost is a ratio of two timers in one engine at one moment: a slower or busier machine
+        # moves both, so it is held to this machine's own figure also where the speedup is judged coarsely
+        # for that reason (a new user's A/A runs here: the baseline engine at 0.58-0.72x its stored speed,
+        # draft_cost within 0.003 of ngram's stored figure; docs/speedup-gate.md). Never another machine's.
+        own = bool(found) and (found.this_run or found.own)
+        j.rows = self._rows(method, j.record, stored or {}, concurrency, False, rtol, step_cost=own)
         if result.not_measured:
             j.rows.append(
                 Row("expected_speedup", None, unit=f"not measured: {result.not_measured}", concurrency=concurrency)
             )
         j.rows += self._runner(method, concurrency)
         failures = self._tail_latency(method, concurrency, j.record, stored) if not coarse else []
-        failures += self._step_costs(method, concurrency, j.record, stored) if not coarse else []
+        failures += self._step_costs(method, concurrency, j.record, stored) if own else []
         if stored is not None and "speedup" in stored:
             floor = stored["speedup"] * (1 - rtol)
             if stats.fails_floor(result.estimate, floor):
@@ -248,7 +255,14 @@ class SpeedupCheck:
         )
 
     def _rows(
-        self, method: str, values: dict, base: dict, concurrency: int, is_baseline: bool, rtol: float = 0.0
+        self,
+        method: str,
+        values: dict,
+        base: dict,
+        concurrency: int,
+        is_baseline: bool,
+        rtol: float = 0.0,
+        step_cost: bool = True,
     ) -> list[Row]:
         rows = []
         for metric, value in values.items():
@@ -258,7 +272,7 @@ class SpeedupCheck:
                 next((e for e in ("tok_s", "_ms", "usd_per_mtok") if metric.endswith(e)), ""), ""
             )
             row = dict(baseline=base.get(metric), unit=unit, concurrency=concurrency)
-            if (ceiling := self.step_cost_bounds(method, base).get(metric)) is not None:
+            if step_cost and (ceiling := self.step_cost_bounds(method, base).get(metric)) is not None:
                 row.update(bound=ceiling, failing=value > ceiling + ROUNDING)
             if metric == "speedup":
                 bound = base["speedup"] * (1 - rtol) if "speedup" in base else None

@@ -386,6 +386,27 @@ def test_the_step_cost_check_fails_a_slower_drafter_that_the_wall_clock_speedup_
     assert ungated.passed  # tolerances 0: shown, not gated
 
 
+def test_the_step_cost_is_held_to_this_machines_own_figure_also_when_its_speed_moved(profile, tmp_path):
+    from dataclasses import replace
+
+    gated = replace(profile, tolerance=replace(profile.tolerance, draft_cost_tol=0.05))
+    stored(gated, tmp_path, "good")
+    # the baseline engine now runs 2x its stored speed: the speedup is judged coarsely, the step cost (two
+    # timers of one engine) as before
+    same = session(gated, tmp_path, "good", machine={"speed": 2}).judge("speedup", "good", 4)
+    assert same.passed and same.basis == "coarse"
+    slower = session(gated, tmp_path, "good", machine={"speed": 2}, good={"draft_call_s": 0.0025})
+    j = slower.judge("speedup", "good", 4)
+    assert j.verdict is Verdict.FAIL and j.basis == "coarse"
+    assert "step cost: a drafting call costs 0.278 of a verification step, stored 0.222" in j.message
+    # another machine's figure is shown, never a ceiling
+    stored(gated, tmp_path, "good", hardware="cpu-other-2c")
+    elsewhere = session(gated, tmp_path, "good", hardware="cpu-new-2c", good={"draft_call_s": 0.0025})
+    k = elsewhere.judge("speedup", "good", 4)
+    row = next(r for r in k.rows if r.metric == "draft_cost")
+    assert k.passed and row.bound is None and not row.failing and row.baseline == pytest.approx(0.222, abs=1e-3)
+
+
 def test_a_profile_needing_a_cpu_flag_this_machine_lacks_skips_every_engine_saying_so(tmp_path):
     from specgate.errors import NotMeasurable
 
