@@ -5,6 +5,9 @@ its records from propagating to the root logger, and STREAM appends to the log f
 concerned (the one booting or running, else the last one). vLLM logs here on its own threads and
 tasks, also while an engine is being stopped on purpose (the output handler's EngineDeadError); up at
 the root logger, pytest showed those records in the captured output of whichever test ran next.
+pytest 9 also hands its capture handlers to every logger that does not propagate, "vllm" included:
+`keep_out_of_reports()` puts a filter on them (a failing speedup test of a gate run showed an engine's
+boot log and the EngineDeadError of the engine stopped before it).
 
 specgate also sets VLLM_LOGGING_STREAM=ext://specgate.logstream.STREAM, so wherever vLLM configures
 its own logging, its console handler is this object too. In the engine's own processes nothing is
@@ -63,3 +66,17 @@ def take_vllm_records() -> None:
     if logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
     logger.propagate = False
+
+
+def keep_out_of_reports(logging_plugin) -> None:
+    """pytest's report and caplog handlers (of its logging plugin; None under -p no:logging) leave out
+    the vLLM records STREAM routes to an engine's log."""
+    for name in ("caplog_handler", "report_handler"):
+        handler = getattr(logging_plugin, name, None)
+        if handler is not None and not_routed not in handler.filters:
+            handler.addFilter(not_routed)
+
+
+def not_routed(record: logging.LogRecord) -> bool:
+    """A logging filter: False for a vLLM record once STREAM routes them (an engine has booted here)."""
+    return STREAM.path is None or not (record.name == "vllm" or record.name.startswith("vllm."))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import options, scaleout, workers
+from specgate import logstream, options, scaleout, workers
 from specgate.checks import GATES, key_of
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
@@ -301,6 +301,10 @@ def pytest_testnodedown(node, error) -> None:
 
 def _ran(session) -> bool:
     return session is not None and bool(session.host.engines_booted or session.plan.endpoints or session.interrupted)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    logstream.keep_out_of_reports(session.config.pluginmanager.get_plugin("logging-plugin"))
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:

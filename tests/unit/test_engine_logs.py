@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+import pytest
+
 from specgate import enginelog
 from specgate.backend import RELEASE_SLACK_BYTES, ShutdownReport
 from specgate.profile import find_profile, load_profile
@@ -83,25 +85,35 @@ def test_shutdown_fails_on_leftover_processes_or_kept_memory():
     assert "4242" in leaked_process.describe() and "did not give back" in kept_memory.describe()
 
 
-def test_vllms_records_go_to_the_engines_log_not_into_the_running_tests_output(tmp_path, caplog):
+@pytest.fixture
+def routed_vllm(tmp_path):
+    """vLLM's records routed to an engine's log from the setup phase on, as a gate run's first boot leaves
+    them: pytest then enters the test's own phase with "vllm" already a non-propagating logger."""
     import logging
 
     from specgate import logstream
 
     logger = logging.getLogger("vllm")
     before = (list(logger.handlers), logger.propagate, logger.level, logstream.STREAM.path)
-    try:
-        logstream.STREAM.route_to(tmp_path / "ngram.log")
-        logstream.take_vllm_records()
-        logstream.take_vllm_records()  # idempotent: one handler
-        # what vLLM logs on its own thread while an engine is stopped on purpose
-        logging.getLogger("vllm.v1.engine.async_llm").error("AsyncLLM output_handler failed.")
-        logstream.STREAM.route_to(tmp_path / "eagle.log")  # the next engine's log takes over
-        logging.getLogger("vllm.v1.engine.core_client").info("[shutdown] MPClient: complete")
-    finally:
-        for handler in logger.handlers[len(before[0]) :]:
-            logger.removeHandler(handler)
-        logger.propagate, logger.level, logstream.STREAM.path = before[1], before[2], before[3]
+    logstream.STREAM.route_to(tmp_path / "ngram.log")
+    logstream.take_vllm_records()
+    yield logstream
+    for handler in logger.handlers[len(before[0]) :]:
+        logger.removeHandler(handler)
+    logger.propagate, logger.level, logstream.STREAM.path = before[1], before[2], before[3]
+
+
+def test_vllms_records_go_to_the_engines_log_not_into_the_running_tests_output(routed_vllm, tmp_path, caplog):
+    import logging
+
+    routed_vllm.take_vllm_records()  # idempotent: one handler
+    assert sum(getattr(h, "stream", None) is routed_vllm.STREAM for h in logging.getLogger("vllm").handlers) == 1
+    # what vLLM logs on its own thread while an engine is stopped on purpose
+    logging.getLogger("vllm.v1.engine.async_llm").error("AsyncLLM output_handler failed.")
+    routed_vllm.STREAM.route_to(tmp_path / "eagle.log")  # the next engine's log takes over
+    logging.getLogger("vllm.v1.engine.core_client").info("[shutdown] MPClient: complete")
+    logging.getLogger("specgate.elsewhere").warning("not vLLM's")
     assert "ERROR vllm.v1.engine.async_llm: AsyncLLM output_handler failed." in (tmp_path / "ngram.log").read_text()
     assert "INFO vllm.v1.engine.core_client: [shutdown] MPClient: complete" in (tmp_path / "eagle.log").read_text()
-    assert "output_handler" not in caplog.text and "MPClient" not in caplog.text
+    # pytest 9 attached its handlers to the non-propagating "vllm" logger: the plugin's filter keeps them out
+    assert "output_handler" not in caplog.text and "MPClient" not in caplog.text and "not vLLM's" in caplog.text
