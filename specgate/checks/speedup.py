@@ -65,8 +65,9 @@ class SpeedupCheck:
         j.record.update(self._cost(result))
         # The step cost is a ratio of two timers in one engine at one moment: a slower or busier machine
         # moves both, so it is held to this machine's own figure also where the speedup is judged coarsely
-        # for that reason (a new user's A/A runs here: the baseline engine at 0.58-0.72x its stored speed,
-        # draft_cost within 0.003 of ngram's stored figure; docs/speedup-gate.md). Never another machine's.
+        # for that reason (a new user's A/A runs here: the baseline engine at 0.58-0.63x its stored speed,
+        # draft_cost within 0.003 of ngram's stored figure, 0.023 of eagle3's; docs/speedup-gate.md).
+        # Never another machine's.
         own = bool(found) and (found.this_run or found.own)
         j.rows = self._rows(method, j.record, stored or {}, concurrency, False, rtol, step_cost=own)
         if result.not_measured:
