@@ -13,8 +13,10 @@ coarse or not; another machine's is shown, never a ceiling.
 from __future__ import annotations
 
 from specgate import stats
-from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.checks import CANARY_CAUGHT, ROUNDING, Context, Judgement, Row, Verdict
 from specgate.profile import BASELINE
+
+COARSE = "coarse judgement: "  # how the reason for a coarse judgement is introduced in a message
 
 
 class SpeedupCheck:
@@ -87,11 +89,12 @@ class SpeedupCheck:
                     f"(1 - {rtol_name} {rtol}), {found.source}); throughput {result.throughput:.1f} vs baseline engine "
                     f"{result.baseline_throughput:.1f} tok/s"
                     + (f"; {result.model_check()}" if result.expected else "")
-                    + (f"; coarse judgement: {coarse}" if coarse else "")
+                    + (f"; {COARSE}{coarse}" if coarse else "")
                 )
         j = self.ctx.decide(j, stored, [], failures)
         if coarse and j.verdict is Verdict.PASS and not self.ctx.update:
-            j.messages = [f"coarse judgement: {coarse}; held to stored x (1 - coarse_speedup_rtol {rtol})"]
+            caught = [m for m in j.messages if m.startswith(CANARY_CAUGHT)]  # a canary's catch stays first
+            j.messages = [*caught, f"{COARSE}{coarse}; held to stored x (1 - coarse_speedup_rtol {rtol})"]
         return j
 
     def _cost(self, result) -> dict[str, float]:

@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from specgate import run_record
-from specgate.checks import Verdict
+from specgate.checks import CANARY_CAUGHT, Verdict
 from specgate.errors import ResultsError
 from specgate.formatting import fmt, present
 from specgate.profile import BASELINE
@@ -138,6 +138,18 @@ def verdict_of(outcome: Outcome) -> str:
     """A test outcome's verdict ('' when pytest reported something else)."""
     verdict = Verdict.from_outcome(outcome.outcome)
     return verdict.value if verdict else ""
+
+
+def verdict_label(verdict: str, group: Iterable[Mapping[str, Any]]) -> str:
+    """A row's verdict as the tables print it: 'pass (coarse)' where the figures were held to a wider or
+    another machine's baseline, 'pass (canary caught)' where a canary broke its bounds as it must."""
+    if not verdict:
+        return "–"
+    group = list(group)
+    if verdict == "pass" and any(str(r.get("message") or "").startswith(CANARY_CAUGHT) for r in group):
+        return "pass (canary caught)"
+    basis = next((r.get("basis") for r in group if r.get("basis") in ("coarse", "portable")), "")
+    return verdict + (f" ({basis})" if basis else "")
 
 
 def ordered(values: Iterable[str], first: str = BASELINE_METHOD) -> list[str]:

@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.checks import GATES, worst
+from specgate.checks import CANARY_CAUGHT, GATES, worst
 from specgate.formatting import fmt, present
-from specgate.report.data import ordered, verdict_of
+from specgate.report.data import one_line, ordered, verdict_label, verdict_of
 from specgate.run_record import RunRecord
 
 # Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
@@ -105,6 +105,10 @@ def decided(group: list[dict], verdict: str) -> str:
         return "see below"
     if verdict == "skip":
         return "not judged: see below"
+    caught = next((r["message"] for r in group if str(r.get("message") or "").startswith(CANARY_CAUGHT)), "")
+    if caught:  # a canary's figures broke their bounds, as they must: say which and by how much
+        broke = [r for r in group if present(r["bound"]) and present(r["value"]) and _broke(r)]
+        return "caught: " + "; ".join(moved_words(r) for r in broke[:3]) if broke else one_line(caught)
     held = list(dict.fromkeys(CHECKS.get(r["metric"], (r["metric"],))[0] for r in group if present(r["bound"])))
     return ", ".join(held) if held else "–"
 
@@ -148,8 +152,7 @@ def tables(table: pd.DataFrame, run: RunRecord) -> list[tuple[str, list[str], li
             own = next((r for r in group if r["metric"] == "throughput_tok_s"), None)
             if gate == "speedup" and cells and cells[0] == "–" and own is not None:
                 cells[0] = f"{fmt(own['value'])} tok/s (the baseline engine's own)"
-            basis = next((r.get("basis") for r in group if r.get("basis") in ("coarse", "portable")), "")
-            label = (verdict or "–") + (f" ({basis})" if basis and verdict else "")
+            label = verdict_label(verdict, group)
             body.append((verdict, [method, key or "–", label, *cells, decided(group, verdict)]))
         out.append((gate, header, body))
     return out

@@ -13,7 +13,16 @@ import pandas as pd
 from specgate.checks import GATES, worst
 from specgate.formatting import fmt, present
 from specgate.report import glance
-from specgate.report.data import VERDICTS, headline, metric_label, normalize, one_line, ordered, verdict_of
+from specgate.report.data import (
+    VERDICTS,
+    headline,
+    metric_label,
+    normalize,
+    one_line,
+    ordered,
+    verdict_label,
+    verdict_of,
+)
 from specgate.run_record import Outcome, RunRecord
 
 # Headline columns per gate: (metric, header). Metrics not listed here still get a column.
@@ -165,10 +174,8 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         if message and verdict in ("fail", "error", "skip"):
             notes.setdefault((verdict, message), []).append(f"{method} / {key}" if key else method)
 
-    bases = {(r["method"], r["key"]): r.get("basis", "") for r in rows.to_dict("records")}
     for method, key, verdict, line in cells:
-        basis = bases.get((method, key), "")
-        label = (verdict or "–") + (f" ({basis})" if basis in ("coarse", "portable") and verdict else "")
+        label = verdict_label(verdict, records.get(method, {}).get(key, []))
         out.rows.append([method, key or "–", label] + line)
         out.verdicts.append(verdict)
     order = {"error": 0, "fail": 1, "skip": 2}

@@ -474,6 +474,50 @@ def test_a_draft_length_sweep_is_shown_against_k_with_the_best_k_per_level():
     assert "## draft-length sweep: ngram" in report.summary_markdown(table, EMPTY_RUN)
 
 
+def test_a_caught_canary_reads_as_caught_with_what_broke_not_as_a_plain_pass():
+    """A canary passes when its figures break the bounds of the method it mimics: the row must say so,
+    or a reviewer reads 'pass' beside a speedup under its floor."""
+    caught = "canary caught: 'suffix_throttled', a deliberately worse configuration of 'suffix', failed ..."
+    rows = [
+        row(
+            "suffix",
+            "speedup",
+            "C=1",
+            "speedup",
+            2.77,
+            concurrency=1,
+            bound=1.50,
+            ci_low=2.52,
+            ci_high=2.94,
+            verdict="pass",
+            basis="coarse",
+        ),
+        row(
+            "suffix_throttled",
+            "speedup",
+            "C=1",
+            "speedup",
+            0.894,
+            concurrency=1,
+            baseline=2.77,
+            bound=2.35,
+            ci_low=0.727,
+            ci_high=1.00,
+            verdict="pass",
+            message=caught,
+        ),
+        row("suffix_throttled", "speedup", "C=1", "draft_cost", 0.0155, concurrency=1, bound=0.0554),
+    ]
+    text = report.summary_markdown(report.normalize(pd.DataFrame(rows)), EMPTY_RUN)
+    assert "| suffix | C=1 | pass (coarse) |" in text
+    line = next(x for x in text.splitlines() if x.startswith("| suffix_throttled | C=1 |"))
+    assert "| pass (canary caught) |" in line, line
+    assert "caught: speedup floor: 2.77 → 0.894 (-67.7%), floor 2.35" in line, line
+    assert "step-cost" not in line  # the figure that held is not named as what caught it
+    (full,) = report.tables.gate_tables(report.normalize(pd.DataFrame(rows)), EMPTY_RUN)  # report.html's
+    assert [r[2] for r in full.rows] == ["pass (coarse)", "pass (canary caught)"]
+
+
 def test_speedup_markers_follow_the_verdicts_not_the_median_against_the_floor():
     """A canary whose interval straddles its floor failed (it was not caught) although its median is
     below the floor; a caught canary passed although its median is below it too; a skip was not judged."""

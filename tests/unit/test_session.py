@@ -1,5 +1,7 @@
 """Verdicts, canaries and baseline policy, driven directly through the session with fake engines."""
 
+import re
+
 import pytest
 
 from specgate.checks import Verdict
@@ -97,7 +99,8 @@ def test_a_profile_floor_fails_in_every_run_even_an_update(profile, tmp_path):
 def test_a_canary_passes_only_when_the_gate_fails_it(profile, tmp_path):
     stored(profile, tmp_path, "good")
     caught = session(profile, tmp_path, "worse", worse={"accepted": 0.5}).judge("acceptance", "worse", CATEGORY)
-    assert caught.passed
+    assert caught.passed and caught.message.startswith("canary caught: 'worse'"), caught.message
+    assert "configuration of 'good'" in caught.message and "mean acceptance length" in caught.message
     toothless = session(profile, tmp_path, "worse").judge("acceptance", "worse", CATEGORY)
     assert toothless.verdict is Verdict.FAIL and "the acceptance gate cannot fail here" in toothless.message
 
@@ -117,6 +120,7 @@ def test_a_canary_is_judged_against_the_method_it_mimics_measured_in_the_same_ru
     toothless.judge("speedup", "good", 4)
     j = toothless.judge("speedup", "worse", 4)
     assert j.verdict is Verdict.FAIL and "the speedup gate cannot fail here" in j.message
+    assert re.search(r"figures \(speedup [0-9.]+ \[[0-9.]+, [0-9.]+\] against [0-9.]+", j.message), j.message
 
 
 def test_a_canary_held_to_another_machines_or_the_coarse_baseline_is_not_decisive_never_a_failure(profile, tmp_path):
@@ -129,7 +133,9 @@ def test_a_canary_held_to_another_machines_or_the_coarse_baseline_is_not_decisiv
     assert acceptance.basis == "portable" and speedup.basis == "coarse"
     # ... but one the wide band still catches is caught
     caught = session(profile, tmp_path, "worse", hardware="this-machine", worse={"step_cost": 1.2 * 2.5})
-    assert caught.judge("speedup", "worse", 4).passed
+    j = caught.judge("speedup", "worse", 4)
+    assert j.passed and j.basis == "coarse"
+    assert j.messages[0].startswith("canary caught: 'worse'") and j.messages[1].startswith("coarse judgement: ")
 
 
 def test_a_canary_without_the_baseline_it_mimics_skips_naming_that_method(profile, tmp_path):
