@@ -36,3 +36,8 @@ def fmt(x: Any) -> str:
     if abs(x) >= 1000:
         return f"{x:,.0f}"
     return f"{x:#.3g}".rstrip(".")  # 2.40, not 2.4: columns of numbers line up by eye
+
+
+def with_interval(value: Any, low: Any, high: Any) -> str:
+    """'1.09 [0.81, 1.53]': a figure and its interval where it has one."""
+    return fmt(value) + (f" [{fmt(low)}, {fmt(high)}]" if present(low) and present(high) else "")

@@ -112,10 +112,10 @@ def header_lines(session) -> list[str]:
             f"{session.profile.tolerance_file}"
         )
     coarse = [j for j in session.judgements.values() if j.basis == "coarse" and j.key != "summary"]
-    # why (a pass says it in its own line, a failure at its end; a caught canary's catch comes first)
-    why = next((m.split(COARSE, 1)[1].split("; held to")[0] for j in coarse for m in j.messages if COARSE in m), "")
     if coarse and not session.baselines.borrowed.get("speedup"):
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))
+        # why: a pass says it in a line of its own (after a caught canary's catch), a failure at its end
+        why = next((m.split(COARSE, 1)[1].split("; held to")[0] for j in coarse for m in j.messages if COARSE in m), "")
         lines.append(
             f"speedups judged coarsely at {keys} (coarse_speedup_rtol "
             f"{session.profile.tolerance.coarse_speedup_rtol}): " + why

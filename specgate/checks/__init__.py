@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specgate.baseline_store import Stored
-from specgate.formatting import fmt
+from specgate.formatting import fmt, with_interval
 from specgate.profile import BASELINE, Profile
 
 ROUNDING = 1e-6  # stored values are rounded to 6 decimals: an unchanged rerun must not fail on that
@@ -224,9 +224,7 @@ def _held(rows: list[Row]) -> str:
     """' (speedup 1.11 [0.729, 2.42] against 1.67)': the bounded headline figures, as a canary's
     figures that passed are quoted."""
     held = [
-        f"{r.metric.replace('_', ' ')} {fmt(r.value)}"
-        + (f" [{fmt(r.ci_low)}, {fmt(r.ci_high)}]" if r.ci_low is not None and r.ci_high is not None else "")
-        + f" against {fmt(r.bound)}"
+        f"{r.metric.replace('_', ' ')} {with_interval(r.value, r.ci_low, r.ci_high)} against {fmt(r.bound)}"
         for r in rows
         if r.headline and r.bound is not None and r.value is not None
     ]

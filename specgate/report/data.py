@@ -27,7 +27,7 @@ import pandas as pd
 from specgate import run_record
 from specgate.checks import CANARY_CAUGHT, Verdict
 from specgate.errors import ResultsError
-from specgate.formatting import fmt, present
+from specgate.formatting import fmt, present, with_interval
 from specgate.profile import BASELINE
 from specgate.run_record import Outcome, RunRecord
 
@@ -123,9 +123,7 @@ def headline(row: Mapping[str, Any]) -> str:
     """'2.41 [2.30, 2.52] (baseline 2.43, floor 2.31)': the value with what it was judged against."""
     if not present(row["value"]) and row.get("unit") and isinstance(row["unit"], str):
         return row["unit"]  # a figure this run could not take says why; a label (the runner) is its unit
-    text = fmt(row["value"])
-    if present(row["ci_low"]) and present(row["ci_high"]):
-        text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
+    text = with_interval(row["value"], row["ci_low"], row["ci_high"])
     against = []
     if present(row["baseline"]):
         against.append(f"baseline {fmt(row['baseline'])}")
@@ -140,13 +138,18 @@ def verdict_of(outcome: Outcome) -> str:
     return verdict.value if verdict else ""
 
 
+def canary_catch(group: Iterable[Mapping[str, Any]]) -> str:
+    """The message of a canary the gate caught, as it must ('' for any other row)."""
+    return next((m for r in group if (m := str(r.get("message") or "")).startswith(CANARY_CAUGHT)), "")
+
+
 def verdict_label(verdict: str, group: Iterable[Mapping[str, Any]]) -> str:
     """A row's verdict as the tables print it: 'pass (coarse)' where the figures were held to a wider or
     another machine's baseline, 'pass (canary caught)' where a canary broke its bounds as it must."""
     if not verdict:
         return "–"
     group = list(group)
-    if verdict == "pass" and any(str(r.get("message") or "").startswith(CANARY_CAUGHT) for r in group):
+    if verdict == "pass" and canary_catch(group):
         return "pass (canary caught)"
     basis = next((r.get("basis") for r in group if r.get("basis") in ("coarse", "portable")), "")
     return verdict + (f" ({basis})" if basis else "")

@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.checks import CANARY_CAUGHT, GATES, worst
-from specgate.formatting import fmt, present
-from specgate.report.data import one_line, ordered, verdict_label, verdict_of
+from specgate.checks import GATES, worst
+from specgate.formatting import fmt, present, with_interval
+from specgate.report.data import canary_catch, one_line, ordered, verdict_label, verdict_of
 from specgate.run_record import RunRecord
 
 # Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
@@ -75,9 +75,7 @@ def cell(row: dict[str, Any]) -> str:
     """'1.09 [0.81, 1.53] ≥ 0.79': a figure, its interval and the bound it was held to."""
     if not present(row["value"]):
         return row["unit"] if isinstance(row.get("unit"), str) and row["unit"] else "–"
-    text = fmt(row["value"])
-    if present(row["ci_low"]) and present(row["ci_high"]):
-        text += f" [{fmt(row['ci_low'])}, {fmt(row['ci_high'])}]"
+    text = with_interval(row["value"], row["ci_low"], row["ci_high"])
     if present(row["bound"]):
         text += f" {'≤' if is_ceiling(row['metric'], row['gate']) else '≥'} {fmt(row['bound'])}"
     return text
@@ -96,19 +94,16 @@ def moved_words(row: dict[str, Any]) -> str:
 
 def decided(group: list[dict], verdict: str) -> str:
     """Which check decided a row: the failing figures in words; for a pass, the checks that held."""
+    failing = [r for r in group if present(r["bound"]) and present(r["value"]) and _broke(r)]
+    moved = "; ".join(moved_words(r) for r in failing[:3]) + (
+        f"; and {len(failing) - 3} more" if len(failing) > 3 else ""
+    )
     if verdict in ("fail", "error"):
-        failing = [r for r in group if present(r["bound"]) and present(r["value"]) and _broke(r)]
-        if failing:
-            return "; ".join(moved_words(r) for r in failing[:3]) + (
-                f"; and {len(failing) - 3} more" if len(failing) > 3 else ""
-            )
-        return "see below"
+        return moved or "see below"
     if verdict == "skip":
         return "not judged: see below"
-    caught = next((r["message"] for r in group if str(r.get("message") or "").startswith(CANARY_CAUGHT)), "")
-    if caught:  # a canary's figures broke their bounds, as they must: say which and by how much
-        broke = [r for r in group if present(r["bound"]) and present(r["value"]) and _broke(r)]
-        return "caught: " + "; ".join(moved_words(r) for r in broke[:3]) if broke else one_line(caught)
+    if caught := canary_catch(group):  # a canary's figures broke their bounds, as they must
+        return f"caught: {moved}" if moved else one_line(caught)
     held = list(dict.fromkeys(CHECKS.get(r["metric"], (r["metric"],))[0] for r in group if present(r["bound"])))
     return ", ".join(held) if held else "–"
 
