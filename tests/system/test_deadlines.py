@@ -15,7 +15,7 @@ from .nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 
 pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, skip_without_vllm_cpu()]
 # The longest honest silence in a cpu-tiny engine's log or stream measured 6.5-13.5 s on 2 cores (the
-# summary's "longest wait without progress"); a boot takes 20-30 s.
+# summary's "longest wait without progress"); a boot takes 20-58 s.
 STALL_S, BOOT_S = 45, 120
 
 
@@ -59,8 +59,7 @@ def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_metho
         run.wait_for(r"booting engine 'eagle3'", timeout_s=300)
         to_next = time.monotonic() - stopped_at
         assert run.wait(timeout_s=600) == 1
-        time.sleep(10)
-        left = run.alive()
+        left = run.alive_after(10)
     finally:
         run.kill_all()
     assert not left, left
@@ -93,7 +92,7 @@ def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_metho
 def test_a_boot_past_boot_timeout_s_is_stopped_saying_where_it_was(tmp_path):
     """The boot deadline on its own (the stall deadline set far above it): a hung boot of ngram fails
     that method within the deadline plus the stop, and nothing of the run is left."""
-    boot_s = 60  # cpu-tiny's engines boot in 18-30 s on 2 cores
+    boot_s = 90  # the baseline must boot within it: cpu-tiny boots in 18-30 s on 2 cores, up to 58 s on slow ones
     profile = with_deadlines(tmp_path, boot_s, 600)
     run = NestedRun(
         [
@@ -113,8 +112,7 @@ def test_a_boot_past_boot_timeout_s_is_stopped_saying_where_it_was(tmp_path):
         run.newest_core(exclude={p.pid for p in run.engine_cores()}, timeout_s=60).send_signal(signal.SIGSTOP)
         assert run.wait() == 1
         ended = time.monotonic() - started
-        time.sleep(10)  # as after a signal: the run's reaper stops what is still on its way out when pytest ends
-        left = run.alive()
+        left = run.alive_after(10)  # as after a signal: the reaper stops what is on its way out when pytest ends
     finally:
         run.kill_all()
     assert not left, f"processes of the run still alive 10 s after it ended: {left}"
