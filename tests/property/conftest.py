@@ -42,10 +42,11 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     under `-n N --dist loadgroup` (.ci/run) they run in one worker, which samples the case once
     (properties.sample_case memoizes it; 15-70 s a case) instead of once in every worker."""
     callspec = getattr(item, "callspec", None)
-    subjects = [v for v in (callspec.params.values() if callspec else ()) if isinstance(v, Subject)]
+    params = list(callspec.params.values()) if callspec else []
+    subjects = [v for v in params if isinstance(v, Subject)]
     if any(s.kind != "reference" for s in subjects):
         item.add_marker(pytest.mark.needs_vllm)
     interpreted = [s for s in subjects if s.interpreted]
-    cases = [v for v in (callspec.params.values() if callspec else ()) if isinstance(v, DistributionCase)]
+    cases = [v for v in params if isinstance(v, DistributionCase)]
     if interpreted and cases:
         item.add_marker(pytest.mark.xdist_group(f"{interpreted[0].name} {cases[0].name}"))
