@@ -33,6 +33,7 @@ _WATCH_KEY = pytest.StashKey["CorrectnessWatch"]()
 _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 _WORKERS_KEY = pytest.StashKey[list]()
 _RUN_KEY = pytest.StashKey["RunLife"]()
+_GROUPS_KEY = pytest.StashKey[str]()  # the controller's directory of the workers' xdist groups
 DEFAULT_STAGE = 50
 MARKERS = (
     "gpu: boots an inference engine (real vLLM); the gate itself",
@@ -74,6 +75,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_OUT_KEY] = Path(out)
     if getattr(config.option, "numprocesses", None) and not scaleout.worker_id(config):
         os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
+        import tempfile
+
+        config.stash[_GROUPS_KEY] = os.environ[scaleout.GROUPS_ENV] = tempfile.mkdtemp(prefix="specgate-groups-")
     if options.selects_gate(config) and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
         # pytest-benchmark keeps the speedup trials' timings next to the results, where
         # `pytest-benchmark compare` can read two runs side by side.
@@ -161,6 +165,8 @@ def _param_of(item: pytest.Item):
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Build the session for what was collected, then group gate items by method (baseline first),
     then by stage, keeping file order otherwise."""
+    if (worker := scaleout.worker_id(config)) and (groups := os.environ.get(scaleout.GROUPS_ENV)):
+        scaleout.record_groups(items, groups, worker)  # for the controller's scheduler (method_scheduler)
     gates = {item: gate_of(item) for item in items}
     if not any(gates.values()):
         return
@@ -215,13 +221,14 @@ def _booter(config: pytest.Config):
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
     """Under xdist, schedule a method's gate tests as one unit (whatever --dist says): splitting them
-    over workers would boot the method's engine on each. (xdist's own `loadgroup` renames node ids,
-    which pytest 9 no longer lets it do, so the scope is read from the test id instead.)"""
+    over workers would boot the method's engine on each; and the tests of one `xdist_group` as one.
+    (xdist's own `loadgroup` renames node ids, which pytest 9 no longer lets it do, so the method is
+    read from the test id and the group from what the workers recorded.)"""
     try:
         methods = run_plan(config).method_order
     except pytest.UsageError:
-        return None  # no profile to group by: xdist's default scheduling
-    return scaleout.method_scheduler(config, log, methods)
+        methods = []  # no profile: no gate tests to keep together, only the groups
+    return scaleout.method_scheduler(config, log, methods, config.stash.get(_GROUPS_KEY, None))
 
 
 # -- fixtures ---------------------------------------------------------------------------------------
@@ -305,6 +312,13 @@ def _ran(session) -> bool:
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     logstream.keep_out_of_reports(session.config.pluginmanager.get_plugin("logging-plugin"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if groups := config.stash.get(_GROUPS_KEY, None):
+        import shutil
+
+        shutil.rmtree(groups, ignore_errors=True)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:

@@ -15,6 +15,9 @@ import subprocess
 from specgate.errors import SpecgateError
 
 RUN_OUT_ENV = "SPECGATE_RUN_OUT"  # the controller's results directory, inherited by its workers
+# Where each xdist worker writes the `xdist_group` of the tests it collected, for the controller's scheduler
+# (xdist's own `loadgroup` renames node ids to carry the group, which pytest 9 no longer allows).
+GROUPS_ENV = "SPECGATE_XDIST_GROUPS"
 
 
 def worker_id(config=None) -> str | None:
@@ -86,13 +89,47 @@ def method_of(nodeid: str, methods: list[str]) -> str | None:
     return None
 
 
-def method_scheduler(config, log, methods: list[str]):
-    """xdist's load-scope scheduler with one scope per method (other tests: one scope each)."""
+def record_groups(items, directory: str, worker: str) -> None:
+    """In an xdist worker: {node id: its xdist_group name} of the collected tests that carry one, written to
+    `directory`/<worker>.json (whole, then renamed: the scheduler never reads half a file)."""
+    import json
+
+    groups = {}
+    for item in items:
+        mark = item.get_closest_marker("xdist_group")
+        if mark is not None and (name := mark.args[0] if mark.args else mark.kwargs.get("name")):
+            groups[item.nodeid] = str(name)
+    path = os.path.join(directory, f"{worker}.json")
+    with open(path + ".part", "w", encoding="utf-8") as fh:
+        json.dump(groups, fh)
+    os.replace(path + ".part", path)
+
+
+def read_groups(directory: str | None) -> dict[str, str]:
+    """The groups every worker recorded (node id -> group name); {} when there are none."""
+    import glob
+    import json
+
+    out: dict[str, str] = {}
+    for path in sorted(glob.glob(os.path.join(directory, "*.json"))) if directory else ():
+        with open(path, encoding="utf-8") as fh:
+            out.update(json.load(fh))
+    return out
+
+
+def method_scheduler(config, log, methods: list[str], groups_dir: str | None = None):
+    """xdist's load-scope scheduler with one scope per method, one per `xdist_group` (the groups the
+    workers recorded in `groups_dir`), and one scope each for the other tests."""
     from xdist.scheduler import LoadScopeScheduling
 
     class MethodScopeScheduling(LoadScopeScheduling):
+        _groups: dict[str, str] | None = None
+
         def _split_scope(self, nodeid: str) -> str:
-            method = method_of(nodeid, methods)
-            return f"specgate-method:{method}" if method else nodeid
+            if method := method_of(nodeid, methods):
+                return f"specgate-method:{method}"
+            if self._groups is None:
+                self._groups = read_groups(groups_dir)
+            return f"xdist-group:{self._groups[nodeid]}" if nodeid in self._groups else nodeid
 
     return MethodScopeScheduling(config, log)

@@ -6,6 +6,8 @@ from specgate.errors import SpecgateError
 from specgate.profile import find_profile, load_profile
 from specgate.scaleout import gpus_per_engine, pin_worker, slice_devices
 
+pytest_plugins = ["pytester"]
+
 
 def test_each_worker_gets_a_disjoint_slice():
     visible = ["0", "1", "2", "3", "4", "5", "6", "7"]
@@ -71,3 +73,31 @@ def test_a_pytest_started_by_a_worker_is_no_worker_itself(root, monkeypatch):
     assert pin_worker(profile, {"CUDA_VISIBLE_DEVICES": "0"}, config=nested) is None  # no slicing, no error
     env = {"CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7"}
     assert pin_worker(profile, env, config=worker) == ["4", "5", "6", "7"]
+
+
+def test_the_tests_of_one_xdist_group_run_on_one_worker(pytester):
+    """pytest 9 forbids xdist's loadgroup its renamed node ids: the method scheduler keeps the groups the
+    workers recorded (the property suite's cases, the matrix run's module fixture)."""
+    pytest.importorskip("xdist")
+    pytester.makepyfile(
+        test_groups="""
+        import os, pytest
+
+        @pytest.mark.xdist_group("one")
+        @pytest.mark.parametrize("i", range(4))
+        def test_a(i):
+            pass
+
+        @pytest.mark.xdist_group("two")
+        @pytest.mark.parametrize("i", range(4))
+        def test_b(i):
+            pass
+        """
+    )
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-v", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=8)
+    workers: dict[str, set[str]] = {}
+    for line in result.outlines:
+        if " PASSED " in line and line.startswith("[gw"):
+            workers.setdefault(line.split("::")[1].split("[")[0], set()).add(line.split("]")[0].lstrip("["))
+    assert set(workers) == {"test_a", "test_b"} and all(len(w) == 1 for w in workers.values()), workers
