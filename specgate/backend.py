@@ -42,6 +42,12 @@ class BatchResult:
     step_histograms: dict[str, list[int]] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class RequestsResult:
+    replies: dict  # tag -> specgate.completions.Reply
+    counters: SpecCounters  # spec-decode counters of this batch alone
+
+
 @dataclass
 class ShutdownReport:
     method: str
@@ -212,6 +218,28 @@ class StreamingBackend:
         self.run(batch(), f"generating a batch of {len(prompts)} prompts")
         outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
         return BatchResult(outputs, steps, self.counters() - before, self.take_step_histograms(list(tokens)))
+
+    async def complete(self, token_ids, params: dict, tag: str, stream: bool = True):
+        """One request with these SamplingParams keywords -> specgate.completions.Reply."""
+        raise NotMeasurable(f"engine '{self.method_name}' cannot be sent requests with their own parameters")
+
+    def run_requests(self, requests, what: str = "the requests scenario", limit: int | None = None) -> RequestsResult:
+        """`requests` ((tag, token ids, params, stream) each), sent at once (at most `limit` in flight):
+        each one's Reply by tag, and the spec-decode counters the batch moved."""
+        gate = asyncio.Semaphore(limit) if limit else None
+
+        async def one(tag, ids, params, stream):
+            if gate is None:
+                return await self.complete(ids, params, tag, stream)
+            async with gate:
+                return await self.complete(ids, params, tag, stream)
+
+        async def batch():
+            return await asyncio.gather(*(one(*r) for r in requests))
+
+        before = self.counters()
+        replies = self.run(batch(), f"{what}: {len(requests)} requests")
+        return RequestsResult(dict(zip([r[0] for r in requests], replies)), self.counters() - before)
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
         """One closed-loop trial and the spec-decode counters it moved."""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
 from specgate.backend import StreamingBackend
+from specgate.completions import Reply, collect, reply_of
 from specgate.errors import EngineStalled, SpecgateError
 from specgate.eventloop import EventLoopThread
 from specgate.watchdog import Overdue, Watch, describe
@@ -71,6 +72,7 @@ class Endpoint(StreamingBackend):
     alive: bool = True
     watch: Watch | None = None  # the profile's stall_timeout_s: a server that stops answering fails, in time
     _requests: int = 0
+    _version: str | None = None
 
     @property
     def method_name(self) -> str:
@@ -110,6 +112,16 @@ class Endpoint(StreamingBackend):
                 raise EndpointError(f"endpoint {self.url}: /v1/models lists no model.")
             self.model = models[0]
         return self.model
+
+    def version(self) -> str:
+        """The server's vLLM version ('0.31.0'), from its /version; '' when it does not say."""
+        if self._version is None:
+            try:
+                said = json.loads(self.run(self._get("/version"))).get("version", "")
+                self._version = str(said).split("+")[0]
+            except (EndpointError, ValueError, AttributeError):
+                self._version = ""
+        return self._version
 
     def counters(self) -> SpecCounters:
         return counters_from_prometheus(self.run(self._get("/metrics")))
@@ -193,6 +205,48 @@ class Endpoint(StreamingBackend):
                 self.watch.progress()
             yield [int(t) for t in choice.get("token_ids") or []], top
 
+    async def complete(self, token_ids, params: dict, tag: str, stream: bool = True) -> Reply:
+        """One request as a client sends it to /v1/completions (the scenario's SamplingParams keywords as
+        the request's fields), streamed or not: each of its n outputs with the usage the server reports,
+        or the server's refusal (a 400, or the error event of a stream)."""
+        import httpx
+
+        self.served_model()
+        body = completion_body(self.model, token_ids, params, stream)
+        parts: dict[int, dict] = {}
+        prompt_logprobs = None
+        try:
+            async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S) as client:
+                if not stream:
+                    resp = await client.post(self.url + "/v1/completions", json=body)
+                    if resp.status_code != 200:
+                        return Reply(refused=refusal_of(resp.status_code, resp.text, self.url))
+                    data = resp.json()
+                    for choice in data.get("choices", []):
+                        collect(parts, choice_fields(choice, data, params), False)
+                        prompt_logprobs = prompt_logprobs or prompt_logprob_fields(choice)
+                    return reply_of(parts, prompt_logprobs, False)
+                async with client.stream("POST", self.url + "/v1/completions", json=body) as resp:
+                    if resp.status_code != 200:
+                        return Reply(refused=refusal_of(resp.status_code, (await resp.aread()).decode(), self.url))
+                    async for line in resp.aiter_lines():
+                        if not line.startswith("data: ") or line[6:].strip() == "[DONE]":
+                            continue
+                        data = json.loads(line[6:])
+                        if "error" in data:  # vLLM reports a refusal inside a streamed 200
+                            return Reply(refused=str(data["error"].get("message", data["error"])))
+                        for choice in data.get("choices", []):
+                            collect(parts, choice_fields(choice, None, params), True)
+                        if data.get("usage") and len(parts) == 1:
+                            next(iter(parts.values()))["usage"] = int(data["usage"]["completion_tokens"])
+                        if self.watch is not None:
+                            self.watch.progress()
+        except httpx.HTTPError as exc:
+            raise EndpointError(
+                f"endpoint {self.url}: a completion request failed ({type(exc).__name__}: {exc})."
+            ) from None
+        return reply_of(parts, prompt_logprobs, True)
+
     def run_batch(
         self,
         prompts,
@@ -221,3 +275,63 @@ class Endpoint(StreamingBackend):
             self.loop.close()
 
     close = shutdown
+
+
+def completion_body(model: str | None, token_ids, params: dict, stream: bool) -> dict:
+    """The /v1/completions request for the scenario's SamplingParams keywords: token ids in and out,
+    logprobs keyed by token id, the usage chunk at the end of a stream."""
+    body = {"model": model, "prompt": list(token_ids), "stream": stream, "return_token_ids": True, **params}
+    if "logit_bias" in body:
+        body["logit_bias"] = {str(t): v for t, v in body["logit_bias"].items()}
+    if body.get("logprobs") is not None or body.get("prompt_logprobs") is not None:
+        body["return_tokens_as_token_ids"] = True
+    if stream:
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+def _token_id(key: str) -> int:
+    return int(key.split(":", 1)[1]) if key.startswith("token_id:") else int(key)
+
+
+def choice_fields(choice: dict, response: dict | None, params: dict) -> dict:
+    """One completion choice (a chunk of a stream, or the whole answer) as completions.collect reads it."""
+    logprobs = None
+    if params.get("logprobs") is not None and choice.get("logprobs") is not None:
+        lp = choice["logprobs"]
+        logprobs = [
+            {_token_id(t): float(v) for t, v in (top or {}).items()} | {_token_id(tok): float(val)}
+            for tok, val, top in zip(
+                lp.get("tokens") or [], lp.get("token_logprobs") or [], lp.get("top_logprobs") or []
+            )
+        ]
+    usage = None
+    if response is not None and response.get("usage") and len(response.get("choices", [])) == 1:
+        usage = response["usage"].get("completion_tokens")
+    return {
+        "index": int(choice.get("index", 0)),
+        "text": choice.get("text") or "",
+        "token_ids": choice.get("token_ids") or [],
+        "finish_reason": choice.get("finish_reason"),
+        "stop_reason": choice.get("stop_reason"),
+        "logprobs": logprobs,
+        "usage": usage,
+    }
+
+
+def prompt_logprob_fields(choice: dict) -> list | None:
+    """vLLM's prompt_logprobs of a choice: [None | {token id: logprob}] per prompt token."""
+    rows = choice.get("prompt_logprobs")
+    if rows is None:
+        return None
+    return [None if row is None else {int(t): float(v["logprob"]) for t, v in row.items()} for row in rows]
+
+
+def refusal_of(status: int, body: str, url: str) -> str:
+    """The server's words for a refused request (a 4xx's error.message); a 5xx is not a refusal."""
+    if status >= 500 or status < 400:
+        raise EndpointError(f"endpoint {url}: /v1/completions answered {status}: {body[:300]}")
+    try:
+        return str(json.loads(body)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return body.strip()[:500]

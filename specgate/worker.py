@@ -151,3 +151,11 @@ def declared_weight_shape(module) -> tuple[int, int] | None:
         if isinstance(out, int) and isinstance(inp, int):
             return out, inp
     return None
+
+
+def repair_sampled_verification(worker, on: bool) -> bool:
+    """Runs inside the vLLM worker: vllm-project/vllm#55005's repair in (on) or out of V1's rejection
+    sampler; True when it is in (only where the probe shows the bug)."""
+    from specgate import vllm_compat
+
+    return vllm_compat.repair_expand(on)

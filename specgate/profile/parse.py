@@ -17,6 +17,13 @@ def parse(data: dict, path: Path, cls: type[Profile] = Profile) -> Profile:
     check = Checker(path)
     values = check.read(cls, data, "")
     values["methods"] = methods(check, values["methods"])
+    for name, issue in values.get("known_issues", {}).items():
+        if unknown := [m for m in issue.methods if m not in values["methods"]]:
+            raise check.fail(
+                f"known_issues.{name}.methods",
+                f"names {', '.join(map(repr, unknown))}, not a method of this profile"
+                f"{did_you_mean(unknown[0], values['methods'])}.",
+            )
     profile = cls(path=Path(path), **values)
     if profile.max_tokens >= profile.max_model_len:
         raise check.fail(

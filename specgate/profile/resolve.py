@@ -74,12 +74,22 @@ def _method(check: Checker, method: Method, root: Path) -> Method:
         if key in kwargs:
             kwargs[key] = model_ref(check, prefix + "engine.kwargs." + key, kwargs[key], root)
     if method.plant:
-        from specgate.plants import PLANTS
+        from specgate.plants import PLANTS, split
 
-        if method.plant not in PLANTS:
+        try:
+            name, strength = split(method.plant)
+        except ValueError:
+            raise check.fail(prefix + "plant", f"{method.plant!r}: a strength is a number (name:0.2).") from None
+        if name not in PLANTS:
             raise check.fail(
                 prefix + "plant",
-                f"is not a known plant{did_you_mean(method.plant, PLANTS)}; known: {', '.join(PLANTS)}.",
+                f"is not a known plant{did_you_mean(name, PLANTS)}; known: {', '.join(PLANTS)}.",
+            )
+        if (strength is None) != (name == "accept_rejected_draft") or not (strength is None or 0 < strength <= 1):
+            raise check.fail(
+                prefix + "plant",
+                f"{method.plant!r}: accept_rejected_draft takes a probability in (0, 1] (accept_rejected_draft:0.2), "
+                "the other plants none.",
             )
     return replace(method, speculative_config=sc, engine_kwargs=kwargs)
 

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import ProfileError
-from specgate.profile.tables import Equivalence, Scenarios, Speedup, Tolerance
+from specgate.profile.tables import Equivalence, KnownIssue, Scenarios, Speedup, Tolerance
 from specgate.prompt_sources import PromptSource, parse_sources
-from specgate.schema import did_you_mean, held_as_float, non_negative, one_of, positive, rule, setting
+from specgate.schema import Checker, did_you_mean, held_as_float, non_negative, one_of, positive, rule, setting
 
 # Methods that draft from the prompt/history and load no drafter weights.
 MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
@@ -176,6 +176,25 @@ def _cpu_flags(check, key: str, value: list, _) -> tuple[str, ...]:
     return tuple(value)
 
 
+def _known_issues(check: Checker, key: str, value: dict, _) -> dict[str, KnownIssue]:
+    """[known_issues.ID] tables, each read as KnownIssue declares it (lists of strings where lists are asked)."""
+    if not isinstance(value, dict):
+        raise check.fail(key, "must be a table of [known_issues.ID] tables.")
+    out = {}
+    for name, table in value.items():
+        where = f"{key}.{name}"
+        if not isinstance(table, dict):
+            raise check.fail(where, "must be a table (check, cases, methods, releases, note).")
+        values = check.read(KnownIssue, table, where + ".")
+        for field in ("cases", "methods", "releases"):
+            items = values[field]
+            if not items or not all(isinstance(x, str) and x for x in items):
+                raise check.fail(f"{where}.{field}", f"must be a non-empty list of names, got {items!r}.")
+            values[field] = tuple(items)
+        out[name] = KnownIssue(**values)
+    return out
+
+
 @dataclass(frozen=True, kw_only=True)
 class Profile:
     """A validated profile. Paths are absolute; model references are resolved later by `models`."""
@@ -276,6 +295,11 @@ class Profile:
         ),
     )
     scenarios: Scenarios = setting(kind=dict, table=Scenarios, factory=Scenarios, measures=False, doc="[scenarios.*]")
+    # Bugs the gate finds in released vLLMs, recorded: a failure they explain is reported as known
+    # (checks.known), one that no longer reproduces fails until the entry goes.
+    known_issues: dict[str, KnownIssue] = setting(
+        kind=dict, factory=dict, measures=False, parse=_known_issues, doc="[known_issues.ID] tables"
+    )
     # Derived, never read from the file:
     prompts: tuple[Path, ...] = ()  # the files `prompt_sources` read (resolve.py)
     # Where its baselines live (baselines/<this>/): the profile's name, or "<name>@<dtype>" when a run

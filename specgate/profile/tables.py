@@ -9,7 +9,7 @@ from pathlib import Path
 from specgate.prompt_sources import PromptSource, parse_sources
 from specgate.schema import held_as_float, non_negative, one_of, positive, relative, rule, setting, share
 
-SCENARIOS = ("preemption", "prefix_soak", "structured")
+SCENARIOS = ("preemption", "prefix_soak", "structured", "requests")
 
 
 @dataclass(frozen=True)
@@ -161,12 +161,59 @@ class Structured:
 
 
 @dataclass(frozen=True)
+class Requests:
+    """The requests scenario (specgate.request_matrix): every method's engine is sent the profile's
+    prompts under a matrix of request parameters (stop strings at every offset inside an accepted
+    draft, caps, min_tokens, penalties, logit processors, logprobs, streaming, seeded sampling) and each
+    request is compared with the baseline engine's same request; plus `samples` seeded samples of
+    `sampled_tokens` tokens for `sampled_per_category` prompts of each category, whose token
+    distribution must equal the baseline engine's by a two-sample test at `level`."""
+
+    per_category: int = setting(1, int, bound=positive, doc="prompts of each category in the matrix")
+    logprob_atol: float = setting(
+        0.0, float, bound=non_negative, doc="logprob values may differ by this much (0: float32, exact)"
+    )
+    sampled_per_category: int = setting(1, int, bound=non_negative, doc="prompts of each category sampled at T > 0")
+    samples: int = setting(
+        96, int, bound=rule(lambda v: v >= 8, "must be >= 8 (a two-sample test needs samples)"), doc="samples a prompt"
+    )
+    sampled_tokens: int = setting(4, int, bound=positive, doc="tokens of each sample compared")
+    temperature: float = setting(
+        1.0, float, bound=rule(lambda v: 0 < v <= 2, "must be in (0, 2]"), doc="the samples' temperature"
+    )
+    level: float = setting(
+        0.001,
+        float,
+        bound=rule(lambda v: 0 < v < 0.5, "must be in (0, 0.5)"),
+        doc="the two-sample test's level (false alarms per method and run)",
+    )
+
+
+@dataclass(frozen=True)
+class KnownIssue:
+    """A bug the gate finds in a released vLLM, recorded so that its failure is reported as known, not as
+    this build's regression: `[known_issues."vllm#55005"]` with the check (a gate) and the cases (its
+    failing parts, e.g. the requests scenario's classes) it explains, for these methods, on these releases."""
+
+    check: str = setting(kind=str, required="is required (the gate it explains, e.g. 'requests').", doc="the gate")
+    cases: tuple[str, ...] = setting(
+        kind=list, required="is required (what of the check it explains).", doc="the check's cases it explains"
+    )
+    methods: tuple[str, ...] = setting(kind=list, required="is required.", doc="the methods it explains")
+    releases: tuple[str, ...] = setting(
+        kind=list, required="is required (the vLLM releases it is present in).", doc="releases where it reproduces"
+    )
+    note: str = setting("", str, doc="what the bug is, where it is filed")
+
+
+@dataclass(frozen=True)
 class Scenarios:
     """Where vLLM's own spec-decode bug reports come from, each off (None) unless the profile enables it."""
 
     preemption: Preemption | None = setting(None, dict, table=Preemption, doc="requests preempted under KV pressure")
     prefix_soak: PrefixSoak | None = setting(None, dict, table=PrefixSoak, doc="prefix-cache reuse over rounds")
     structured: Structured | None = setting(None, dict, table=Structured, doc="output under a JSON schema")
+    requests: Requests | None = setting(None, dict, table=Requests, doc="requests as users send them")
 
     @property
     def enabled(self) -> tuple[str, ...]:

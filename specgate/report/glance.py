@@ -41,6 +41,7 @@ COMPACT = {
         ("diverged", "diverged"),
         ("mean_acceptance_length", "acceptance length"),
     ],
+    "requests": [("cases", "cases"), ("sampled.p_value", "T > 0 p-value")],
 }
 # What a bounded figure's check is called, and whether its bound is a ceiling (else a floor).
 CHECKS = {
@@ -64,6 +65,8 @@ CHECKS = {
     "preemptions": ("preempted at least once", False),
     "kv_usage_after": ("KV freed", True),
     "drift": ("drift floor", False),
+    "sampled.p_value": ("two-sample test at T > 0", False),
+    "sampled_repaired.p_value": ("two-sample test, sampler repaired", False),
 }
 
 

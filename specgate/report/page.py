@@ -12,6 +12,7 @@ import pandas as pd
 
 from specgate.formatting import fmt
 from specgate.report import glance, plots
+from specgate.report import requests as requests_section
 from specgate.report.data import normalize
 from specgate.report.tables import gate_tables, moved_rows, sweeps, title_line, totals
 from specgate.run_record import RunRecord
@@ -137,6 +138,11 @@ def report_html(
                 + "".join(f"<li><b>{esc(v)}</b> {esc(', '.join(where))}: {esc(m)}</li>" for v, m, where in gt.notes)
                 + "</ul>"
             )
+    for method, verdict, header, body, lines in requests_section.sections(table):
+        parts.append(f"<h2>Requests as users send them: {esc(method)} ({esc(verdict or 'not judged')})</h2>")
+        parts.append(_table(header, [("", row) for row in body]))
+        if lines:
+            parts.append("<ul class='notes'>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
     for family, header, body in sweeps(table):
         parts.append(
             f"<h2>Draft-length sweep: {esc(family)}</h2><table><tr>"

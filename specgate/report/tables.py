@@ -13,6 +13,7 @@ import pandas as pd
 from specgate.checks import GATES, worst
 from specgate.formatting import fmt, present
 from specgate.report import glance
+from specgate.report import requests as requests_section
 from specgate.report.data import (
     VERDICTS,
     headline,
@@ -66,6 +67,11 @@ _HEADLINES = {
         ("mean_acceptance_length", "acceptance length"),
         ("kv_usage_after", "KV in use after"),
     ],
+    "requests": [
+        ("cases", "cases"),
+        ("sampled.p_value", "T > 0 p-value"),
+        ("sampled_repaired.p_value", "T > 0 p-value, repaired"),
+    ],
 }
 # many rows per (method, key): plotted, not a column
 _PER_ITEM = ("position_rate", "logprob_gap", "round_acceptance_length", "round_prefix_hit_rate")
@@ -112,7 +118,11 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
     known = [m for m, _ in _HEADLINES.get(gate, [])]
     labels = dict(_HEADLINES.get(gate, []))
     metrics = [m for m in known if m in set(rows["metric"])]
-    metrics += [m for m in ordered(rows["metric"], first="") if m not in known and m not in _PER_ITEM]
+    metrics += [
+        m
+        for m in ordered(rows["metric"], first="")
+        if m not in known and m not in _PER_ITEM and not (gate == "requests" and "." in m)  # its own section
+    ]
     has_positions = "position_rate" in set(rows["metric"])
     out.header = ["method", "key", "verdict"] + [_label(rows, m, labels) for m in metrics]
     out.header += ["per-position rates"] if has_positions else []
@@ -295,6 +305,7 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
             lines.append(f"- **{verdict}** {', '.join(where)}: {one_line(message)}")
         if gate_notes:
             lines.append("")
+    lines += requests_section.markdown(table)
     for family, header, body in sweeps(table):
         lines += [
             f"## draft-length sweep: {family}",

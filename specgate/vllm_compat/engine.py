@@ -50,6 +50,60 @@ def sampling_params(
     )
 
 
+def request_params(params: dict, stream: bool = True):
+    """SamplingParams from the requests scenario's keywords (specgate.request_matrix): DELTA outputs when
+    streamed, one final output otherwise. vLLM's own validation applies (a refused combination raises)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    kind = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
+    return SamplingParams(**params, output_kind=kind)
+
+
+def refusal(exc: BaseException) -> str:
+    """vLLM's sentence when `exc` is its refusal of a request's parameters (what a server answers with a
+    400), else ''. A dead engine or any other failure is not a refusal."""
+    try:
+        from vllm.exceptions import VLLMClientError
+    except ImportError:
+        VLLMClientError = ()  # noqa: N806 (an exception class, as vLLM spells it)
+    if is_engine_dead(exc):
+        return ""
+    if isinstance(exc, VLLMClientError) or type(exc) is ValueError:
+        return str(exc).strip()
+    return ""
+
+
+def completion_fields(completion) -> dict:
+    """The fields of a vLLM CompletionOutput the requests scenario reads (text, ids, reasons, logprobs)."""
+    logprobs = None
+    if completion.logprobs is not None:
+        logprobs = [{int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs]
+    metrics = getattr(completion, "spec_decode_metrics", None)
+    spec = None
+    if metrics is not None and getattr(metrics, "histogram", None) is not None:
+        histogram = list(metrics.histogram)
+        spec = (sum(i * n for i, n in enumerate(histogram)), int(getattr(metrics, "num_draft_tokens", 0) or 0))
+    return {
+        "index": int(completion.index),
+        "text": completion.text,
+        "token_ids": [int(t) for t in completion.token_ids],
+        "finish_reason": completion.finish_reason,
+        "stop_reason": completion.stop_reason,
+        "logprobs": logprobs,
+        "spec": spec,
+    }
+
+
+def prompt_logprob_fields(output) -> list | None:
+    """A RequestOutput's prompt logprobs as [None | {token id: logprob}] per prompt token, or None."""
+    if getattr(output, "prompt_logprobs", None) is None:
+        return None
+    return [
+        None if pos is None else {int(t): float(lp.logprob) for t, lp in pos.items()} for pos in output.prompt_logprobs
+    ]
+
+
 def reset_prefix_cache(client) -> None:
     """Empty the engine's prefix cache (a prefix-cache soak starts cold)."""
     return client.reset_prefix_cache()
@@ -72,6 +126,13 @@ def kv_capacity_tokens(client) -> int | None:
     if cache.num_gpu_blocks is None:
         return None
     return int(cache.num_gpu_blocks) * int(cache.block_size)
+
+
+def token_budget(client) -> int | None:
+    """The engine's scheduled tokens per step (max_num_batched_tokens), None when it does not say."""
+    scheduler = getattr(getattr(client, "vllm_config", None), "scheduler_config", None)
+    value = getattr(scheduler, "max_num_batched_tokens", None)
+    return int(value) if value else None
 
 
 def is_engine_dead(exc: BaseException) -> bool:

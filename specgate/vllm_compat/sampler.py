@@ -138,6 +138,33 @@ def v2_input_batch(**values):
     return InputBatch(**{**dict.fromkeys(required), **values})
 
 
+def _expand_repaired(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
+    """V1's `expand_batch_to_tokens` in torch: each request's value repeated over its draft positions
+    (`replace_from` read as `replace_to`), as the fix of vllm-project/vllm#55005 (#55006) computes it."""
+    import torch
+
+    counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
+    values = torch.where(x == replace_from, torch.tensor(replace_to, dtype=x.dtype), x)
+    return torch.repeat_interleave(values, counts, output_size=num_tokens)
+
+
+_SHIPPED: dict[str, object] = {}  # the module's own expand_batch_to_tokens while the repair is in
+
+
+def repair_expand(on: bool) -> bool:
+    """Put the repair of vllm-project/vllm#55005 into V1's rejection sampler in this process (on), or take
+    it out again; True when it is in. Only where the probe shows the bug (sampled_verification_broken)."""
+    from vllm.v1.sample import rejection_sampler as rs
+
+    if on:
+        if sampled_verification_broken() and "expand" not in _SHIPPED:
+            _SHIPPED["expand"] = rs.expand_batch_to_tokens
+            rs.expand_batch_to_tokens = _expand_repaired
+    elif "expand" in _SHIPPED:
+        rs.expand_batch_to_tokens = _SHIPPED.pop("expand")
+    return "expand" in _SHIPPED
+
+
 @contextlib.contextmanager
 def expand_repaired() -> Iterator[None]:
     """While active, and only on a vLLM whose probe shows vllm-project/vllm#55005
@@ -147,20 +174,11 @@ def expand_repaired() -> Iterator[None]:
     if not sampled_verification_broken():
         yield
         return
-    import torch
-    from vllm.v1.sample import rejection_sampler as rs
-
-    def expand(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):
-        counts = torch.diff(cu_num_tokens.long(), prepend=cu_num_tokens.new_zeros(1).long())
-        values = torch.where(x == replace_from, torch.tensor(replace_to, dtype=x.dtype), x)
-        return torch.repeat_interleave(values, counts, output_size=num_tokens)
-
-    original = rs.expand_batch_to_tokens
-    rs.expand_batch_to_tokens = expand
+    repair_expand(True)
     try:
         yield
     finally:
-        rs.expand_batch_to_tokens = original
+        repair_expand(False)
 
 
 class KernelOverride:

@@ -1,7 +1,7 @@
 """Scenarios where vLLM's spec-decode regressions were filed, off the plain path: requests preempted and
 resumed mid-speculation, prefix-cache reuse over rounds, grammar-constrained output
-(specgate/checks/scenarios.py). A profile enables each with its `[scenarios.<name>]` table; the others
-are deselected."""
+(specgate/checks/scenarios.py), and requests as users send them (specgate/checks/requests.py). A profile
+enables each with its `[scenarios.<name>]` table; the others are deselected."""
 
 import pytest
 
@@ -19,6 +19,13 @@ def test_structured_output_matches_the_baseline_and_the_schema(judge, engine_met
 @pytest.mark.specgate(gate="prefix_soak", stage=70)
 def test_prefix_soak_keeps_acceptance_and_outputs(judge, method):
     verdict = judge(method)
+    assert verdict.passed, verdict.message
+
+
+# after memory (its thousands of requests would move the engine's peak memory), before the shutdown
+@pytest.mark.specgate(gate="requests", stage=95)
+def test_requests_give_what_the_plain_engine_gives(judge, engine_method):
+    verdict = judge(engine_method)
     assert verdict.passed, verdict.message
 
 

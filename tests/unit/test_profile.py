@@ -168,6 +168,7 @@ def test_scenarios_are_enabled_by_their_tables(tmp_path):
         "preemption",
         "prefix_soak",
         "structured",
+        "requests",
     )
 
 

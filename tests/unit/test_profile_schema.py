@@ -14,10 +14,12 @@ from specgate.errors import ProfileError
 from specgate.profile import (
     DEFAULT_DEADLINES,
     Equivalence,
+    KnownIssue,
     Method,
     Preemption,
     PrefixSoak,
     Profile,
+    Requests,
     Scenarios,
     Speedup,
     Structured,
@@ -30,7 +32,19 @@ from specgate.schema import allowed, not_measuring, positive, setting, settings
 from .test_profile import GOOD
 
 ROOT = Path(__file__).resolve().parents[2]
-TABLES = (Profile, Method, Tolerance, Equivalence, Speedup, Scenarios, Preemption, PrefixSoak, Structured)
+TABLES = (
+    Profile,
+    Method,
+    Tolerance,
+    Equivalence,
+    Speedup,
+    Scenarios,
+    Preemption,
+    PrefixSoak,
+    Structured,
+    Requests,
+    KnownIssue,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +111,7 @@ def test_every_setting_is_documented_and_every_table_lists_exactly_its_settings(
         "drift",
         "drift_since",
         "scenarios",
+        "known_issues",
     }
     assert set(allowed(Profile, "engine")) == {"kwargs", "env", "boot_timeout_s", "stall_timeout_s", "cpu_flags"}
     assert set(allowed(Method)) == {
