@@ -9,7 +9,7 @@ can see it, to show that check fails on it (a gate that cannot fail guards nothi
                                        processor, its request validation), at boot; returns what
                                        undoes it at shutdown (class-level patches), or None
 
-A plant with a strength is written `name:value` (`accept_rejected_draft:0.2`).
+A plant with a strength is written `name:value` (`verify_temperature_scaled:0.2`).
 
 A profile's method takes one with `plant = "<name>"` (tests/system and the calibration profiles do;
 no user profile should). V1's model runner only (vLLM's CPU engine, CUDA's fallback runner): the
@@ -68,9 +68,10 @@ PLANTS = {
         "each returned logprob entry is the previous position's (vllm-project/vllm#34497's shape)",
         "the requests scenario's logprobs class: the plain gate compares tokens only",
     ),
-    "accept_rejected_draft": (
-        "sampled verification keeps a rejected draft token with probability p (`accept_rejected_draft:p`): the "
-        "output distribution leans to the drafter's",
+    "verify_temperature_scaled": (
+        "sampled verification holds the drafts to the target at temperature T x (1 + s) "
+        "(`verify_temperature_scaled:s`; vllm#55005 is this with a garbage factor): the emitted tokens' "
+        "distribution is no longer the target's",
         "the requests scenario's two-sample test at T > 0 (its power: docs/requests.md)",
     ),
 }
@@ -78,7 +79,7 @@ FRONTEND = ("stop_trims_text_not_ids", "stream_counts_whole_run", "logit_bias_bo
 
 
 def split(plant: str) -> tuple[str, float | None]:
-    """'accept_rejected_draft:0.2' -> ('accept_rejected_draft', 0.2); a plain name has no strength."""
+    """'verify_temperature_scaled:0.2' -> ('verify_temperature_scaled', 0.2); a plain name has no strength."""
     name, _, value = plant.partition(":")
     return name, float(value) if value else None
 
@@ -92,7 +93,7 @@ def install(worker, name: str) -> bool:
     if name in FRONTEND and name != "logit_bias_bonus_only":
         return True  # the front end's alone
     if strength is not None:
-        return {"accept_rejected_draft": _accept_rejected_draft}[name](runner, strength)
+        return {"verify_temperature_scaled": _verify_temperature_scaled}[name](runner, strength)
     return {
         "verify_emits_draft": _verify_emits_draft,
         "accept_one_less_every_10th": _accept_one_less,
@@ -306,26 +307,16 @@ def _logit_bias_bonus_only(runner) -> bool:
     return True
 
 
-def _accept_rejected_draft(runner, p: float) -> bool:
-    """At T > 0, where verification rejected a draft, keep the draft token instead with probability p."""
-    import torch
+def _verify_temperature_scaled(runner, s: float) -> bool:
+    """At T > 0 the draft positions' logits, once vLLM divided them by the temperature, are divided again by
+    1 + s: verification accepts and recovers by a target at T x (1 + s). Greedy rows keep their argmax."""
+    from vllm.v1.sample import rejection_sampler as rs
 
-    sampler, generator = runner.rejection_sampler, torch.Generator().manual_seed(1234)
-    forward = sampler.forward
+    constrain = rs.apply_sampling_constraints
 
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        if sampling_metadata.all_greedy:
-            return out
-        tokens, drafts, start = out.sampled_token_ids, metadata.draft_token_ids.tolist(), 0
-        temperature = sampling_metadata.temperature
-        for row, n in enumerate(metadata.num_draft_tokens):
-            emitted = int((tokens[row] >= 0).sum())
-            sampled = temperature is None or float(temperature[row]) > 0
-            if sampled and 0 < emitted <= n and torch.rand(1, generator=generator).item() < p:
-                tokens[row, emitted - 1] = drafts[start + emitted - 1]
-            start += n
-        return out
+    def planted(logits, cu_num_draft_tokens, sampling_metadata, *args, **kwargs):
+        out = constrain(logits, cu_num_draft_tokens, sampling_metadata, *args, **kwargs)
+        return out if sampling_metadata.all_greedy else out / (1.0 + s)
 
-    sampler.forward = planted
+    rs.apply_sampling_constraints = planted
     return True

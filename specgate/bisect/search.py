@@ -161,10 +161,13 @@ class Bisection:
                 st.role, ""
             )
             out.append(f"  step {n}: {lab:<12} {st.verdict:<4} {st.wall_s:6.0f} s{role}: {st.reason}")
+            if st.known:
+                out.append("    known issues: " + ", ".join(f"{issue} {status}" for issue, status in st.known.items()))
         out.append(
             f"  {len(self.order)} steps, {total:.0f} s"
             + (f" (and {waited:.0f} s waiting for --lock)" if waited >= 1 else "")
         )
+        out += self._known_lines()
         bad = self.steps.get(self.bad)
         if bad is not None and bad.verdict != BAD:
             out.append(
@@ -202,6 +205,22 @@ class Bisection:
             )
         if len(moved_figures) > 6:
             out.append(f"  ... and {len(moved_figures) - 6} more figures past their bounds (see {first.results})")
+        return out
+
+    def _known_lines(self) -> list[str]:
+        """Where each of the profile's known issues appears or disappears, candidate to candidate (in order)."""
+        tested = [lab for lab in self.labels if lab in self.steps and self.steps[lab].known]
+        out = []
+        for issue in dict.fromkeys(i for lab in tested for i in self.steps[lab].known):
+            seen = [(lab, self.steps[lab].known.get(issue, "not checked")) for lab in tested]
+            changes = [f"{b} {sb} (after {a} {sa})" for (a, sa), (b, sb) in zip(seen, seen[1:]) if sa != sb]
+            out.append(
+                f"  known issue {issue}: "
+                + (
+                    ", ".join(f"{lab} {s}" for lab, s in seen)
+                    + ("; changes at " + "; ".join(changes) if changes else "")
+                )
+            )
         return out
 
     def _figures(self, label: str) -> dict[str, float]:

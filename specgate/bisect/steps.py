@@ -35,6 +35,15 @@ class Step:
     )  # the figures that failed: method gate key metric value baseline bound
     failed_gates: list[str] = field(default_factory=list)
     diagnosis: str = ""  # a step whose engine died after it booted: the run's diagnosis, or which engine died how
+    known: dict[str, str] = field(default_factory=dict)  # the profile's known issues: issue -> "present" | "gone"
+
+
+def known_of(run) -> dict[str, str]:
+    """Per known issue the run's checks met: present where any method still showed it, else gone."""
+    out: dict[str, str] = {}
+    for seen in run.known_issues:
+        out[seen.issue] = "present" if seen.status == "present" or out.get(seen.issue) == "present" else seen.status
+    return out
 
 
 def moved(row: dict) -> bool:
@@ -88,6 +97,12 @@ def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path |
             else "the gate run wrote no run.json",
         )
     run = read(out)
+    step = _classify(out, run, methods, chase, label)
+    step.known = known_of(run)
+    return step
+
+
+def _classify(out: Path, run, methods: list[str], chase: list[str] | None, label: str) -> Step:
     base = run.engines.get("baseline") or Engine()
     if base.boot_error or base.died:
         how = "did not boot" if base.boot_error else "died"

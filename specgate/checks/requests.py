@@ -189,6 +189,23 @@ class RequestsCheck:
             )
         return ""
 
+    def _seeded_basis(self, results, run, sampler_broken: bool, notes: list[str]) -> list[CaseResult]:
+        """A seeded repeat says something only on a sound sampler. Where vllm#55005's repair was in the worker,
+        the repaired sends are judged and the shipped ones shown; where the shipped samples fail the two-sample
+        test and nothing could be repaired (an endpoint), the repeats are shown, not judged."""
+        seeded = [r for r in results if r.case.klass == "seeded"]
+        shipped = [r for r in seeded if r.status in FAILING]
+        said = f"{len(shipped)} of {len(seeded)} differ or disagree with themselves" + (
+            f" (the first: {shipped[0].detail})" if shipped else ""
+        )
+        if run.repaired_replies:
+            notes.append(f"seeded repeats as shipped: {said}; judged with the sampler repaired")
+            return [self._case(r.case, run.repaired_replies, None) if r.case.klass == "seeded" else r for r in results]
+        if sampler_broken and seeded:
+            notes.append(f"seeded repeats not judged: the samples fail the two-sample test (as shipped: {said})")
+            return [r for r in results if r.case.klass != "seeded"]
+        return results
+
     def _vacuous_cases(self, results: list[CaseResult], base: dict[str, Reply], notes: list[str]) -> list[CaseResult]:
         """A parameter that must change the output (a penalty, a ban) and changed the baseline's own output on
         no prompt tests nothing: its cases fail. Where it changed some prompts' outputs, those are the test,
@@ -272,21 +289,14 @@ class RequestsCheck:
         run = runs.requests(method)
         base = runs.requests(BASELINE) if method != BASELINE else None
         results = [self._case(c, run.replies, None if base is None else base.replies) for c in matrix.cases]
-        notes = []
-        if run.repaired_replies:
-            # Where vllm#55005's probe fails, a seeded repeat as shipped measures uninitialised memory: the
-            # repaired sends are judged, the shipped ones shown.
-            shipped = [r for r in results if r.case.klass == "seeded" and r.status in FAILING]
-            repaired = {c.id: c for c in matrix.cases if c.klass == "seeded"}
-            results = [self._case(r.case, run.repaired_replies, None) if r.case.id in repaired else r for r in results]
-            notes.append(
-                f"seeded repeats as shipped: {len(shipped)} of {len(repaired)} differ or disagree with themselves"
-                + (f" (the first: {shipped[0].detail})" if shipped else "")
-                + f"; judged with the sampler repaired ({run.repair.split(' (')[0]})"
-            )
-        results = self._vacuous_cases(results, run.replies if base is None else base.replies, notes)
+        notes: list[str] = []
         failing: dict[str, list[str]] = {}
         passing: set[str] = set()
+        rows: list[Row] = []
+        if base is not None:
+            self._sampled(method, run, base, failing, passing, rows)
+        results = self._seeded_basis(results, run, SAMPLED in failing, notes)
+        results = self._vacuous_cases(results, run.replies if base is None else base.replies, notes)
         by_class: dict[str, dict[str, int]] = {}
         firsts: dict[str, CaseResult] = {}
         for r in results:
@@ -310,7 +320,7 @@ class RequestsCheck:
             failing[COUNTERS] = [f"method '{method}': {p}" for p in problems]
         else:
             passing.add(COUNTERS)
-        rows = [
+        rows[:0] = [
             Row("cases", float(len(results)), headline=True),
             *(
                 Row(f"{klass}.{status}", float(n), failing=status in FAILING and n > 0)
@@ -322,7 +332,6 @@ class RequestsCheck:
         record = None
         stored = None
         if base is not None:
-            self._sampled(method, run, base, failing, passing, rows)
             acceptance = self._sampled_acceptance(method, run)
             record = {"sampled_acceptance": acceptance}
             found = self.ctx.lookup(method, self.gate, key)

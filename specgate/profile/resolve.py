@@ -85,11 +85,13 @@ def _method(check: Checker, method: Method, root: Path) -> Method:
                 prefix + "plant",
                 f"is not a known plant{did_you_mean(name, PLANTS)}; known: {', '.join(PLANTS)}.",
             )
-        if (strength is None) != (name == "accept_rejected_draft") or not (strength is None or 0 < strength <= 1):
+        if (strength is not None) != (name == "verify_temperature_scaled") or not (
+            strength is None or 0 < strength <= 4
+        ):
             raise check.fail(
                 prefix + "plant",
-                f"{method.plant!r}: accept_rejected_draft takes a probability in (0, 1] (accept_rejected_draft:0.2), "
-                "the other plants none.",
+                f"{method.plant!r}: verify_temperature_scaled takes a factor in (0, 4] "
+                "(verify_temperature_scaled:0.2), the other plants none.",
             )
     return replace(method, speculative_config=sc, engine_kwargs=kwargs)
 

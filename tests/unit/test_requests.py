@@ -292,3 +292,72 @@ def test_a_penalty_that_changes_nothing_tests_nothing_and_fails(check):
     # repetition penalty (which counts the prompt's tokens) is sent
     assert j.verdict is Verdict.FAIL and "1 vacuous of 1 cases" in j.messages[0]
     assert "it changes nothing on prompt a-1" in j.messages[0]
+
+
+# -- what a reader sees, and the endpoint's wire format ------------------------------------------------
+def test_the_summary_has_a_section_per_method_with_its_classes_and_first_differences(check):
+    import pandas as pd
+
+    from specgate.report import requests as section
+
+    rc, runs = check
+
+    def leak(matrix, replies):
+        case = next(c for c in matrix.cases if c.klass == "stop" and c.stream)
+        good = replies[case.id].first
+        return {
+            case.id: Reply((Completion(tuple(GREEDY[: len(good.token_ids) + 2]), good.text, "stop", good.stop_reason),))
+        }
+
+    runs.replies = {BASELINE: _run(runs.matrix), "ngram": _run(runs.matrix, change=leak)}
+    table = pd.DataFrame(rc.judge("ngram", "sent").table_rows())
+    text = "\n".join(section.markdown(table))
+    assert "## requests: ngram (fail)" in text and "| class | equal | differs | inconsistent | refused |" in text
+    assert "| stop | 10 | 0 | 2 | 0 |" in text
+    assert "yet the output goes on" in text  # the first difference, as the check wrote it
+
+
+def test_a_completions_request_carries_the_parameters_and_its_answer_is_read_back():
+    from specgate.endpoint import choice_fields, completion_body, refusal_of
+
+    body = completion_body("m", [5, 6], {"max_tokens": 4, "logit_bias": {964: -100.0}, "logprobs": 1}, stream=True)
+    assert body["logit_bias"] == {"964": -100.0} and body["return_token_ids"] and body["return_tokens_as_token_ids"]
+    assert body["stream_options"] == {"include_usage": True} and body["prompt"] == [5, 6]
+    choice = {
+        "index": 0,
+        "text": " w10",
+        "token_ids": [10],
+        "finish_reason": "stop",
+        "stop_reason": " w11",
+        "logprobs": {"tokens": ["token_id:10"], "token_logprobs": [-0.5], "top_logprobs": [{"token_id:12": -1.5}]},
+    }
+    got = choice_fields(choice, {"choices": [choice], "usage": {"completion_tokens": 1}}, {"logprobs": 1})
+    assert got["logprobs"] == [{12: -1.5, 10: -0.5}] and got["usage"] == 1 and got["stop_reason"] == " w11"
+    said = refusal_of(400, '{"error": {"message": "The min_p and logit_bias sampling parameters are not yet"}}', "u")
+    assert said.startswith("The min_p and logit_bias")
+    from specgate.endpoint import EndpointError
+
+    with pytest.raises(EndpointError, match="answered 500"):
+        refusal_of(500, "boom", "http://x")
+
+
+def test_seeded_repeats_are_judged_only_on_a_sampler_that_passes_the_two_sample_test(check):
+    rc, runs = check
+
+    def unrepeatable(matrix, replies):
+        case = next(c for c in matrix.cases if c.repeat_of)
+        first = replies[case.repeat_of].first
+        other = out(first.token_ids[:-1] + (first.token_ids[-1] + 1,), case.params, first.finish_reason)
+        return {case.id: Reply((other, *replies[case.repeat_of].outputs[1:]))}
+
+    broken = _run(runs.matrix, change=unrepeatable)
+    broken.sampled = Sampled({"a-1": [(7, 7, 7, 7)] * 20}, broken.sampled.counters)  # not the baseline's (1, 2, 3, 4)
+    runs.replies = {BASELINE: _run(runs.matrix), "ngram": broken}
+    j = rc.judge("ngram", "sent")
+    said = "\n".join(j.messages)
+    assert "its samples at T 1 are not the plain engine's distribution" in said
+    assert "seeded repeats not judged: the samples fail the two-sample test (as shipped: 1 of 2 differ" in said
+    assert not any(r.metric.startswith("seeded.") for r in j.rows)
+    sound = _run(runs.matrix, change=unrepeatable)  # the same repeat on a sampler that passes: judged, and fails
+    runs.replies["ngram"] = sound
+    assert "1 differs of 2 cases; the first: method 'ngram', seeded" in "\n".join(rc.judge("ngram", "sent").messages)
