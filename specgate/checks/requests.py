@@ -236,6 +236,22 @@ class RequestsCheck:
 
     # -- the engine's counters ---------------------------------------------------------------------
     @staticmethod
+    def _counter_rows(run) -> list[Row]:
+        """The counters' deltas over the matrix and, where vLLM gave them for every output, its per-request sums."""
+        c = run.counters
+        rows = [
+            Row("counters.drafted", float(c.num_draft_tokens)),
+            Row("counters.accepted", float(c.num_accepted_tokens)),
+        ]
+        spec = [s for reply in run.replies.values() for s in reply.spec_counts]
+        if spec and len(spec) == sum(len(reply.outputs) for reply in run.replies.values()):
+            rows += [
+                Row("counters.per_request_drafted", float(sum(d for _, d in spec)), float(c.num_draft_tokens)),
+                Row("counters.per_request_accepted", float(sum(a for a, _ in spec)), float(c.num_accepted_tokens)),
+            ]
+        return rows
+
+    @staticmethod
     def _counter_problems(run) -> list[str]:
         c, problems = run.counters, []
         if c.num_accepted_tokens > c.num_draft_tokens:
@@ -263,10 +279,10 @@ class RequestsCheck:
             test = differ(samples.tokens, base.sampled.tokens, config.sampled_tokens, seed=self.ctx.profile.seed)
             rows.append(Row(f"{klass}.p_value", test.p_value, bound=config.level, failing=test.rejects(config.level)))
             if test.rejects(config.level):
-                repaired = f" with {run.repair.split(' (')[0]} repaired in its worker" if klass == REPAIRED else ""
+                repaired = ", with vllm#55005's repair in the worker," if klass == REPAIRED else ""
                 failing.setdefault(klass, []).append(
-                    f"method '{method}'{repaired}: its samples at T {config.temperature:g} are not the plain engine's "
-                    f"distribution (two-sample test over {test.samples[0]} + {test.samples[1]} samples, "
+                    f"method '{method}', {klass}: its samples at T {config.temperature:g}{repaired} are not the plain "
+                    f"engine's distribution (two-sample test over {test.samples[0]} + {test.samples[1]} samples, "
                     f"{config.sampled_tokens} tokens each: p = {test.p_value:.2g} < level {config.level:g}); "
                     f"most apart: {test.worst}"
                 )
@@ -317,9 +333,11 @@ class RequestsCheck:
             if klass not in by_class and matrix.cases:
                 notes.append(f"{klass} not exercised: {why}")
         if problems := self._counter_problems(run):
-            failing[COUNTERS] = [f"method '{method}': {p}" for p in problems]
+            failing[COUNTERS] = [f"method '{method}', {COUNTERS}: {p}" for p in problems]
         else:
             passing.add(COUNTERS)
+        if base is not None:
+            rows += self._counter_rows(run)
         rows[:0] = [
             Row("cases", float(len(results)), headline=True),
             *(

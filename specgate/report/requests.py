@@ -35,6 +35,18 @@ def sections(table: pd.DataFrame) -> list[tuple[str, str, list[str], list[list[s
                 r = hit[0]
                 rejected = ", rejected" if r["value"] < r["bound"] else ""
                 lines.append(f"{label}: p = {fmt(r['value'])} (level {fmt(r['bound'])}{rejected})")
+        counters = {r["metric"].split(".", 1)[1]: r["value"] for r in mine if r["metric"].startswith("counters.")}
+        if counters:
+            lines.append(
+                f"counters over the matrix: {fmt(counters.get('accepted'))} accepted of {fmt(counters.get('drafted'))} "
+                "drafted"
+                + (
+                    f"; vLLM's per-request figures sum to {fmt(counters['per_request_accepted'])} of "
+                    f"{fmt(counters['per_request_drafted'])}"
+                    if "per_request_accepted" in counters
+                    else "; no per-request figures from this vLLM"
+                )
+            )
         acceptance = [r for r in mine if r["metric"].startswith("sampled_acceptance.") and present(r["value"])]
         if acceptance:
             lines.append(

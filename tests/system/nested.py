@@ -36,6 +36,25 @@ def quick_profile(directory: Path) -> Path:
     return path
 
 
+NGRAM = (
+    'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 2, '
+    "prompt_lookup_max = 4 }"
+)
+
+
+def ngram_with_plants(path: Path, plants: dict[str, str], known_issues: str = "") -> Path:
+    """cpu-tiny (its name: ngram is judged against the stored figures) with ngram and a copy of it per
+    plant (method name -> plant); its [known_issues] replaced by `known_issues` (TOML tables)."""
+    text = CPU_TINY.read_text()
+    head, tail = text[: text.index("[methods.ngram]")], text[text.index("[scenarios.preemption]") :]
+    tail = tail[: tail.index("[known_issues.")] + known_issues + tail[tail.index("[speedup]") :]
+    methods = f"[methods.ngram]\n{NGRAM}\n\n" + "".join(
+        f'[methods.{name}]\n{NGRAM}\nplant = "{plant}"\n\n' for name, plant in plants.items()
+    )
+    path.write_text(head + methods + tail)
+    return path
+
+
 def skip_without_vllm_cpu():
     """These runs boot cpu-tiny's engines: they need vLLM's CPU build (ci/setup-cpu.sh). Checked when a
     marked test is set up (the fixture in tests/system/conftest.py), so collecting imports no torch."""

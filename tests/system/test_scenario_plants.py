@@ -7,18 +7,13 @@ for its plant's copy, as it boots an engine of its own; the gate stage runs it f
 """
 
 import json
-from pathlib import Path
 
 import pytest
 
-from tests.system.nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
+from tests.system.nested import NestedRun, ngram_with_plants, skip_without_vllm_cpu
 
 pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, pytest.mark.slow, skip_without_vllm_cpu()]
 
-NGRAM = (
-    'speculative_config = { method = "ngram", num_speculative_tokens = 3, prompt_lookup_min = 2, '
-    "prompt_lookup_max = 4 }"
-)
 PLANTED = {  # method -> (plant, the scenario that must fail, what its failure says)
     "ngram_resumed": (
         "resume_corrupts_last_token",
@@ -32,25 +27,14 @@ PLAIN = ("equivalence", "acceptance", "memory", "lifecycle")
 SCENARIOS = ("structured", "prefix_soak", "preemption")
 
 
-def profile_with_plants(path: Path) -> Path:
-    """cpu-tiny (its name, so ngram is judged against the stored figures) with ngram and the planted copies."""
-    text = CPU_TINY.read_text()
-    head, tail = text[: text.index("[methods.ngram]")], text[text.index("[scenarios.preemption]") :]
-    methods = f"[methods.ngram]\n{NGRAM}\n\n" + "".join(
-        f'[methods.{name}]\n{NGRAM}\nplant = "{plant}"\n\n' for name, (plant, _, _) in PLANTED.items()
-    )
-    path.write_text(head + methods + tail)
-    return path
-
-
 def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(tmp_path):
-    profile = profile_with_plants(tmp_path / "cpu-tiny.toml")
+    profile = ngram_with_plants(tmp_path / "cpu-tiny.toml", {name: plant for name, (plant, _, _) in PLANTED.items()})
     run = NestedRun(
         [
             "--specgate-profile",
             str(profile),
             "-k",
-            "not speedup and not endpoint and (not preemption or ngram_resumed)",
+            "not speedup and not endpoint and not requests and (not preemption or ngram_resumed)",
         ],
         tmp_path / "out",
     ).start()

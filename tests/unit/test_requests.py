@@ -258,15 +258,17 @@ def test_a_method_that_answers_as_the_plain_engine_passes_and_its_refusals_are_r
     assert rc.judge(BASELINE, "sent").verdict is Verdict.PASS
 
 
+def leak(matrix, replies):
+    """The first streamed stop case keeps two tokens after its stop string (vllm#47616's shape)."""
+    case = next(c for c in matrix.cases if c.klass == "stop" and c.stream)
+    good = replies[case.id].first
+    return {
+        case.id: Reply((Completion(tuple(GREEDY[: len(good.token_ids) + 2]), good.text, "stop", good.stop_reason),))
+    }
+
+
 def test_a_stop_that_leaves_tokens_after_it_fails_naming_the_case_and_where(check):
     rc, runs = check
-
-    def leak(matrix, replies):
-        case = next(c for c in matrix.cases if c.klass == "stop" and c.stream)
-        good = replies[case.id].first
-        return {
-            case.id: Reply((Completion(tuple(GREEDY[: len(good.token_ids) + 2]), good.text, "stop", good.stop_reason),))
-        }
 
     runs.replies = {BASELINE: _run(runs.matrix), "ngram": _run(runs.matrix, change=leak)}
     j = rc.judge("ngram", "sent")
@@ -301,13 +303,6 @@ def test_the_summary_has_a_section_per_method_with_its_classes_and_first_differe
     from specgate.report import requests as section
 
     rc, runs = check
-
-    def leak(matrix, replies):
-        case = next(c for c in matrix.cases if c.klass == "stop" and c.stream)
-        good = replies[case.id].first
-        return {
-            case.id: Reply((Completion(tuple(GREEDY[: len(good.token_ids) + 2]), good.text, "stop", good.stop_reason),))
-        }
 
     runs.replies = {BASELINE: _run(runs.matrix), "ngram": _run(runs.matrix, change=leak)}
     table = pd.DataFrame(rc.judge("ngram", "sent").table_rows())
@@ -355,7 +350,7 @@ def test_seeded_repeats_are_judged_only_on_a_sampler_that_passes_the_two_sample_
     runs.replies = {BASELINE: _run(runs.matrix), "ngram": broken}
     j = rc.judge("ngram", "sent")
     said = "\n".join(j.messages)
-    assert "its samples at T 1 are not the plain engine's distribution" in said
+    assert "method 'ngram', sampled: its samples at T 1 are not the plain engine's distribution" in said
     assert "seeded repeats not judged: the samples fail the two-sample test (as shipped: 1 of 2 differ" in said
     assert not any(r.metric.startswith("seeded.") for r in j.rows)
     sound = _run(runs.matrix, change=unrepeatable)  # the same repeat on a sampler that passes: judged, and fails
