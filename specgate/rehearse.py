@@ -32,7 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specgate import enginelog, stats
+from specgate import enginelog, rehearse_requests, stats
 from specgate.errors import SpecgateError
 from specgate.formatting import num
 from specgate.profile import BASELINE
@@ -61,6 +61,9 @@ class Rehearsal:
         self.rows: list[dict] = []
         self.outcomes: list[Outcome] = []
         self.engines: dict[str, Engine] = {}  # '<method>@<release>' -> the server that served it
+        self.greedy: dict[str, dict] = {}  # release -> its baseline server's greedy outputs
+        self.requests: dict = {}  # release -> rehearse_requests.ReleaseRequests (the requests scenario)
+        self.known: dict[tuple[str, str], list] = {}  # (method, release) -> checks.known.Seen
 
     # -- one method ------------------------------------------------------------------------------
     def run_method(self, method) -> None:
@@ -83,6 +86,8 @@ class Rehearsal:
                 self._greedy(method, old, new)
                 self._speed(method, old, new)
                 self._memory(method, old, new, old_server.peak_memory_bytes(), new_server.peak_memory_bytes())
+                if "requests" in self.profile.scenarios.enabled:
+                    self._requests(method, old, new)
             finally:
                 old.shutdown()
                 new.shutdown()
@@ -106,6 +111,9 @@ class Rehearsal:
                 old.run_batch(batch, self.profile.max_tokens, top),
                 new.run_batch(batch, self.profile.max_tokens, top),
             )
+            if method.name == BASELINE:  # the requests scenario's matrix is built from these
+                self.greedy.setdefault(self.old[0], {}).update(a.outputs)
+                self.greedy.setdefault(self.new[0], {}).update(b.outputs)
             for p in batch:
                 div = compare(a.outputs[p.id], b.outputs[p.id].token_ids, self.profile.equivalence)
                 if div is None or div.numerical:
@@ -185,6 +193,26 @@ class Rehearsal:
                 f"{stats.median(new_tp):.1f} vs {stats.median(old_tp):.1f} tok/s",
                 ci=(est.low, est.high),
                 concurrency=c,
+            )
+
+    def _requests(self, method, old, new) -> None:
+        """The requests scenario on both releases (specgate.rehearse_requests); a failure the new release
+        has is worse, one the old release has too is unchanged."""
+        judged = rehearse_requests.send(self, method, old, new)
+        old_failed = bool(judged) and not judged[0][1].passed
+        for release, j in judged:
+            failed = not j.passed
+            self.outcomes.append(
+                Outcome(
+                    f"rehearse::{method.name}::requests@{release}",
+                    method.name,
+                    "requests",
+                    f"sent@{release}",
+                    "failed" if failed else "passed",
+                    j.message,
+                    change=WORSE if failed and release == self.new[0] and not old_failed else UNCHANGED,
+                    at=time.time(),
+                )
             )
 
     def _memory(self, method, old, new, old_peak: int, new_peak: int) -> None:
@@ -326,8 +354,9 @@ class Rehearsal:
         for o in self.outcomes:
             row = next((r for r in self.rows if (r["method"], r["gate"], r["key"]) == (o.method, o.gate, o.key)), None)
             figures = f"{num(row['baseline'])} -> {num(row['value'])}" if row else ""
-            out.append(f"  {o.method:<16} {o.gate:<11} {o.key:<18} {figures:<22} {o.message}")
-        return out
+            message = o.message.splitlines()[0] if o.gate == "requests" and o.message else o.message
+            out.append(f"  {o.method:<16} {o.gate:<11} {o.key:<18} {figures:<22} {message}")
+        return out + rehearse_requests.known_lines(self)
 
 
 def main(args: argparse.Namespace) -> int:

@@ -91,6 +91,7 @@ LAYERS = (
         "testing",
         "cli",
         "rehearse",
+        "rehearse_requests",
         "bisect",
         "calibrate",
         "matrix",

