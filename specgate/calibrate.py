@@ -16,7 +16,6 @@ week on a new runner: `pytest -m gpu --update-baselines`, `specgate calibrate --
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -327,41 +326,29 @@ def restore_kept(root: Path, name: str) -> str:
     )
 
 
-def main(args: argparse.Namespace) -> int:
-    from specgate.profile import find_profile, load_profile
-
-    root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
-    if note := restore_kept(root, profile.baselines_name):
-        print(note, flush=True)
-    wanted = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
-    names = [m.name for m in profile.select(wanted) if wanted or not m.canary_of]
-    if args.runs < 2:
-        raise CalibrationError(
-            f"--runs {args.runs}: the A/A spread needs at least 2 judged runs (10 give a 0-of-10 false-alarm rate)."
-        )
-    out = Path(args.out or root / "results" / f"calibrate-{profile.name}-{time.strftime('%Y%m%d-%H%M%S')}")
+def calibrate(
+    root: Path, profile, names: list[str], slowed: list[str], runs: int, slowdown: float, out: Path, write: bool
+) -> int:
+    """Calibrate `names` of `profile` (`slowed`: those that get a slowed copy) with one storing and `runs`
+    judged gate runs into `out`; print the table and the tolerance file, which `write` puts in place."""
     scratch = out / "baselines"  # SPECGATE_BASELINES_DIR for the runs: the checkout's baselines stay as they are
     scratch.mkdir(parents=True, exist_ok=True)
     profile_path = out / f"{profile.name}.toml"
-    slowed = names if args.slowed is None else [n.strip() for n in args.slowed.split(",") if n.strip()]
-    if unknown := [n for n in slowed if n not in names]:
-        raise CalibrationError(f"--slowed {','.join(unknown)}: not among the calibrated methods ({', '.join(names)}).")
-    profile_path.write_text(calibration_profile(profile, slowed, args.slowdown), encoding="utf-8")
+    profile_path.write_text(calibration_profile(profile, slowed, slowdown), encoding="utf-8")
     methods = names + [name + SLOWED for name in slowed]
     wall = run_gate(root, profile_path, methods, out / "update", scratch, update=True)
     if missing := unstored(out / "update", methods):
         raise CalibrationError(
             f"the storing run ({out / 'update'}) kept no speed figures for {', '.join(missing)}: the machine was "
-            f"disturbed during its speedup trials (its summary.md names the level), so the {args.runs} judged runs "
+            f"disturbed during its speedup trials (its summary.md names the level), so the {runs} judged runs "
             "would have nothing to be held to. Nothing was written; rerun calibrate when nothing else runs here."
         )
     print(f"calibrate: baselines stored by the first run ({wall:.0f} s)", flush=True)
     judged = []
-    for i in range(1, args.runs + 1):
+    for i in range(1, runs + 1):
         wall = run_gate(root, profile_path, methods, out / f"run-{i}", scratch, update=False)
         judged.append(out / f"run-{i}")
-        print(f"calibrate: run {i} of {args.runs} ({wall:.0f} s)", flush=True)
+        print(f"calibrate: run {i} of {runs} ({wall:.0f} s)", flush=True)
     cells = read_runs(out / "update", judged)
     suggested = suggest(cells, names, read_runs(out / "update", judged, "acceptance"))
     divergences = read_divergences(judged)
@@ -370,20 +357,20 @@ def main(args: argparse.Namespace) -> int:
     target = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware))
     text = tolerances.render(
         [
-            f"specgate calibrate --profile {profile.name} --runs {args.runs} --slowdown {args.slowdown:g} "
+            f"specgate calibrate --profile {profile.name} --runs {runs} --slowdown {slowdown:g} "
             f"on {hardware}, {time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in "
-            f"{args.runs + 1} A/A runs whichever stored the baselines, plus a margin",
+            f"{runs + 1} A/A runs whichever stored the baselines, plus a margin",
             f"(results: {out})",
         ],
         {},
         suggested,
         rule,
     )
-    lines = report(cells, names, suggested, args.runs, args.slowdown) + equivalence_lines(divergences, rule)
+    lines = report(cells, names, suggested, runs, slowdown) + equivalence_lines(divergences, rule)
     (out / "calibration.md").write_text("\n".join(lines) + "\n\n```toml\n" + text + "```\n", encoding="utf-8")
     print("\n".join(lines))
     print(f"\n{target}:\n{text}")
-    if args.write:
+    if write:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         print(
@@ -393,33 +380,3 @@ def main(args: argparse.Namespace) -> int:
     else:
         print(f"calibrate: --write puts this in {target}")
     return 0
-
-
-def add_parser(commands) -> None:
-    p = commands.add_parser(
-        "calibrate", help="measure the speed gate's tolerances on this machine", description=__doc__.split("\n\n")[0]
-    )
-    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument(
-        "--runs", type=int, default=10, metavar="N", help="judged A/A runs after the storing one (default 10)"
-    )
-    p.add_argument("--methods", default="", metavar="A,B", help="methods to calibrate (default: all but canaries)")
-    p.add_argument(
-        "--slowdown",
-        type=float,
-        default=0.074,
-        metavar="SHARE",
-        help="the slowed copies sleep this share of a step per drafting call (default 0.074: about a 10 %% "
-        "loss at C = 1 on cpu-tiny's ngram)",
-    )
-    p.add_argument(
-        "--slowed",
-        default=None,
-        metavar="A,B",
-        help="the methods that get a slowed copy (default: every calibrated method; '' for none: A/A only)",
-    )
-    p.add_argument("--write", action="store_true", help="write the tolerances beside this machine's baselines")
-    p.add_argument(
-        "--out", type=Path, default=None, metavar="DIR", help="results (default results/calibrate-<profile>-<time>)"
-    )
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

@@ -25,7 +25,6 @@ KV figures compare like with like. The results directory has the usual files (th
 
 from __future__ import annotations
 
-import argparse
 import datetime as _dt
 import shutil
 import time
@@ -64,6 +63,7 @@ class Rehearsal:
         self.greedy: dict[str, dict] = {}  # release -> its baseline server's greedy outputs
         self.requests: dict = {}  # release -> rehearse_requests.ReleaseRequests (the requests scenario)
         self.known: dict[tuple[str, str], list] = {}  # (method, release) -> checks.known.Seen
+        self.paths: dict[str, Path] = {}  # what write() wrote: summary, html, ...
 
     # -- one method ------------------------------------------------------------------------------
     def run_method(self, method) -> None:
@@ -359,18 +359,10 @@ class Rehearsal:
         return out + rehearse_requests.known_lines(self)
 
 
-def main(args: argparse.Namespace) -> int:
-    from specgate import venvs
-    from specgate.profile import find_profile, load_profile
-
-    root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
-    names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
-    # canaries are deliberately worse configurations for the stored-baseline gates: left out unless asked
-    methods = [profile.baseline, *(m for m in profile.select(names) if names or args.canaries or not m.canary_of)]
-    old = (args.old, venvs.release_python(root, args.old, profile.hardware, args.from_python))
-    new = (args.new, venvs.release_python(root, args.new, profile.hardware, args.to_python))
-    out = Path(args.out or root / "results" / f"rehearse-{args.old}-to-{args.new}-{time.strftime('%Y%m%d-%H%M%S')}")
+def run(profile, root: Path, out: Path, old: tuple, new: tuple, methods: list) -> Rehearsal:
+    """Rehearse `methods` (the baseline first) on the old and the new release ((release, python) each) into
+    `out` (replaced): each method's servers booted, compared, shut down; a method a release does not offer
+    is a skip quoting vLLM. Returns the rehearsal, its results written."""
     if out.exists():
         shutil.rmtree(out)
     rehearsal = Rehearsal(profile, root, out, old, new, methods)
@@ -387,52 +379,10 @@ def main(args: argparse.Namespace) -> int:
                 rehearsal.skip_method(method.name, why)
             else:
                 rehearsal.fail_method(method.name, exc)
-    paths = rehearsal.write(started)
-    for line in rehearsal.lines():
-        print(line)
-    print(f"results: {paths['summary']}, {paths['html']} ({time.time() - started:.0f} s)")
-    return 1 if any(o.change in (WORSE, "error") for o in rehearsal.outcomes) else 0
+    rehearsal.paths = rehearsal.write(started)
+    return rehearsal
 
 
-def add_parser(commands) -> None:
-    p = commands.add_parser(
-        "rehearse",
-        help="run two vLLM releases side by side and compare them directly",
-        description="Boot the old and the new vLLM release on this machine in one run (each from "
-        "its own virtualenv, as servers) and compare them paired: greedy outputs, acceptance per "
-        "category, throughput, memory. Exit 1 when something got worse.",
-    )
-    p.add_argument(
-        "--from", dest="old", required=True, metavar="RELEASE", help="the release you run today, e.g. 0.31.0"
-    )
-    p.add_argument("--to", dest="new", required=True, metavar="RELEASE", help="the release you move to, e.g. 0.32.0")
-    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument(
-        "--methods",
-        default="",
-        metavar="A,B",
-        help="methods of the profile (default: all but its canaries); the baseline always runs",
-    )
-    p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
-    p.add_argument(
-        "--out",
-        default=None,
-        type=Path,
-        metavar="DIR",
-        help="results directory (default results/rehearse-A-to-B-<time>)",
-    )
-    p.add_argument(
-        "--from-python",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="the old release's python (default: its .venvs/ venv)",
-    )
-    p.add_argument(
-        "--to-python",
-        type=Path,
-        default=None,
-        metavar="PATH",
-        help="the new release's python (default: its .venvs/ venv)",
-    )
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+def worse(rehearsal: Rehearsal) -> bool:
+    """Whether something got worse (or could not be measured) from the old release to the new."""
+    return any(o.change in (WORSE, "error") for o in rehearsal.outcomes)

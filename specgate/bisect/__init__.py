@@ -35,7 +35,6 @@ from specgate.bisect.candidates import (
     releases_between,
     venv_for,
 )
-from specgate.bisect.command import add_parser, main
 from specgate.bisect.runner import GateRunner
 from specgate.bisect.search import STATE_VERSION, Bisection, next_candidate, verdict
 from specgate.bisect.steps import (
@@ -64,13 +63,11 @@ __all__ = [
     "Candidate",
     "GateRunner",
     "Step",
-    "add_parser",
     "classify",
     "describe_figure",
     "figure_name",
     "file_candidates",
     "index_versions",
-    "main",
     "moved",
     "next_candidate",
     "package_of",

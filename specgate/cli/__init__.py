@@ -31,9 +31,9 @@ COMMANDS = {
     "report": "specgate.cli.report",
     "baselines": "specgate.cli.baselines",
     "matrix": "specgate.cli.matrix",
-    "rehearse": "specgate.rehearse",
-    "calibrate": "specgate.calibrate",
-    "bisect": "specgate.bisect",
+    "rehearse": "specgate.cli.rehearse",
+    "calibrate": "specgate.cli.calibrate",
+    "bisect": "specgate.cli.bisect",
     "history": "specgate.cli.history",
     "download": "specgate.download",
 }

@@ -1,6 +1,7 @@
 """`specgate calibrate` without engines: the slowed copies it adds, the tolerances it suggests from A/A
 runs, what they catch, the file it writes and how a run picks it up, and baselines it never moves."""
 
+import argparse
 import json
 import tomllib
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from specgate import calibrate, tolerances
+from specgate.cli import calibrate as cli_calibrate
 from specgate.errors import ProfileError
 from specgate.profile import find_profile, load_profile
 
@@ -211,10 +213,10 @@ def test_a_storing_run_that_kept_no_speed_figures_stops_calibrate_before_the_jud
         return 1.0
 
     monkeypatch.setattr(calibrate, "run_gate", gate)
-    args = calibrate.argparse.Namespace(
+    args = argparse.Namespace(
         root=ROOT, profile="cpu-tiny", methods="ngram", runs=3, slowdown=0.074, slowed=None, write=False, out=tmp_path
     )
     with pytest.raises(calibrate.CalibrationError, match=r"kept no speed figures for ngram: .*disturbed") as err:
-        calibrate.main(args)
+        cli_calibrate.main(args)
     assert "ngram_slowed" not in str(err.value).split("for ")[1].split(":")[0]
     assert gates == ["update"]  # no judged run was spent on it

@@ -1,25 +1,18 @@
-"""`specgate bisect`: its options and the session that ties candidates, search and gate runs together."""
+"""`specgate bisect --good A --bad B`: the first vLLM release (or wheel) between a good and a bad one that fails
+the gate (specgate.bisect)."""
 
 from __future__ import annotations
 
 import argparse
-import signal
-import sys
-import time
 from pathlib import Path
 
 from specgate.bisect.candidates import file_candidates, index_versions, package_of, releases_between
-from specgate.bisect.runner import GateRunner
-from specgate.bisect.search import Bisection
 from specgate.bisect.steps import CHASEABLE, RUN_GATES, BisectError
 
 
-def _terminate_as_interrupt(signum, frame):  # SIGTERM (a CI cancel) tears down like Ctrl-C
-    raise KeyboardInterrupt
-
-
 def main(args: argparse.Namespace) -> int:
-    """`specgate bisect ...`: build the candidates, run the search to its end, write bisect.md."""
+    """`specgate bisect ...`: the candidates and gates from the options, then the session (specgate.bisect.session)."""
+    from specgate.bisect.session import bisect
     from specgate.profile import find_profile, load_profile
 
     root = Path(args.root).resolve()
@@ -44,29 +37,19 @@ def main(args: argparse.Namespace) -> int:
     run_gates = [g for g in RUN_GATES if not gates or g in gates or g in ("equivalence", "lifecycle")]
     out = Path(args.out or root / "results" / f"bisect-{profile.name}-{good}-{bad}")
     settings = {"package": package, "profile": profile.name, "methods": methods, "gates": gates, "run_gates": run_gates}
-    bisection = Bisection(out, settings, candidates, good, bad, restart=args.restart)
-    if bisection.order:
-        print(f"bisect: resuming {bisection.state_path} ({len(bisection.order)} steps done)", flush=True)
-    runner = GateRunner(root, out, profile, methods, run_gates, args.step_timeout, args.lock)
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    started = time.time()
-    try:
-        code = bisection.run(runner)
-    except KeyboardInterrupt:
-        print(
-            f"bisect: interrupted; {len(bisection.order)} steps are kept in {bisection.state_path}: rerun the same "
-            "command to go on.",
-            file=sys.stderr,
-        )
-        return 130
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    lines = bisection.lines()
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "bisect.md").write_text("```\n" + "\n".join(lines) + "\n```\n", encoding="utf-8")
-    print("\n".join(lines))
-    print(f"bisect: {out / 'bisect.md'}, state {bisection.state_path} ({time.time() - started:.0f} s this session)")
-    return code
+    return bisect(
+        root,
+        out,
+        profile,
+        methods,
+        settings,
+        candidates,
+        good,
+        bad,
+        restart=args.restart,
+        step_timeout=args.step_timeout,
+        lock=args.lock,
+    )
 
 
 def add_parser(commands) -> None:
