@@ -1,3 +1,35 @@
-"""specgate: a pytest gate for speculative decoding in vLLM."""
+"""specgate: a pytest gate for speculative decoding in vLLM.
+
+The ways in are the pytest plugin (`pytest -m gpu`, entry point `specgate.plugin`), the `specgate`
+command (specgate.cli) and these modules, the public surface: what a user's conftest.py or tool may
+import, kept from release to release (tests/unit/test_public_surface.py pins it). Everything else in the
+package is private by convention and may change in any commit.
+
+    specgate.testing   FakeEngine, FakeBoot, FakeScript, fake_session: a whole gate on scripted engines
+                       (`pytest -p specgate.testing`, the script in $SPECGATE_FAKE)
+    specgate.hooks     pytest_specgate_boot_engine: a conftest.py's own engine for a method
+    specgate.backend   Backend, the engine a hook returns, and what it hands back (BatchResult,
+                       RequestsResult, ShutdownReport)
+    specgate.errors    SpecgateError and its kinds: what a hook raises (EngineBootError) or a tool catches
+"""
 
 __version__ = "0.1.0"
+
+# module -> the names it offers users (each module's __all__ says the same; the test holds both to this)
+PUBLIC = {
+    "specgate.testing": ("FakeBoot", "FakeEngine", "FakeScript", "fake_session"),
+    "specgate.hooks": ("pytest_specgate_boot_engine",),
+    "specgate.backend": ("Backend", "BatchResult", "RequestsResult", "ShutdownReport"),
+    "specgate.errors": (
+        "BaselineError",
+        "EngineBootError",
+        "EngineDied",
+        "EngineStalled",
+        "NotMeasurable",
+        "ProfileError",
+        "PromptSetError",
+        "ResultsError",
+        "SpecgateError",
+        "ZooError",
+    ),
+}

@@ -25,6 +25,8 @@ from specgate.equivalence import GreedyOutput
 from specgate.errors import NotMeasurable
 from specgate.load import LoadRun, closed_loop
 
+__all__ = ["Backend", "BatchResult", "RequestsResult", "ShutdownReport"]  # specgate.PUBLIC
+
 GIB = 1024**3
 # After shutdown the engine's processes must be gone and this process's resident memory back within
 # this much of its pre-boot level. (The machine-wide "available" figure is reported too, but other

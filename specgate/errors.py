@@ -21,6 +21,19 @@ plugin can print it without a stack trace.
 
 from __future__ import annotations
 
+__all__ = [  # specgate.PUBLIC
+    "BaselineError",
+    "EngineBootError",
+    "EngineDied",
+    "EngineStalled",
+    "NotMeasurable",
+    "ProfileError",
+    "PromptSetError",
+    "ResultsError",
+    "SpecgateError",
+    "ZooError",
+]
+
 
 class SpecgateError(Exception):
     """Base class: a problem the user can fix, described in the message."""

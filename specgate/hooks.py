@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+__all__ = ["pytest_specgate_boot_engine"]  # specgate.PUBLIC
+
 
 @pytest.hookspec(firstresult=True)
 def pytest_specgate_boot_engine(profile, method, root, log_path):

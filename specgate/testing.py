@@ -27,6 +27,8 @@ from specgate.errors import EngineBootError
 from specgate.load import LoadRun, RequestTrace
 from specgate.memory import MemoryReading
 
+__all__ = ["FakeBoot", "FakeEngine", "FakeScript", "fake_session"]  # specgate.PUBLIC
+
 SCRIPT_ENV = "SPECGATE_FAKE"
 MIB = 1024**2
 TOKENS = (10, 11, 12, 13, 14)
