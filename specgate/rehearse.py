@@ -32,21 +32,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from specgate import enginelog, rehearse_requests, stats
+from specgate.checks import paired
+from specgate.checks.paired import Change
 from specgate.errors import SpecgateError
 from specgate.formatting import num
 from specgate.profile import BASELINE
 from specgate.run_record import REHEARSAL, Engine, Outcome, RunRecord
 
-UNCHANGED, BETTER, WORSE = "unchanged", "better", "worse"
-
-
-def verdict_of(ratio_low: float, ratio_high: float, rtol: float, higher_is_better: bool = True) -> str:
-    """A change beyond `rtol` (the whole interval past it) is better or worse; else unchanged."""
-    if ratio_high < 1 - rtol:
-        return WORSE if higher_is_better else BETTER
-    if ratio_low > 1 / (1 - rtol):
-        return BETTER if higher_is_better else WORSE
-    return UNCHANGED
+UNCHANGED, BETTER, WORSE = Change.UNCHANGED, Change.BETTER, Change.WORSE
 
 
 class Rehearsal:
@@ -130,30 +123,9 @@ class Rehearsal:
             k = method.num_speculative_tokens
             ra = AcceptanceResult.from_batch(a.counters, a.tokens_per_step, k).counters.mean_acceptance_length
             rb = AcceptanceResult.from_batch(b.counters, b.tokens_per_step, k).counters.mean_acceptance_length
-            if ra is None or rb is None:
-                self._judge(
-                    method.name,
-                    "acceptance",
-                    category,
-                    "mean_acceptance_length",
-                    rb,
-                    ra,
-                    UNCHANGED if ra == rb else WORSE,
-                    "no drafts on one side" if ra != rb else "no drafts on either side",
-                )
-                continue
-            tol = self.profile.tolerance.acceptance_rtol
-            ratio = rb / ra
+            c = paired.acceptance(rb, ra, self.profile.tolerance.acceptance_rtol)
             self._judge(
-                method.name,
-                "acceptance",
-                category,
-                "mean_acceptance_length",
-                rb,
-                ra,
-                verdict_of(ratio, ratio, tol),
-                f"{ratio - 1:+.1%} (acceptance_rtol {tol})",
-                bound=ra * (1 - tol),
+                method.name, "acceptance", category, "mean_acceptance_length", rb, ra, c.change, c.message, c.bound
             )
         compared = len(self.inputs.tokenized())
         verdict = UNCHANGED if not changed else WORSE
@@ -188,7 +160,7 @@ class Rehearsal:
                 "throughput_new_over_old",
                 est.value,
                 1.0,
-                verdict_of(est.low, est.high, tol),
+                paired.change_of(est.low, est.high, tol),
                 f"{est.describe()} (speedup_rtol {tol}); "
                 f"{stats.median(new_tp):.1f} vs {stats.median(old_tp):.1f} tok/s",
                 ci=(est.low, est.high),
@@ -210,7 +182,7 @@ class Rehearsal:
                     f"sent@{release}",
                     "failed" if failed else "passed",
                     j.message,
-                    change=WORSE if failed and release == self.new[0] and not old_failed else UNCHANGED,
+                    change=(WORSE if failed and release == self.new[0] and not old_failed else UNCHANGED).value,
                     at=time.time(),
                 )
             )
@@ -219,27 +191,10 @@ class Rehearsal:
         tol = self.profile.tolerance
         a, b = old.kv_capacity_tokens(), new.kv_capacity_tokens()
         if a and b:
-            ratio = b / a
-            self._judge(
-                method.name,
-                "memory",
-                "kv_capacity",
-                "kv_capacity_tokens",
-                b,
-                a,
-                verdict_of(ratio, ratio, tol.memory_rtol),
-                f"{ratio - 1:+.1%} (memory_rtol {tol.memory_rtol})",
-                bound=a * (1 - tol.memory_rtol),
-            )
+            c = paired.kv_capacity(b, a, tol.memory_rtol)
+            self._judge(method.name, "memory", "kv_capacity", "kv_capacity_tokens", b, a, c.change, c.message, c.bound)
         mib = 1024**2
-        ceiling = old_peak / mib * (1 + tol.memory_rtol) + tol.process_slack_mib
-        verdict = (
-            WORSE
-            if new_peak / mib > ceiling
-            else BETTER
-            if new_peak / mib < old_peak / mib * (1 - tol.memory_rtol) - tol.process_slack_mib
-            else UNCHANGED
-        )
+        c = paired.process_memory(new_peak / mib, old_peak / mib, tol)
         self._judge(
             method.name,
             "memory",
@@ -247,34 +202,17 @@ class Rehearsal:
             "peak_process_mib",
             new_peak / mib,
             old_peak / mib,
-            verdict,
-            f"{new_peak / mib:.0f} vs {old_peak / mib:.0f} MiB (memory_rtol {tol.memory_rtol} + "
-            f"{tol.process_slack_mib} MiB)",
-            bound=ceiling,
+            c.change,
+            c.message,
+            c.bound,
         )
 
     def _judge(
         self, method, gate, key, metric, new, old, verdict, message, bound=None, ci=(None, None), concurrency=None
     ):
-        table_verdict = "fail" if verdict == WORSE else "pass"
-        text = f"{verdict}" + (f": {message}" if message else "")
-        self.rows.append(
-            {
-                "method": method,
-                "gate": gate,
-                "key": key,
-                "metric": metric,
-                "value": new,
-                "baseline": old,
-                "bound": bound,
-                "ci_low": ci[0],
-                "ci_high": ci[1],
-                "concurrency": concurrency,
-                "verdict": table_verdict,
-                "message": text,
-                "unit": "",
-            }
-        )
+        row = paired.row(method, gate, key, metric, new, old, verdict, message, bound, ci, concurrency)
+        self.rows.append(row)
+        text = row["message"]
         self.outcomes.append(
             Outcome(
                 f"rehearse::{method}::{gate}::{key}",
@@ -284,7 +222,7 @@ class Rehearsal:
                 "failed" if verdict == WORSE else "passed",
                 text,
                 correctness=gate == "equivalence",
-                change=verdict,
+                change=Change(verdict).value,
                 at=time.time(),
             )
         )

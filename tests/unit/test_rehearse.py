@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 from specgate import rehearse
+from specgate.checks import paired
 from specgate.endpoint import Endpoint
 from specgate.profile import find_profile, load_profile
 
@@ -11,11 +12,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_only_a_change_whose_whole_interval_is_past_the_tolerance_counts():
-    assert rehearse.verdict_of(0.80, 0.84, 0.15) == rehearse.WORSE  # upper bound below 0.85
-    assert rehearse.verdict_of(0.80, 0.90, 0.15) == rehearse.UNCHANGED
-    assert rehearse.verdict_of(1.20, 1.30, 0.15) == rehearse.BETTER  # lower bound above 1 / 0.85
-    assert rehearse.verdict_of(1.10, 1.30, 0.15) == rehearse.UNCHANGED
-    assert rehearse.verdict_of(1.3, 1.3, 0.1, higher_is_better=False) == rehearse.WORSE  # e.g. memory
+    assert paired.change_of(0.80, 0.84, 0.15) == rehearse.WORSE  # upper bound below 0.85
+    assert paired.change_of(0.80, 0.90, 0.15) == rehearse.UNCHANGED
+    assert paired.change_of(1.20, 1.30, 0.15) == rehearse.BETTER  # lower bound above 1 / 0.85
+    assert paired.change_of(1.10, 1.30, 0.15) == rehearse.UNCHANGED
+    assert paired.change_of(1.3, 1.3, 0.1, higher_is_better=False) == rehearse.WORSE  # e.g. memory
 
 
 def test_a_rehearsal_writes_the_usual_results_with_the_old_release_as_baseline(tmp_path):
