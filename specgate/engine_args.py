@@ -21,7 +21,14 @@ def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any
         disable_log_stats=False,  # the spec-decode counters need stats on
     )
     kwargs.update(profile.engine_kwargs)
-    kwargs.update(method.engine_kwargs)
+    own = method.engine_kwargs
+    # the profile's pins apply to the profile's target and tokenizer, not to a method's own (its kwargs pin those)
+    pins = {"revision": profile.target_revision, "code_revision": profile.code_revision}
+    pins = {k: v for k, v in pins.items() if v and "model" not in own}
+    if profile.tokenizer_revision and "tokenizer" not in own:
+        pins["tokenizer_revision"] = profile.tokenizer_revision
+    kwargs.update(pins)
+    kwargs.update(own)
     for key in ("model", "tokenizer"):  # a method may bring its own target (MTP lives in the target)
         if key in kwargs:
             kwargs[key] = resolve_model(kwargs[key], root)
@@ -30,6 +37,12 @@ def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any
         for key in ("model", "tokenizer"):
             if key in sc:
                 sc[key] = resolve_model(sc[key], root)
+        if "model" not in sc and method.kind.endswith("mtp"):
+            # vLLM loads an MTP drafter from the target's repository at the drafter's own revision (default: the
+            # newest), not the target's: the target's pins are the drafter's too
+            for key in ("revision", "code_revision"):
+                if kwargs.get(key):
+                    sc.setdefault(key, kwargs[key])
         kwargs["speculative_config"] = sc
     return kwargs
 

@@ -34,6 +34,34 @@ REBUILD = "python -m tools.zoo.train"
 TARGET_LINK = "target.safetensors"
 # What a hub id looks like (`org/name`); a reference that does not is a local path.
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+# A hub revision: a commit (40 lowercase hex digits, what a pin is) or a tag or branch name (which can move).
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+_REF_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+
+def is_hub(ref: str) -> bool:
+    """A hub id `org/name` (a resolved profile turns zoo: and local references into zoo:NAME and absolute paths)."""
+    return bool(ref) and not ref.startswith("zoo:") and bool(HUB_ID.match(ref))
+
+
+def is_commit(revision: str | None) -> bool:
+    return bool(revision) and bool(COMMIT.match(revision))
+
+
+def revision_problem(value) -> str | None:
+    """Why `value` is not a hub revision (a bound of the profile's revision keys), or None."""
+    if not isinstance(value, str) or not value:
+        return f"must be a commit (40 hex digits) or a tag or branch name, got {value!r}."
+    if COMMIT.match(value):
+        return None
+    if re.fullmatch(r"[0-9a-fA-F]{7,64}", value) and not value.isdigit():
+        return (
+            f"is {value!r}, which looks like a commit but is not one as the hub writes it (40 lowercase hex digits); "
+            "give the whole commit (`specgate download --profile NAME --pin` prints it) or a tag or branch name."
+        )
+    if not _REF_NAME.match(value) or ".." in value or value.endswith(("/", ".", ".lock")):
+        return f"must be a commit (40 hex digits) or a tag or branch name, got {value!r}."
+    return None
 
 
 def zoo_dir(root: Path | str) -> Path:

@@ -130,6 +130,7 @@ def plan(config: pytest.Config, out: Path):
     """The run's plan from the options: the profile (its dtype overridden, this machine's calibrated
     tolerances applied), the methods or endpoints, the flags; a problem with any is a UsageError."""
     from specgate.profile import find_profile, load_profile
+    from specgate.revisions import refusal
     from specgate.session import RunPlan
 
     root = project_root(config)
@@ -147,6 +148,9 @@ def plan(config: pytest.Config, out: Path):
             methods = profile.select(served) if served else []
         else:
             methods = profile.select(config.getoption("--specgate-methods"))
+            # remote code, and under --specgate-strict any hub model, not pinned to a commit: refused before a boot
+            if refused := refusal(profile, methods, config.getoption("--specgate-strict")):
+                raise refused
         scaleout.pin_worker(profile, config=config)  # before anything in this process touches CUDA
     except SpecgateError as exc:
         raise pytest.UsageError(str(exc)) from None

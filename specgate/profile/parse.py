@@ -7,8 +7,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specgate.models import revision_problem
 from specgate.profile.spec import BASELINE, CANARY_GATES, LOSSY_REJECTION, Method, Profile
 from specgate.schema import Checker, did_you_mean
+
+# vLLM's revision arguments of an engine (EngineArgs) and the top-level key that pins each for the target.
+ENGINE_REVISIONS = {
+    "revision": "target_revision",
+    "code_revision": "code_revision",
+    "tokenizer_revision": "tokenizer_revision",
+}
+# What each names the revision of, in a method's own engine.kwargs: its own target, or its own tokenizer.
+REVISION_OF = {"revision": "model", "code_revision": "model", "tokenizer_revision": "tokenizer"}
 
 
 def parse(data: dict, path: Path, cls: type[Profile] = Profile) -> Profile:
@@ -16,6 +26,13 @@ def parse(data: dict, path: Path, cls: type[Profile] = Profile) -> Profile:
     the key at fault. `cls` is the Profile (sub)class whose declared settings are read."""
     check = Checker(path)
     values = check.read(cls, data, "")
+    for key, top in ENGINE_REVISIONS.items():
+        if key in values.get("engine_kwargs", {}):
+            raise check.fail(
+                f"engine.kwargs.{key}",
+                f'pins the target: write it as the top-level key {top} = "..." (where specgate reads, records and '
+                "`specgate download --pin` writes the pins).",
+            )
     values["methods"] = methods(check, values["methods"])
     for name, issue in values.get("known_issues", {}).items():
         if unknown := [m for m in issue.methods if m not in values["methods"]]:
@@ -81,6 +98,7 @@ def methods(check: Checker, data: dict) -> dict[str, Method]:
                 f"must be an integer >= 1 or a list of distinct ones (a sweep), got {k!r}.",
             )
         values["lossy"] = _lossy(check, prefix, sc, spec.get("lossy"))
+        _revisions(check, prefix, sc, values.get("engine_kwargs", {}))
         swept = len(ks) > 1 or isinstance(k, list)
         for one_k in ks:
             variant = f"{name}@k{one_k}" if swept else name
@@ -117,3 +135,27 @@ def _lossy(check: Checker, prefix: str, sc: dict, lossy: dict | None) -> dict[st
     if share is None or not 0 <= share <= 1:
         raise check.fail(prefix + "lossy.max_diverged_share", f"must be a share in [0, 1], got {share!r}.")
     return {"max_diverged_share": float(share)}
+
+
+def _revisions(check: Checker, prefix: str, sc: dict, kwargs: dict) -> None:
+    """A drafter's pins (speculative_config.revision / code_revision, vLLM's own keys) are revisions; in a
+    method's engine.kwargs a revision pins the model or tokenizer that table names itself (the profile's
+    target is pinned by the top-level keys)."""
+    for key in ("revision", "code_revision"):
+        if key in sc:
+            if "model" not in sc:
+                raise check.fail(
+                    f"{prefix}speculative_config.{key}",
+                    "pins a drafter, but this speculative_config names no model (an MTP layer lives in the target: "
+                    "the top-level target_revision / code_revision pin it).",
+                )
+            check.bounded(f"{prefix}speculative_config.{key}", sc[key], revision_problem)
+    for key, names in REVISION_OF.items():
+        if key in kwargs:
+            if names not in kwargs:
+                raise check.fail(
+                    f"{prefix}engine.kwargs.{key}",
+                    f"pins this method's own {names}, but its engine.kwargs names none; the profile's target is "
+                    f"pinned by the top-level key {ENGINE_REVISIONS[key]}.",
+                )
+            check.bounded(f"{prefix}engine.kwargs.{key}", kwargs[key], revision_problem)

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import ProfileError
+from specgate.models import revision_problem
 from specgate.profile.tables import Equivalence, KnownIssue, Scenarios, Speedup, Tolerance
 from specgate.prompt_sources import PromptSource, parse_sources
 from specgate.schema import Checker, did_you_mean, held_as_float, non_negative, one_of, positive, rule, setting
@@ -203,6 +204,19 @@ class Profile:
     name: str = setting(kind=str, required=True, measures=False, doc="the profile's name: its baselines' directory")
     description: str = setting("", str, measures=False, doc="what the profile is for")
     target: str = setting(kind=str, required=True, doc="zoo:NAME, a local path or a hub id org/name")
+    # Pins of the hub models the engines load (vLLM's revision, tokenizer_revision, code_revision; each
+    # drafter's are its speculative_config's revision and code_revision): a commit, or a tag or branch
+    # (which can move). `specgate download --profile NAME --pin` resolves them on a runner (revisions.py).
+    target_revision: str | None = setting(None, str, bound=revision_problem, doc="the target's hub revision")
+    tokenizer_revision: str | None = setting(
+        None, str, bound=revision_problem, doc="the hub revision of [engine] kwargs.tokenizer"
+    )
+    code_revision: str | None = setting(
+        None, str, bound=revision_problem, doc="the target's remote code revision (trust_remote_code)"
+    )
+    allow_unpinned_code: bool = setting(
+        False, bool, measures=False, doc="a cuda run may load remote code not pinned to a commit"
+    )
     dtype: str = setting("auto", str, bound=one_of(DTYPES), doc="every engine's dtype")
     hardware: str = setting("cuda", str, bound=one_of(HARDWARE), doc="cpu or cuda: devices, deadlines, baseline key")
     max_model_len: int = setting(2048, int, bound=positive, doc="every engine's max_model_len")

@@ -41,6 +41,7 @@ LAYERS = (
     (
         "prompt_sources",
         "profile",
+        "revisions",
         "tolerances",
         "prompts",
         "prompt_inputs",
