@@ -2,12 +2,20 @@
 downloads (the profile's boot_timeout_s bounds a boot, download included).
 
     specgate download --profile llama31-8b-h100 [--methods a,b] [--dry-run]
+    specgate download --profile llama31-8b-h100 --pin [--write]
 
 For the target and every drafter of the selected methods that is a hub id: the files vLLM loads
 (config, tokenizer, safetensors weights; not the `original/` consolidated checkpoints some repos
 add), with huggingface_hub's progress bars, resumable (a second run fetches only what is missing).
 Before anything is fetched it checks that the cache's disk holds what is still missing, and turns a
-gated repository or a missing token into one paragraph saying what to do.
+gated repository or a missing token into one paragraph saying what to do. A model the profile pins is
+fetched at its pinned revision.
+
+`--pin` fetches nothing: it asks the hub for the commit each hub model not yet pinned to one is at now
+(model_info(...).sha; a tag or branch the profile names is resolved to its commit) and prints the lines
+that pin them (target_revision, each drafter's speculative_config.revision, with trust_remote_code the
+code_revision keys too); `--write` sets them in the profile file in place (specgate.profile.edit,
+verified by parsing; nothing is written when that cannot be done safely).
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ class Plan:
     files: tuple[str, ...]
     total_bytes: int
     missing_bytes: int  # not in the cache yet
+    revision: str | None = None  # the profile's pin (None: the default branch)
 
 
 def hub_models(profile, methods) -> list[str]:
@@ -48,6 +57,14 @@ def hub_models(profile, methods) -> list[str]:
     return list(
         dict.fromkeys(r for r in refs if r and not r.startswith("zoo:") and HUB_ID.match(r) and not Path(r).exists())
     )
+
+
+def hub_revisions(profile, methods) -> list[tuple[str, str | None]]:
+    """(hub id, the revision the profile pins it to, or None) of every model these engines load, once each."""
+    from specgate.revisions import models_of
+
+    found = [(m.ref, m.pin) for method in [profile.baseline, *methods] for m in models_of(profile, method) if m.hub]
+    return list(dict.fromkeys(found))
 
 
 def offered(methods) -> list:
@@ -74,32 +91,9 @@ def _wanted(name: str) -> bool:
     return any(fnmatch.fnmatch(name, p) for p in ALLOW) and not any(fnmatch.fnmatch(name, p) for p in IGNORE)
 
 
-def plan(repo: str, api, cache_dir: Path | None = None) -> Plan:
-    """What `repo` needs on disk and how much of it is not cached yet."""
-    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError
-
-    try:
-        info = api.model_info(repo, files_metadata=True)
-    except GatedRepoError:
-        raise DownloadError(
-            f"hub model {repo} is gated and this account has not been granted access: accept its licence at "
-            f"https://huggingface.co/{repo} with the account whose token is in HF_TOKEN (for Llama: Meta's licence "
-            "form), then rerun `specgate download`."
-        ) from None
-    except RepositoryNotFoundError:
-        token = "HF_TOKEN is not set" if not os.environ.get("HF_TOKEN") else "the token in HF_TOKEN cannot see it"
-        raise DownloadError(
-            f"hub model {repo} was not found or is private ({token}); check the id in the profile, or give a read "
-            "token of an account with access in HF_TOKEN."
-        ) from None
-    except Exception as exc:  # no route to the hub: a closed network, a proxy, offline mode
-        from huggingface_hub import constants
-
-        raise DownloadError(
-            f"could not read the file list of hub model {repo} from {constants.ENDPOINT} ({type(exc).__name__}: "
-            f"{exc}); check this machine's network and proxy (HTTPS_PROXY) or HF_ENDPOINT. A runner without access to "
-            "the hub can use a model cache filled elsewhere: copy its HF_HOME and run the gate with HF_HUB_OFFLINE=1."
-        ) from None
+def plan(repo: str, api, cache_dir: Path | None = None, revision: str | None = None) -> Plan:
+    """What `repo` (at `revision`) needs on disk and how much of it is not cached yet."""
+    info = model_info(api, repo, revision, files_metadata=True)
     files = [s for s in info.siblings if _wanted(s.rfilename)]
     if not any(s.rfilename.endswith(".safetensors") for s in files):  # an older repo: PyTorch .bin (else .pt) weights
         for ext in (".bin", ".pt"):  # as vLLM picks them (memory.WEIGHT_FILES), without training leftovers
@@ -115,7 +109,41 @@ def plan(repo: str, api, cache_dir: Path | None = None) -> Plan:
                 break
     total = sum(s.size or 0 for s in files)
     missing = sum(s.size or 0 for s in files if not _cached(repo, s.rfilename, info.sha, cache_dir))
-    return Plan(repo, tuple(s.rfilename for s in files), total, missing)
+    return Plan(repo, tuple(s.rfilename for s in files), total, missing, revision)
+
+
+def model_info(api, repo: str, revision: str | None = None, files_metadata: bool = False):
+    """The hub's record of `repo` at `revision`; a gated or missing repository or no route to the hub is a
+    DownloadError saying what to do."""
+    from huggingface_hub.errors import GatedRepoError, RepositoryNotFoundError, RevisionNotFoundError
+
+    try:
+        return api.model_info(repo, revision=revision, files_metadata=files_metadata)
+    except GatedRepoError:
+        raise DownloadError(
+            f"hub model {repo} is gated and this account has not been granted access: accept its licence at "
+            f"https://huggingface.co/{repo} with the account whose token is in HF_TOKEN (for Llama: Meta's licence "
+            "form), then rerun `specgate download`."
+        ) from None
+    except RevisionNotFoundError:
+        raise DownloadError(
+            f"hub model {repo} has no revision {revision!r} (the profile's pin); check the commit, tag or branch the "
+            "profile names for it, or pin its current commit with `specgate download --profile NAME --pin`."
+        ) from None
+    except RepositoryNotFoundError:
+        token = "HF_TOKEN is not set" if not os.environ.get("HF_TOKEN") else "the token in HF_TOKEN cannot see it"
+        raise DownloadError(
+            f"hub model {repo} was not found or is private ({token}); check the id in the profile, or give a read "
+            "token of an account with access in HF_TOKEN."
+        ) from None
+    except Exception as exc:  # no route to the hub: a closed network, a proxy, offline mode
+        from huggingface_hub import constants
+
+        raise DownloadError(
+            f"could not read the file list of hub model {repo} from {constants.ENDPOINT} ({type(exc).__name__}: "
+            f"{exc}); check this machine's network and proxy (HTTPS_PROXY) or HF_ENDPOINT. A runner without access to "
+            "the hub can use a model cache filled elsewhere: copy its HF_HOME and run the gate with HF_HUB_OFFLINE=1."
+        ) from None
 
 
 def _cached(repo: str, filename: str, revision: str | None, cache_dir: Path | None) -> bool:
@@ -155,27 +183,88 @@ def main(args) -> int:
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)
+    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
+    if getattr(args, "write", False) and not args.pin:
+        raise DownloadError("specgate download: --write writes the pins of --pin; give both (--pin --write).")
+    if getattr(args, "pin", False):
+        return pin(profile, profile.select(args.methods.split(",") if args.methods else None), api, args.write)
     methods = offered(profile.select(args.methods.split(",") if args.methods else None))
-    repos = hub_models(profile, methods)
-    if not repos:
+    wanted = hub_revisions(profile, methods)
+    if not wanted:
         print(f"download: profile {profile.name} names no hub model (nothing to fetch)")
         return 0
-    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
     where = cache_dir()
-    plans = [plan(repo, api, where) for repo in repos]
+    plans = [plan(repo, api, where, revision) for repo, revision in wanted]
     for p in plans:
         print(
-            f"download: {p.repo}: {len(p.files)} files, {p.total_bytes / GIB:.2f} GiB, {p.missing_bytes / GIB:.2f} GiB "
-            "not cached"
+            f"download: {p.repo}{f' at {p.revision}' if p.revision else ''}: {len(p.files)} files, "
+            f"{p.total_bytes / GIB:.2f} GiB, {p.missing_bytes / GIB:.2f} GiB not cached"
         )
     check_disk(plans, where)
     if args.dry_run:
         return 0
     for p in plans:
         if p.missing_bytes:
-            snapshot_download(p.repo, allow_patterns=list(p.files), token=os.environ.get("HF_TOKEN") or None)
+            snapshot_download(
+                p.repo, revision=p.revision, allow_patterns=list(p.files), token=os.environ.get("HF_TOKEN") or None
+            )
     print(f"download: {len(plans)} models ready in {where}")
     return 0
+
+
+def pins(profile, methods, api) -> list:
+    """The pins (profile.edit.Pin) of every hub model these engines load that is not pinned to a commit: the
+    commit the hub says its pinned tag or branch (or its default branch) is at now, for its revision key and,
+    with trust_remote_code, its code key."""
+    from specgate.models import is_commit
+    from specgate.profile.edit import Pin
+    from specgate.revisions import models_of
+
+    out: dict[str, Pin] = {}
+    for method in [profile.baseline, *methods]:
+        for m in models_of(profile, method):
+            todo = [k for k, v in ((m.key, m.pin), (m.code_key, m.code_pin)) if k and k not in out and not is_commit(v)]
+            if not m.hub or not todo:
+                continue
+            commit = model_info(api, m.ref, m.pin).sha
+            for key in todo:
+                out[key] = Pin(key, commit, f"{m.ref} at {m.pin or 'its default branch'} on {_today()}")
+    return list(out.values())
+
+
+def pin(profile, methods, api, write: bool) -> int:
+    """Print the pins of the profile's unpinned hub models, and with `write` set them in its file."""
+    from specgate.baselines import write_text_atomic
+    from specgate.profile.edit import CannotEdit, apply, paste_lines
+
+    found = pins(profile, methods, api)
+    if not found:
+        print(f"pin: every hub model of profile {profile.name} is pinned to a commit ({profile.path}); nothing to do")
+        return 0
+    for p in found:
+        print(f"pin: {p.key} = {p.value}  ({p.note})")
+    if write:
+        try:
+            text = apply(profile.path.read_text(encoding="utf-8"), found)
+        except CannotEdit as exc:
+            print(f"pin: not written: {profile.path} cannot be edited safely ({exc}); paste these lines:")
+        else:
+            write_text_atomic(profile.path, text)
+            print(
+                f"pin: written to {profile.path}; review and commit it, then `specgate download --profile "
+                f"{profile.name}` fetches these revisions"
+            )
+            return 0
+    else:
+        print(f"pin: paste into {profile.path} (or rerun with --write), then commit it:")
+    print("\n".join(paste_lines(found)))
+    return 0 if not write else 1
+
+
+def _today() -> str:
+    import datetime as _dt
+
+    return _dt.date.today().isoformat()
 
 
 def add_parser(commands) -> None:
@@ -188,4 +277,10 @@ def add_parser(commands) -> None:
     p.add_argument("--profile", required=True, metavar="NAME|PATH")
     p.add_argument("--methods", default="", metavar="A,B", help="only these methods' drafters (default: all)")
     p.add_argument("--dry-run", action="store_true", help="check access and disk, print sizes, fetch nothing")
+    p.add_argument(
+        "--pin",
+        action="store_true",
+        help="fetch nothing: print the commit each hub model not pinned to one is at now, as the profile's lines",
+    )
+    p.add_argument("--write", action="store_true", help="with --pin: set the pins in the profile file in place")
     p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

@@ -210,9 +210,9 @@ def _config(model_dir: Path) -> dict:
     return json.loads((Path(model_dir) / "config.json").read_text(encoding="utf-8"))
 
 
-def model_dir(ref: str, root: Path) -> Path | None:
+def model_dir(ref: str, root: Path, revision: str | None = None) -> Path | None:
     """A model's files on this disk: a zoo model, a local path, or a hub model in the Hugging Face
-    cache (where vLLM downloaded it, or `specgate download` did); None when it is not here."""
+    cache (where vLLM downloaded it, or `specgate download` did; at the profile's pin); None when it is not here."""
     from specgate.models import resolve
 
     local = Path(resolve(ref, root))
@@ -221,14 +221,16 @@ def model_dir(ref: str, root: Path) -> Path | None:
     try:
         from huggingface_hub import snapshot_download
 
-        return Path(snapshot_download(ref, local_files_only=True, allow_patterns=["*.json", *WEIGHT_FILES]))
+        return Path(
+            snapshot_download(ref, revision=revision, local_files_only=True, allow_patterns=["*.json", *WEIGHT_FILES])
+        )
     except Exception:  # not cached, or no huggingface_hub: nothing to read
         return None
 
 
 def target_kv_bytes_per_token(profile, root: Path) -> int:
     """The target's KV bytes per token from its config (0 when it is not on this disk)."""
-    target = model_dir(profile.target, root)
+    target = model_dir(profile.target, root, profile.target_revision)
     return kv_bytes_per_token(_config(target), DTYPE_BYTES.get(profile.dtype, 2)) if target else 0
 
 
@@ -244,7 +246,10 @@ def drafter_footprint(profile, method, root: Path, shared=()) -> tuple[int | Non
     if kind in ("ngram", "ngram_gpu", "suffix"):
         return 0, 0
     if kind.endswith("mtp"):
-        target = model_dir(method.engine_kwargs.get("model", profile.target), root)
+        own = method.engine_kwargs
+        target = model_dir(
+            own.get("model", profile.target), root, own.get("revision") if "model" in own else profile.target_revision
+        )
         if target is None:
             return None, 0
         cfg = _config(target)
@@ -252,7 +257,7 @@ def drafter_footprint(profile, method, root: Path, shared=()) -> tuple[int | Non
         per_layer = kv_bytes_per_token(dict(cfg, num_hidden_layers=1), elem)
         params = checkpoint_params(target, only="mtp", exclude=shared)
         return None if params is None else params * elem, layers * per_layer
-    drafter = model_dir(method.draft_model or "", root)
+    drafter = model_dir(method.draft_model or "", root, (method.speculative_config or {}).get("revision"))
     if drafter is None:
         return None, 0
     cfg = _config(drafter)

@@ -253,3 +253,13 @@ def test_the_published_setups_sweep_k_reach_their_concurrency_and_price_their_ru
     assert oss.engine_kwargs.get("max_num_seqs", 0) >= max(oss.concurrency)
     llama = load("llama33-70b-tp4-a100")
     assert max(llama.concurrency) == 64 and 32 in llama.concurrency and llama.temperatures == (0.0, 0.5, 1.0)
+
+
+@pytest.mark.parametrize("name", GPU_PROFILES)
+def test_a_gpu_profile_says_how_to_pin_its_models_and_names_no_revision_it_could_not_resolve(name):
+    # Written without access to the hub: the pins come from the runner (`specgate download --pin`), never guessed.
+    text = (ROOT / "fixtures" / "profiles" / f"{name}.toml").read_text()
+    assert f"`specgate download --profile {name} --pin --write`" in text
+    p = load(name)
+    assert p.target_revision is None and p.code_revision is None
+    assert all("revision" not in m.speculative_config for m in p.methods.values())

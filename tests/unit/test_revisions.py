@@ -5,6 +5,7 @@ refusals of a run whose remote code (or, under --specgate-strict, any hub model)
 import shutil
 import sys
 import time
+import tomllib
 import types
 from pathlib import Path
 
@@ -207,3 +208,25 @@ def test_unpinned_hub_models_are_named_once_and_refused_only_under_strict(tmp_pa
     pinned = hub_profile(tmp_path, top=f'target_revision = "{SHA}"', sc=f', revision = "{SHA2}"')
     assert revisions.unpinned_line(pinned, pinned.select(None)) == ""
     assert revisions.refusal(pinned, pinned.select(None), strict=True) is None
+
+
+def test_pins_are_written_in_each_layout_a_method_table_takes_and_verified(tmp_path):
+    from specgate.profile.edit import CannotEdit, Pin, apply
+
+    drafter = Pin("methods.e.speculative_config.revision", SHA, "org/head")
+    layouts = [
+        '[methods.e]\nspeculative_config = { method = "eagle", model = "org/head" }  # the head\n',
+        '[methods.e.speculative_config]\nmethod = "eagle"\nmodel = "org/head"\n\n# next\n[tolerance]\n',
+        '[methods.e]\nspeculative_config.method = "eagle"\nspeculative_config.model = "org/head"\n',
+        f'[methods.e]\nspeculative_config = {{ method = "eagle", revision = "{SHA2}", model = "org/head" }}\n',
+    ]
+    for layout in layouts:
+        text = 'name = "x"\n# the target\ntarget = "org/t"\n\n# engines\n' + layout
+        edited = apply(text, [Pin("target_revision", SHA2, "org/t"), drafter])
+        data = tomllib.loads(edited)
+        assert data["target_revision"] == SHA2 and data["methods"]["e"]["speculative_config"]["revision"] == SHA
+        assert edited.splitlines()[3] == f'target_revision = "{SHA2}"  # org/t'  # above the first table's comment
+        assert "# the head" in edited or "the head" not in layout  # comments kept
+    tricky = 'name = "x"\ndescription = """\n[methods.e]\n"""\n[methods.e]\nspeculative_config = 3\n'
+    with pytest.raises(CannotEdit):
+        apply(tricky, [drafter])
