@@ -17,10 +17,13 @@ from specgate.baselines import (
     baseline_path,
     diff,
     format_diff,
+    group_of,
     kept_aside,
     load,
     measured_by,
     merge,
+    model_moves,
+    provenance_of,
     write_atomic,
 )
 from specgate.errors import BaselineError
@@ -90,17 +93,39 @@ class BaselineStore:
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
         return self.file().entry(method, kind, key)
 
-    def source(self, method: str) -> str:
-        return self.file().source(method)
+    def source(self, method: str, kind: str | None = None) -> str:
+        return self.file().source(method, kind)
+
+    def models_moved(self, method: str, now: dict[str, dict], kind: str | None = None) -> list[tuple]:
+        """(role, stored, now, note) for each model `method`'s engine loads now (`now`: role -> {"ref",
+        "revision"}) that is not the one its stored figures were measured with: those of `kind` (None: any
+        of its figures; `note` then names the groups of figures concerned when not all). This machine's
+        file, else the newest other machine's that has the method; nothing where no models were recorded."""
+        found = [(self.file(), self.file().methods.get(method))] + [(f, f.methods.get(method)) for f in self.others()]
+        file, entry = next(((f, e) for f, e in found if e), (None, None))
+        if not entry:
+            return []
+        kinds = [kind] if kind else [k for k in entry if k != "provenance"]
+        moves: dict[str, tuple[dict, dict, list[str]]] = {}
+        for k in kinds:
+            for role, a, b in model_moves(file.models(method, k), now):
+                at = moves.setdefault(json.dumps([role, a, b], sort_keys=True), (a, b, []))
+                if group_of(k) not in at[2]:
+                    at[2].append(group_of(k))
+        groups = {group_of(k) for k in kinds}
+        return [
+            (json.loads(key)[0], a, b, f" ({', '.join(these)} figures)" if set(these) != groups else "")
+            for key, (a, b, these) in moves.items()
+        ]
 
     def lookup(self, method: str, kind: str, key: str) -> Stored | None:
         """This machine's entry; else another machine's (the newest), with its machine figures left
         out (speedups whole: the speedup check judges them coarsely)."""
         own = self.file().entry(method, kind, key)
         if own is not None:
-            return Stored(own, self.file().source(method), self.hardware, True)
+            return Stored(own, self.file().source(method, kind), self.hardware, True)
         found = [
-            (str(f.methods[method].get("provenance", {}).get("date", "")), f)
+            (str(provenance_of(f.methods[method], kind).get("date", "")), f)
             for f in self.others()
             if f.entry(method, kind, key) is not None
         ]
@@ -111,7 +136,7 @@ class BaselineStore:
         if kind != "speedup":
             values = {k: v for k, v in values.items() if k not in self.machine_figures}
         self.borrowed.setdefault(kind, set()).add(other.path.name)
-        source = f"{other.source(method)}, stored on {other.hardware} ({other.path.name})"
+        source = f"{other.source(method, kind)}, stored on {other.hardware} ({other.path.name})"
         return Stored(values, source, other.hardware, False)
 
     @property
@@ -163,10 +188,13 @@ class BaselineStore:
             f"`{self.update_command}` and commit the file"
         )
 
-    def write(self, measured: dict[str, dict[str, dict[str, dict]]], run_methods: set[str]) -> str:
+    def write(
+        self, measured: dict[str, dict[str, dict[str, dict]]], run_methods: set[str], models: dict | None = None
+    ) -> str:
         """Merge `measured` into the stored file, atomically and under a file lock: other pytest-xdist
         workers may be merging theirs at the same moment, so the file is re-read inside the lock and
-        only what this process measured is replaced. Returns the old -> new table."""
+        only what this process measured is replaced, stamped with this run's provenance and `models`
+        (method -> role -> {"ref", "revision"}). Returns the old -> new table."""
         from filelock import FileLock
 
         self.file()  # a corrupt file fails here, before anything is written
@@ -182,7 +210,7 @@ class BaselineStore:
                 }
                 for method, kinds in measured.items()
             }
-            updated = merge(stored, kept, provenance(self.root, device, count))
+            updated = merge(stored, kept, provenance(self.root, device, count), models)
             write_atomic(updated)
         # self._file stays the file this run was judged against (the report shows old vs new).
         text = format_diff(diff(stored, updated), f"baselines written to {stored.path}", stored, updated)

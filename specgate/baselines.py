@@ -8,8 +8,15 @@ One JSON file per profile and hardware: `baselines/<profile>/<hardware-key>.json
 
 Values are grouped by method, then by kind of measurement ("acceptance", "speedup", "memory"),
 then by key (a prompt category, a concurrency level, a quantity). Each method carries the
-provenance of the run that measured it (vLLM / torch / Python versions, device, date, git revision),
+provenance of the run that measured it (vLLM / torch / Python versions, device, date, git revision,
+and "models": the ref and resolved revision of every model its engine loaded, specgate.revisions),
 so a run filtered to one method updates that method alone and the others keep theirs.
+
+Provenance is per group of figures (GROUPS: speed, memory, the portable rest): "provenance" is the
+newest run that stored any of the method's figures, and "provenance.groups" holds the provenance of
+each group a later run did not re-measure (speed figures kept from another machine, say); a group
+not listed there was measured by that newest run. A file written before groups has no "groups": its
+one provenance is every group's (provenance_of).
 
 This module is the file format: where the files live, load and validate, merge, the atomic write,
 diff. What one run reads from them and how it writes (other machines' files, the locked merge, the
@@ -28,9 +35,26 @@ from typing import Any
 
 from specgate.errors import BaselineError
 from specgate.formatting import num
+from specgate.revisions import short
 
 SCHEMA = 1
 KINDS = ("acceptance", "speedup", "memory", "structured")  # structured: acceptance under a JSON schema
+# Figures that one run may store while another's are kept: each group carries the provenance of its own run.
+GROUPS = {"speedup": "speed", "memory": "memory"}  # any other kind: "portable"
+ROLES = ("target", "tokenizer", "drafter")  # the models a method entry records, in the order they are said
+
+
+def group_of(kind: str) -> str:
+    return GROUPS.get(kind, "portable")
+
+
+def provenance_of(entry: dict[str, Any], kind: str | None = None) -> dict[str, Any]:
+    """The provenance of the run that measured `kind`'s figures in a method entry (None: the newest run that
+    stored any of them); one provenance without groups (an older file) is every group's."""
+    prov = entry.get("provenance", {})
+    if kind is not None and (own := prov.get("groups", {}).get(group_of(kind))):
+        return own
+    return {k: v for k, v in prov.items() if k != "groups"}
 
 
 @dataclass
@@ -43,10 +67,14 @@ class BaselineFile:
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
         return self.methods.get(method, {}).get(kind, {}).get(key)
 
-    def source(self, method: str) -> str:
-        """'vLLM 0.32.0, 2026-11-22, rev abc123' for failure messages."""
-        prov = self.methods.get(method, {}).get("provenance", {})
+    def source(self, method: str, kind: str | None = None) -> str:
+        """'vLLM 0.32.0, 2026-11-22, rev abc123' for failure messages: the run that measured `kind`'s figures."""
+        prov = provenance_of(self.methods.get(method, {}), kind)
         return f"vLLM {prov.get('vllm')}, {str(prov.get('date', '?'))[:10]}, rev {prov.get('git_revision')}"
+
+    def models(self, method: str, kind: str | None = None) -> dict[str, dict]:
+        """role -> {"ref", "revision"} of the models `kind`'s figures were measured with ({}: not recorded)."""
+        return provenance_of(self.methods.get(method, {}), kind).get("models", {})
 
     def to_json(self) -> dict[str, Any]:
         return {"schema": SCHEMA, "profile": self.profile, "hardware": self.hardware, "methods": self.methods}
@@ -123,17 +151,31 @@ def _schema_problem(data: Any) -> str | None:
     return None
 
 
-def merge(stored: BaselineFile, measured: dict[str, dict[str, dict[str, dict]]], prov: dict[str, Any]) -> BaselineFile:
+def merge(
+    stored: BaselineFile,
+    measured: dict[str, dict[str, dict[str, dict]]],
+    prov: dict[str, Any],
+    models: dict[str, dict] | None = None,
+) -> BaselineFile:
     """A new BaselineFile: `measured` (method -> kind -> key -> values) replaces what it covers,
-    everything it did not measure is kept as stored. A value measured as None (e.g. the acceptance
-    length of a method that drafted nothing) is left out: the schema stores numbers only."""
+    everything it did not measure is kept as stored, each group of figures with its own provenance. A value
+    measured as None (e.g. the acceptance length of a method that drafted nothing) is left out: the schema
+    stores numbers only. `models` (method -> role -> {"ref", "revision"}) is stamped with this run's figures."""
     methods = json.loads(json.dumps(stored.methods))  # deep copy
     for method, kinds in measured.items():
         entry = methods.setdefault(method, {})
+        stamp = dict(prov, models=models[method]) if models and method in models else dict(prov)
+        groups = {group_of(k): provenance_of(entry, k) for k in entry if k != "provenance"}
         for kind, values in kinds.items():
             kept = {key: {f: v for f, v in vals.items() if v is not None} for key, vals in values.items()}
-            entry.setdefault(kind, {}).update(kept)
-        entry["provenance"] = prov
+            if kept:
+                entry.setdefault(kind, {}).update(kept)
+                groups[group_of(kind)] = stamp
+        if any(p is stamp for p in groups.values()):
+            kept_groups = {g: p for g, p in sorted(groups.items()) if p is not stamp and p != stamp}
+            entry["provenance"] = dict(stamp, groups=kept_groups) if kept_groups else stamp
+        elif not entry:
+            del methods[method]
     return BaselineFile(stored.path, stored.profile, stored.hardware, methods)
 
 
@@ -204,11 +246,13 @@ def format_diff(
     """An old -> new table grouped by gate, then method, with the relative change of every value that
     moved; an entry that is new (or removed) as a whole is one row. With both files, a first line
     says which vLLM measured each side when that changed."""
+    models = model_lines(old, new) if old is not None and new is not None else []
     if not changes:
-        return f"{title}: no value changed"
+        return f"{title}: no value changed" + "".join(f"\n  model: {line}" for line in models)
     lines = [title]
     if old is not None and new is not None and (moved := upgrade_line(old, new)):
         lines.append(f"  {moved}")
+    lines += [f"  model: {line}" for line in models]
     rows = [("method", "kind", "key", "value", "old", "new", "change")]
     for (method, kind, key), group in grouped(changes):
         if all(c.old is None for c in group) or all(c.new is None for c in group):
@@ -232,13 +276,50 @@ def grouped(changes: list[Change]) -> list[tuple[tuple[str, str, str], list[Chan
 
 
 def measured_by(file: BaselineFile) -> list[str]:
-    """'vLLM 0.31.0 (2026-11-25)' for each distinct vLLM release (and day) that measured the file."""
-    seen = {
-        (str(e.get("provenance", {}).get("vllm")), str(e.get("provenance", {}).get("date", "?"))[:10])
-        for e in file.methods.values()
-        if e.get("provenance")
-    }
+    """'vLLM 0.31.0 (2026-11-25)' for each distinct vLLM release (and day) that measured figures of the file."""
+    seen = set()
+    for entry in file.methods.values():
+        for kind in [k for k in entry if k != "provenance"] or [None]:
+            if prov := provenance_of(entry, kind):
+                seen.add((str(prov.get("vllm")), str(prov.get("date", "?"))[:10]))
     return [f"vLLM {v} ({d})" for v, d in sorted(seen)]
+
+
+def model_moves(old: dict[str, dict], new: dict[str, dict]) -> list[tuple[str, dict, dict]]:
+    """(role, old, new) for each model recorded on both sides that is another one now: another revision where
+    both are known, else another reference. Roles recorded on one side only (a file written before models
+    were recorded) are not a move."""
+    out = []
+    for role in sorted(set(old) & set(new), key=lambda r: ROLES.index(r) if r in ROLES else len(ROLES)):
+        a, b = old[role], new[role]
+        if a.get("revision") and b.get("revision"):
+            moved = a["revision"] != b["revision"]
+        else:
+            moved = a.get("ref") != b.get("ref")
+        if moved:
+            out.append((role, a, b))
+    return out
+
+
+def describe_move(owner: str, role: str, a: dict, b: dict) -> str:
+    """ "eagle3's drafter: org/head abc1234 -> def5678"."""
+    if a.get("ref") == b.get("ref"):
+        return f"{owner} {role}: {a.get('ref')} {short(a.get('revision'))} -> {short(b.get('revision'))}"
+    return f"{owner} {role}: {a.get('ref')} {short(a.get('revision'))} -> {b.get('ref')} {short(b.get('revision'))}"
+
+
+def model_lines(old: BaselineFile, new: BaselineFile) -> list[str]:
+    """One line per model that differs between the figures of the two files, for each method in both."""
+    lines = []
+    for method in sorted(set(old.methods) & set(new.methods)):
+        o, n = old.methods[method], new.methods[method]
+        kinds = [k for k in o if k in n and k != "provenance"] or [None]
+        for kind in kinds:
+            for move in model_moves(old.models(method, kind), new.models(method, kind)):
+                line = describe_move(f"{method}'s", *move)
+                if line not in lines:
+                    lines.append(line)
+    return lines
 
 
 def upgrade_line(old: BaselineFile, new: BaselineFile) -> str:

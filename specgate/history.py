@@ -27,7 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from specgate.baselines import BaselineFile, baselines_dir
+from specgate.baselines import BaselineFile, baselines_dir, provenance_of
 from specgate.profile import Method, Profile
 from specgate.schema import not_measuring
 
@@ -66,15 +66,19 @@ class Point:
 
     @property
     def vllm(self) -> str:
-        return str(self.values.get("provenance", {}).get("vllm"))
+        return self.vllm_of()
+
+    def vllm_of(self, kind: str | None = None) -> str:
+        """The vLLM that measured `kind`'s figures of this entry (None: the newest run that stored any)."""
+        return str(provenance_of(self.values, kind).get("vllm"))
 
     def figure(self, kind: str, key: str, metric: str) -> float | None:
         value = self.values.get(kind, {}).get(key, {}).get(metric)
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
-    def describe(self) -> str:
+    def describe(self, kind: str | None = None) -> str:
         """'rev abc1234 (2026-11-25, vLLM 0.32.0, cpu-amd-epyc-2c)'."""
-        return f"rev {self.update.short} ({self.update.date[:10]}, vLLM {self.vllm}, {self.hardware})"
+        return f"rev {self.update.short} ({self.update.date[:10]}, vLLM {self.vllm_of(kind)}, {self.hardware})"
 
 
 @dataclass

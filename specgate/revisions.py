@@ -91,11 +91,9 @@ def resolved(models: list[Model], root: Path) -> dict[str, dict[str, str | None]
 
 
 def revision_of(model: Model, root: Path) -> str | None:
-    if model.ref.startswith("zoo:"):
-        return content_hash(zoo_dir(root) / model.ref[4:])
     if model.hub:
         return hub_commit(model.ref, model.pin)
-    path = Path(model.ref)
+    path = zoo_dir(root) / model.ref[4:] if model.ref.startswith("zoo:") else Path(model.ref)
     return content_hash(path) if path.exists() else None
 
 

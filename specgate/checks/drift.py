@@ -61,7 +61,7 @@ class DriftCheck:
             if not series:
                 continue
             value = float(measured[metric])
-            best, bound, failure = self._judge(method, key, what, value, series, higher, slack)
+            best, bound, failure = self._judge(method, gate, key, what, value, series, higher, slack)
             rows.append(Row(f"drift_{metric}", value, best, bound, failing=failure is not None))
             if failure:
                 failures.append(failure)
@@ -77,7 +77,7 @@ class DriftCheck:
             p for p in history.comparable(method, self.ctx.profile.path) if not since or p.update.date[:10] >= since
         ]
 
-    def _judge(self, method, key, what, measured, series, higher, slack) -> tuple[float, float, str | None]:
+    def _judge(self, method, gate, key, what, measured, series, higher, slack) -> tuple[float, float, str | None]:
         """(best, bound, failure message or None) of one figure against its history (oldest first)."""
         tol = self.ctx.profile.tolerance
         at = max(range(len(series)), key=lambda i: (series[i][1] if higher else -series[i][1], -i))  # the earliest best
@@ -88,9 +88,11 @@ class DriftCheck:
             return best, bound, None
         after = series[at + 1 :]
         first = next(((p, v) for p, v in after if (v < best - ROUNDING if higher else v > best + ROUNDING)), None)
-        releases = list(dict.fromkeys([best_point.vllm] + [p.vllm for p, _ in after] + [_running_vllm()]))
+        releases = list(
+            dict.fromkeys([best_point.vllm_of(gate)] + [p.vllm_of(gate) for p, _ in after] + [_running_vllm()])
+        )
         dropped = (
-            f"It first dropped at {first[0].describe()}: {best:.4g} -> {first[1]:.4g}"
+            f"It first dropped at {first[0].describe(gate)}: {best:.4g} -> {first[1]:.4g}"
             if first
             else f"Every later update stored {best:.4g}: it dropped in this run"
         )
@@ -100,7 +102,7 @@ class DriftCheck:
             bound,
             (
                 f"method '{method}', {key}: {what} {measured:.4g} is {change} from the best the baseline history "
-                f"stored, {best:.4g} at {best_point.describe()}; drift_rtol {tol.drift_rtol} allows "
+                f"stored, {best:.4g} at {best_point.describe(gate)}; drift_rtol {tol.drift_rtol} allows "
                 f"{'down to' if higher else 'up to'} {bound:.4g}. {dropped}; vLLM since the best: "
                 f"{' -> '.join(releases)} "
                 f'(this run). Find the release with `specgate bisect`; accept the drop with drift_since = "YYYY-MM-DD" '

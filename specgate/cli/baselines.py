@@ -39,10 +39,10 @@ def add_parser(commands) -> None:
 def main(args: argparse.Namespace) -> int:
     old, new = load_any(args.old), load_any(args.new)
     if args.format == "text":
-        print(baselines.format_diff(baselines.diff(old, new), f"baselines {old.path} -> {new.path}"))
+        print(baselines.format_diff(baselines.diff(old, new), f"baselines {old.path} -> {new.path}", old, new))
     else:
         print(diff_markdown(old, new), end="")
-    return 1 if args.exit_code and baselines.diff(old, new) else 0
+    return 1 if args.exit_code and (baselines.diff(old, new) or baselines.model_lines(old, new)) else 0
 
 
 def load_any(path: Path) -> baselines.BaselineFile:
@@ -74,8 +74,8 @@ def load_any(path: Path) -> baselines.BaselineFile:
 
 def diff_markdown(old: baselines.BaselineFile, new: baselines.BaselineFile) -> str:
     """A markdown old -> new table grouped by gate, then method (one row per value that moved; an
-    entry added or removed as a whole is one row), which vLLM measured each side when that changed,
-    and the provenance of each method whose source changed."""
+    entry added or removed as a whole is one row), which vLLM measured each side when that changed, the
+    models (revisions) that changed, and the provenance of each method whose source changed."""
     changes = baselines.diff(old, new)
     lines = [f"### Baselines: `{old.path}` → `{new.path}`", ""]
     if (old.profile, old.hardware) != (new.profile, new.hardware):
@@ -85,6 +85,9 @@ def diff_markdown(old: baselines.BaselineFile, new: baselines.BaselineFile) -> s
         ]
     if moved := baselines.upgrade_line(old, new):
         lines += [f"Measured by: {moved.replace(' -> ', ' → ')}.", ""]
+    if models := baselines.model_lines(old, new):
+        lines += ["Models that changed (a figure that moved may be the weights, not vLLM):", ""]
+        lines += [f"- {line.replace(' -> ', ' → ')}" for line in models] + [""]
     if not changes:
         return "\n".join(lines + ["No value changed."]) + "\n"
     lines += ["| method | kind | key | value | old | new | change |", "| --- | --- | --- | --- | ---: | ---: | ---: |"]

@@ -159,3 +159,58 @@ def test_histogram_leaves_out_each_requests_prefill_step():
     r = AcceptanceResult.from_batch(SpecCounters(), {"a": [1, 4, 2, 1], "b": [1, 3]}, k=3)
     assert r.histogram == (0, 1, 1, 1, 1)
     assert json.loads(json.dumps(r.record()))["tokens_per_step_histogram"] == [0, 1, 1, 1, 1]
+
+
+OLD_SPEED = {"speedup": {"C=1": {"speedup": 1.5}}, "memory": {"overhead": {"process_mib": 40.0}}}
+
+
+def test_a_kept_group_of_figures_keeps_the_provenance_of_the_run_that_measured_it(tmp_path):
+    # a file written before groups: one provenance, every group's
+    old = stored(tmp_path, {"eagle": {"provenance": PROV, "acceptance": {"code": {"x": 1.0}}, **OLD_SPEED}})
+    assert old.source("eagle", "speedup") == old.source("eagle", "acceptance") == "vLLM 0.32.0, 2026-11-22, rev abc1234"
+    new_prov = dict(PROV, vllm="0.33.0", date="2026-12-01T00:00:00+00:00", git_revision="def5678")
+    # the acceptance re-measured here; the speed and memory figures kept (stored on another machine, say)
+    merged = baselines.merge(old, {"eagle": {"acceptance": {"code": {"x": 1.1}}, "speedup": {}}}, new_prov)
+    assert merged.source("eagle", "acceptance") == "vLLM 0.33.0, 2026-12-01, rev def5678"
+    assert merged.source("eagle", "structured") == "vLLM 0.33.0, 2026-12-01, rev def5678"  # portable, as acceptance
+    assert (
+        merged.source("eagle", "speedup") == merged.source("eagle", "memory") == "vLLM 0.32.0, 2026-11-22, rev abc1234"
+    )
+    prov = merged.methods["eagle"]["provenance"]
+    assert prov["vllm"] == "0.33.0" and set(prov["groups"]) == {"speed", "memory"}  # the newest, and what it kept
+    assert baselines.measured_by(merged) == ["vLLM 0.32.0 (2026-11-22)", "vLLM 0.33.0 (2026-12-01)"]
+    baselines.write_atomic(merged)
+    again = baselines.load(old.path, "p", "cpu-x-2c")  # the schema reads it back
+    assert again.source("eagle", "speedup") == "vLLM 0.32.0, 2026-11-22, rev abc1234"
+    # a later run that re-measures the speed figures only: they take its stamp, acceptance keeps 0.33.0's
+    third = dict(PROV, vllm="0.34.0", date="2026-12-09T00:00:00+00:00")
+    later = baselines.merge(again, {"eagle": {"speedup": {"C=1": {"speedup": 1.6}}}}, third)
+    assert later.source("eagle", "speedup").startswith("vLLM 0.34.0, 2026-12-09")
+    assert later.source("eagle", "acceptance").startswith("vLLM 0.33.0, 2026-12-01")
+    assert later.source("eagle", "memory").startswith("vLLM 0.32.0, 2026-11-22")
+    # everything re-measured by one run: one provenance again, no groups
+    whole = baselines.merge(later, {"eagle": {"acceptance": {"code": {"x": 1}}, **OLD_SPEED}}, third)
+    assert "groups" not in whole.methods["eagle"]["provenance"]
+    # a method whose run stored nothing is not restamped
+    assert baselines.merge(later, {"eagle": {"speedup": {}}}, PROV).methods == later.methods
+
+
+def test_the_models_of_each_group_are_recorded_and_a_diff_names_the_ones_that_moved(tmp_path):
+    def models(drafter):
+        return {"eagle": {"target": {"ref": "zoo:target", "revision": "sha256:" + "a" * 64}, "drafter": drafter}}
+
+    head = {"ref": "org/head", "revision": "1" * 40}
+    old = baselines.merge(
+        stored(tmp_path), {"eagle": {"acceptance": {"code": {"x": 1.0}}, **OLD_SPEED}}, PROV, models(head)
+    )
+    assert old.models("eagle", "speedup")["drafter"] == head
+    moved = {"ref": "org/head", "revision": "2" * 40}
+    new = baselines.merge(old, {"eagle": {"acceptance": {"code": {"x": 0.9}}}}, PROV, models(moved))
+    assert new.models("eagle", "acceptance")["drafter"] == moved and new.models("eagle", "speedup")["drafter"] == head
+    assert baselines.model_lines(old, new) == ["eagle's drafter: org/head 1111111 -> 2222222"]
+    table = baselines.format_diff(baselines.diff(old, new), "title", old, new)
+    assert "  model: eagle's drafter: org/head 1111111 -> 2222222" in table.splitlines()
+    same = baselines.merge(old, {"eagle": {"acceptance": {"code": {"x": 1.0}}}}, PROV, models(head))
+    assert baselines.format_diff([], "t", old, same) == "t: no value changed"
+    unrecorded = stored(tmp_path, {"eagle": {"provenance": PROV, "acceptance": {"code": {"x": 1.0}}}})
+    assert baselines.model_lines(unrecorded, new) == []  # nothing recorded on one side: not a move

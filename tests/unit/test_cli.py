@@ -119,3 +119,30 @@ def test_usage_errors_exit_2(capsys):
     assert cli.main(["baselines", "merge", "a", "b"]) == 2
     assert cli.main(["--help"]) == 0
     assert "report" in capsys.readouterr().out
+
+
+def test_diff_names_the_models_that_changed_before_the_figures(tmp_path, capsys):
+    def entry(drafter_revision, length):
+        models = {
+            "target": {
+                "ref": "meta-llama/Llama-3.1-8B-Instruct",
+                "revision": "0e9e39f249a16976918f6564b8830bc894c89659",
+            },
+            "drafter": {"ref": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "revision": drafter_revision},
+        }
+        return {"provenance": dict(PROV, models=models), "acceptance": {"code": {"mean_acceptance_length": length}}}
+
+    old = baseline_file(tmp_path / "old.json", {"eagle3": entry("abc1234" + "0" * 33, 2.0)})
+    new = baseline_file(tmp_path / "new.json", {"eagle3": entry("def5678" + "0" * 33, 1.6)})
+    assert cli.main(["baselines", "diff", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    moved = "- eagle3's drafter: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B abc1234 → def5678"
+    assert moved in lines and lines.index(moved) < lines.index("| method | kind | key | value | old | new | change |")
+    assert "target" not in out  # the target did not move
+    assert cli.main(["baselines", "diff", "--format", "text", str(old), str(new)]) == 0
+    assert (
+        "  model: eagle3's drafter: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B abc1234 -> def5678" in capsys.readouterr().out
+    )
+    same_figures = baseline_file(tmp_path / "same.json", {"eagle3": entry("def5678" + "0" * 33, 2.0)})
+    assert cli.main(["baselines", "diff", "--exit-code", str(old), str(same_figures)]) == 1  # the weights moved
