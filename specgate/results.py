@@ -365,7 +365,8 @@ def _write(session, table, run: RunRecord, measured: dict) -> dict[str, Path]:
     if measured:
         device, count = machine.detect_device(session.profile.hardware)
         empty = baselines.BaselineFile(out / "baselines.json", session.profile.name, session.baselines.hardware, {})
-        baselines.write_atomic(baselines.merge(empty, measured, machine.provenance(session.plan.root, device, count)))
+        prov = machine.provenance(session.plan.root, device, count)
+        baselines.write_atomic(baselines.merge(empty, measured, prov, session.models_record(measured)))
         paths["baselines"] = out / "baselines.json"
     paths.update(report.write_report(out, table, run))
     return paths

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from specgate.backend import BootEngine
 from specgate.baseline_store import BaselineStore
-from specgate.checks import GATES, Context, Judgement, key_of
+from specgate.baselines import describe_move
+from specgate.checks import GATES, Context, Judgement, Verdict, key_of
 from specgate.checks.acceptance import AcceptanceCheck
 from specgate.checks.drift import DRIFTING
 from specgate.checks.equivalence import EquivalenceCheck
@@ -38,6 +39,7 @@ from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
 from specgate.prompt_inputs import PromptInputs
+from specgate.revisions import models_of, resolved, unpinned_line
 from specgate.scenarios import ScenarioRuns
 
 OWN_ENGINE = {"preemption"}  # gates whose check boots the engine it measures
@@ -97,6 +99,7 @@ class GateSession:
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
         self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
         self._history: History | None = None
+        self._models: dict[str, dict[str, dict]] = {}
         ctx = Context(
             plan.profile,
             self.baselines,
@@ -138,9 +141,14 @@ class GateSession:
         return self._history
 
     def header(self) -> list[str]:
-        """What the summary says once about the stored baselines: the store's notes (baselines set aside,
-        other machines' files used) and, when the run judges drift, why it could not."""
-        lines = self.baselines.header()
+        """What the summary says once about the stored baselines: first the models that changed since the
+        baselines (so that a moved figure reads as the weights before it reads as vLLM) and the hub models
+        not pinned to a commit, then the store's notes (baselines set aside, other machines' files used)
+        and, when the run judges drift, why it could not."""
+        lines = self.model_lines()
+        if self.plan.endpoints is None and (unpinned := unpinned_line(self.profile, self.plan.methods)):
+            lines.append(unpinned)
+        lines += self.baselines.header()
         drift_rtol = self.profile.tolerance.drift_rtol
         if (
             drift_rtol
@@ -149,6 +157,39 @@ class GateSession:
         ):
             lines.append(f"drift (tolerance.drift_rtol {drift_rtol}) not judged: {history.problem}")
         return lines
+
+    def models(self, method: str) -> dict[str, dict]:
+        """role -> {"ref", "revision"} of the models `method`'s engine loads (specgate.revisions), resolved once
+        per run (again while a hub model is not in the cache yet: vLLM fetches it at the boot); {} for
+        endpoints, whose servers load what they were started with."""
+        if self.plan.endpoints is not None:
+            return {}
+        if method not in self._models:
+            spec = self.profile.baseline if method == BASELINE else self.profile.methods[method]
+            found = resolved(models_of(self.profile, spec), self.plan.root)
+            if all(m["revision"] for m in found.values()):
+                self._models[method] = found
+            return found
+        return self._models[method]
+
+    def models_record(self, methods) -> dict[str, dict[str, dict]]:
+        """What a baseline file records of the models, for each of these methods."""
+        return {m: found for m in methods if (found := self.models(m))}
+
+    def model_lines(self) -> list[str]:
+        """One line per model that is not the one the baselines were measured with, a target shared by
+        several methods once."""
+        moved: dict[str, tuple[str, dict, dict, str, list[str]]] = {}
+        for method in self.plan.method_order:
+            for role, a, b, note in self.baselines.models_moved(method, self.models(method)):
+                key = repr((role, sorted(a.items()), sorted(b.items()), note))
+                moved.setdefault(key, (role, a, b, note, []))[4].append(method)
+        return [
+            describe_move(f"{methods[0]}'s" if len(methods) == 1 else "the", role, a, b)
+            + (f" (for {', '.join(methods)})" if len(methods) > 1 else "")
+            + f" since the baselines{note}: figures that moved may have moved with the weights, not with vLLM"
+            for role, a, b, note, methods in moved.values()
+        ]
 
     def _measured_now(self, method: str, gate: str, key: str) -> dict | None:
         judgement = self.judgements.get((method, gate, key))
@@ -182,6 +223,15 @@ class GateSession:
         """Run `gate`'s check for (method, test parameter); the judgement is kept for the results."""
         with self._timed(self._bucket(gate, method)):
             judgement = self.checks[gate].judge(method, key_of(gate, method, param), **options)
+        if judgement.verdict is Verdict.FAIL and (
+            moved := self.baselines.models_moved(method, self.models(method), gate)
+        ):
+            judgement.messages.insert(
+                0,
+                "the models changed since this figure's baseline was stored: "
+                + "; ".join(describe_move(f"{method}'s", role, a, b) for role, a, b, _ in moved)
+                + ": read what follows as the weights' doing before vLLM's",
+            )
         self.judgements[(method, gate, judgement.key)] = judgement
         return judgement
 
@@ -233,7 +283,7 @@ class GateSession:
                 f"\nspeed figures not stored, at any level: the machine was disturbed during this run's speedup "
                 f"trials at {', '.join(disturbed)}; acceptance and memory were. Rerun the update on a quiet machine."
             )
-        return self.baselines.write(measured, set(self.plan.method_order)) + note
+        return self.baselines.write(measured, set(self.plan.method_order), self.models_record(measured)) + note
 
     def summary_lines(self, outcomes=()) -> list[str]:
         from specgate.results import summary_lines
