@@ -203,6 +203,8 @@ class BaselineStore:
         with FileLock(str(self.path) + ".lock", timeout=600):
             stored = load(self.path, self.name, self.hardware)
             held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
+            if held_back:  # the summary (geometric mean, crossover) is made of every level's ratio
+                held_back.add("summary")  # checks.key_of("speedup", m, None)
             kept = {
                 method: {
                     kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)}

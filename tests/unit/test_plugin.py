@@ -239,6 +239,9 @@ def test_a_partial_update_on_another_machine_keeps_the_stored_speedups(speed_dir
     for method in ("baseline", "good", "also_good"):  # every ratio keeps the machine stamp it was stored with
         assert after[method]["speedup"] == before[method]["speedup"]
     assert after["good"]["provenance"] != before["good"]["provenance"]  # acceptance was written
+    # and only acceptance: the kept speed figures keep the provenance of the run that measured them
+    assert after["good"]["provenance"]["groups"] == {"speed": before["good"]["provenance"]}
+    assert after["baseline"]["provenance"] == before["baseline"]["provenance"]  # nothing of it was written
     run(speed_dir, *both).assert_outcomes(passed=6 + 2 + 10)  # every method at once moves the stamp
     moved = json.loads(baseline_file(speed_dir).read_text())["methods"]
     ratio = (

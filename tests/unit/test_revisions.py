@@ -3,10 +3,8 @@ resolved revisions without the network (a stand-in huggingface_hub), the zoo's c
 refusals of a run whose remote code (or, under --specgate-strict, any hub model) is not pinned."""
 
 import shutil
-import sys
 import time
 import tomllib
-import types
 from pathlib import Path
 
 import pytest
@@ -17,6 +15,7 @@ from specgate.errors import ProfileError
 from specgate.models import ZOO_MODELS, zoo_dir
 from specgate.profile import find_profile, load_profile
 
+from .fakes import stand_in_hub
 from .test_profile import GOOD, load_text
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,24 +51,6 @@ def hub_profile(tmp_path, top="", kwargs="gpu_memory_utilization = 0.8", sc=""):
 def fresh_caches(monkeypatch):
     monkeypatch.setattr(revisions, "_HASHES", {})
     monkeypatch.setattr(revisions, "_COMMITS", {})
-
-
-def stand_in_hub(monkeypatch, snapshots: dict, calls: list | None = None):
-    """huggingface_hub replaced: snapshot_download answers from `snapshots` ((repo, revision) -> commit)
-    and only with local_files_only (anything else would be the network)."""
-    hub = types.ModuleType("huggingface_hub")
-
-    def snapshot_download(repo_id, revision=None, local_files_only=False, **kwargs):
-        assert local_files_only, "resolving a revision must never reach the hub"
-        if calls is not None:
-            calls.append((repo_id, revision))
-        commit = snapshots.get((repo_id, revision))
-        if commit is None:
-            raise FileNotFoundError(repo_id)
-        return f"/cache/hub/models--{repo_id.replace('/', '--')}/snapshots/{commit}"
-
-    hub.snapshot_download = snapshot_download
-    monkeypatch.setitem(sys.modules, "huggingface_hub", hub)
 
 
 @pytest.mark.parametrize(
