@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgate.baselines import baselines_dir
+from specgate.baselines import baselines_dir, provenance_of
 from specgate.errors import SpecgateError
 from specgate.history import History, headlines, read
 from specgate.machine import detect_device, hardware_key
@@ -38,6 +38,7 @@ class Row:
     figures: dict[str, float]
     stored: bool  # a committed update (else a run given on the command line)
     subject: str = ""
+    models: dict[str, dict] = field(default_factory=dict)  # role -> {"ref", "revision"} its figures were measured with
 
 
 def table(history: History, runs: list[Path] = ()) -> list[Row]:
@@ -46,13 +47,20 @@ def table(history: History, runs: list[Path] = ()) -> list[Row]:
     rows = []
     for update in history.updates:
         these = [p for p in history.points if p.update is update and p.method != "baseline"]
-        rows += [
-            Row(update.short, update.date[:10], p.hardware, p.method, p.vllm, headlines(p.values), True, update.subject)
-            for p in these
-        ] or [Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)]
+        rows += [_stored_row(update, p) for p in these] or [
+            Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)
+        ]
     for run in runs:
         rows += _run_rows(Path(run))
     return rows
+
+
+def _stored_row(update, point) -> Row:
+    figures = headlines(point.values)
+    models = models_of(point.values)
+    return Row(
+        update.short, update.date[:10], point.hardware, point.method, point.vllm, figures, True, update.subject, models
+    )
 
 
 def _run_rows(run: Path) -> list[Row]:
@@ -84,8 +92,19 @@ def _run_rows(run: Path) -> list[Row]:
                 str(prov.get("vllm") or vllm),
                 headlines(entry),
                 False,
+                models=models_of(entry),
             )
         )
+    return out
+
+
+def models_of(entry: dict) -> dict[str, dict]:
+    """The models a stored method entry's figures were measured with (each group's, the newest run's first)."""
+    groups = [provenance_of(entry)] + list(entry.get("provenance", {}).get("groups", {}).values())
+    out: dict[str, dict] = {}
+    for prov in groups:
+        for role, model in prov.get("models", {}).items():
+            out.setdefault(role, model)
     return out
 
 

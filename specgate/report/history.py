@@ -12,6 +12,7 @@ from pathlib import Path
 from specgate.formatting import fmt
 from specgate.history import HEADLINES
 from specgate.report.page import CSS, png_uri
+from specgate.revisions import short
 
 
 def _labels(rows: list) -> list[str]:
@@ -41,6 +42,7 @@ def markdown(profile: str, hardware: str, rows: list, problem: str = "") -> str:
             f"| {lab} | {these[0].date} | {', '.join(sorted({r.hardware for r in these}))} | {measured} | "
             f"{what.replace('|', '/')} |"
         )
+    lines += models(rows)
     machines = len({r.hardware for r in rows})
     for name, (title, _) in HEADLINES.items():
         series = list(dict.fromkeys(_series_name(r, machines) for r in rows if name in r.figures))
@@ -54,6 +56,44 @@ def markdown(profile: str, hardware: str, rows: list, problem: str = "") -> str:
             if cells:
                 lines.append(f"| {lab} | " + " | ".join(cells.get(s, "") for s in series) + " |")
     return "\n".join(lines) + "\n"
+
+
+def models(rows: list) -> list[str]:
+    """The models each method's figures were measured with: a row where they were first recorded and one
+    wherever they changed ('drafter org/head 1111111 -> 2222222'), so a figure that moved with the weights
+    reads as such. Nothing when no update recorded models (files written before they were)."""
+    out, last = [], {}
+    for r in rows:
+        if not r.method or not r.models:
+            continue
+        before = last.get((r.method, r.hardware), {})
+        said = []
+        for role, now in r.models.items():
+            was = before.get(role)
+            if was == now:
+                continue
+            ref = now.get("ref")
+            if was is None:
+                said.append(f"{role} {ref} {short(now.get('revision'))}")
+            elif was.get("ref") == ref:
+                said.append(f"{role} {ref} {short(was.get('revision'))} → {short(now.get('revision'))}")
+            else:
+                said.append(
+                    f"{role} {was.get('ref')} {short(was.get('revision'))} → {ref} {short(now.get('revision'))}"
+                )
+        last[(r.method, r.hardware)] = r.models
+        if said:
+            out.append(f"| {r.label} | {r.method} | {'; '.join(said).replace('|', '/')} |")
+    if not out:
+        return []
+    head = [
+        "",
+        "## Models (first recorded, then each change)",
+        "",
+        "| update | method | models |",
+        "| --- | --- | --- |",
+    ]
+    return head + out
 
 
 def plot(all_rows: list, releases: list[tuple[int, str, str]]):

@@ -219,3 +219,21 @@ def test_specgate_history_without_git_says_what_to_do(tmp_path, capsys):
     assert cli.main(["history", "--profile", str(profile.path), "--root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "no history to read" in err and "is not a git checkout" in err and "run it in a git clone" in err
+
+
+def test_the_history_says_which_models_each_methods_figures_were_measured_with_and_where_they_changed(repo):
+    from specgate.report import history as page
+
+    rows = cli_history.table(history.read(repo, "fake"))
+    target = rows[0].models["target"]
+    assert target["ref"].endswith("fixtures/zoo/target") and target["revision"].startswith("sha256:")
+    assert all(r.models == rows[0].models for r in rows)  # one zoo all along: said once
+    lines = page.models(rows)
+    assert lines[-1] == f"| {rows[0].label} | good | target {target['ref']} {target['revision'][:14]} |"
+    assert len(lines) == 6  # its heading, the table's head and one row
+    moved = cli_history.Row("run", "2026-04-01", "cpu-test-2c", "good", "0.32.0", {}, False)
+    moved.models.update(target=dict(target, revision="sha256:" + "f" * 64))
+    assert page.models([*rows, moved])[-1] == (
+        f"| run | good | target {target['ref']} {target['revision'][:14]} → sha256:fffffff |"
+    )
+    assert "## Models (first recorded, then each change)" in page.markdown("fake", "all", rows)
