@@ -321,6 +321,7 @@ def run_record(session, outcomes: list[Outcome], started: float, summary_lines: 
         engines=engines(session),
         time_spent_s={k: round(v, 1) for k, v in session.spent.items()},
         known_issues=[KnownSeen(**asdict(seen)) for seen in known_issues(session)],
+        models=session.models_record(session.plan.method_order),
         outcomes=ordered,
         diagnosis=next(iter(diagnosis(session)), ""),
         summary_lines=summary_lines,

@@ -6,6 +6,8 @@
                                     model's commit from the Hugging Face cache (its snapshots/<commit>/), a zoo or
                                     local directory's content hash ("sha256:..."), None when neither is known
     unpinned(profile, methods)      hub models whose revision is not a commit (the summary names them)
+    held(profile, methods, root)    ref -> revision of every model these engines load (what a bisection holds
+                                    fixed); not_held(held, loaded) names those a run loaded at another revision
     refusal(profile, methods, strict)   why a gate run must not start: remote code not pinned to a commit on a
                                     cuda run (unless allow_unpinned_code), or under --specgate-strict any hub
                                     model not pinned to a commit
@@ -151,6 +153,29 @@ def short(revision: str | None) -> str:
         return "unknown"
     kind, _, value = revision.rpartition(":")
     return f"{kind}:{value[:7]}" if kind else revision[:7]
+
+
+def held(profile, methods, root: Path) -> dict[str, str | None]:
+    """ref -> resolved revision of every model these engines (the baseline's included) load, once each: what
+    a bisection over vLLM releases holds fixed (None: a hub model not in the cache yet)."""
+    out: dict[str, str | None] = {}
+    for method in _engines(profile, methods):
+        for m in models_of(profile, method):
+            out.setdefault(m.ref, revision_of(m, root))
+    return out
+
+
+def not_held(held_models: dict[str, str | None], loaded: dict[str, dict[str, dict]]) -> list[str]:
+    """'org/x 1111111 -> 2222222' for each model a run loaded (method -> role -> {"ref", "revision"}) at
+    another revision than the one held fixed; a revision unknown on either side is not a move."""
+    out = []
+    for roles in loaded.values():
+        for m in roles.values():
+            was, now = held_models.get(m.get("ref")), m.get("revision")
+            line = f"{m.get('ref')} {short(was)} -> {short(now)}"
+            if was and now and was != now and line not in out:
+                out.append(line)
+    return out
 
 
 def _engines(profile, methods) -> list:

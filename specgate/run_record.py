@@ -112,6 +112,7 @@ class RunRecord:
     time_spent_s: dict[str, float] = field(default_factory=dict)  # boots, each gate, scenarios, canaries
     rehearsal: dict[str, str] | None = None  # {"from": "0.31.0", "to": "0.32.0"}
     known_issues: list[KnownSeen] = field(default_factory=list)  # the profile's known issues this run met
+    models: dict[str, dict[str, dict]] = field(default_factory=dict)  # method -> role -> {"ref", "revision"} loaded
     schema: int = SCHEMA
 
     # -- what went wrong, in the order a reader needs it ------------------------------------------

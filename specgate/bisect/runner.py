@@ -30,9 +30,11 @@ class GateRunner:
         run_gates: list[str],
         timeout_s: float,
         lock: Path | None = None,
+        held: dict[str, str | None] | None = None,
     ):
         self.root, self.out, self.profile = Path(root), Path(out), profile
         self.methods, self.run_gates, self.timeout_s, self.lock = methods, run_gates, timeout_s, lock
+        self.held = held or {}  # ref -> revision: the models every step must load (revisions.held)
         self.waited = 0.0
 
     def __call__(self, candidate: Candidate, reference: bool, chase: list[str] | None) -> Step:
@@ -77,7 +79,7 @@ class GateRunner:
                 f"the gate run did not end within {self.timeout_s:.0f} s (--step-timeout); stopped; its log {log}",
             )
         else:
-            step = classify(results, self.methods, chase, log)
+            step = classify(results, self.methods, chase, log, self.held)
             step.label = candidate.label
             if reference:
                 step = self._as_reference(step, results)

@@ -11,6 +11,7 @@ from pathlib import Path
 from specgate.bisect.candidates import Candidate
 from specgate.bisect.steps import BAD, CHASEABLE, GOOD, RUN_GATES, SKIP, BisectError, Step, figure_name, moved
 from specgate.formatting import num
+from specgate.revisions import short
 
 STATE_VERSION = 1
 
@@ -84,7 +85,7 @@ class Bisection:
         if state.get("version") != STATE_VERSION or state.get("identity") != self._identity():
             raise BisectError(
                 f"{self.state_path} holds a bisection with other settings (good/bad, candidates, profile, "
-                f"methods or gates); give another --out, or --restart to discard it."
+                f"methods, gates or the models' revisions); give another --out, or --restart to discard it."
             )
         self.chase = state.get("chase")
         for s in state.get("steps", []):
@@ -152,6 +153,8 @@ class Bisection:
             f"{', '.join(s['methods'])}; chasing {chase}{how} and greedy equivalence",
             f"  candidates ({len(self.labels)}): {' '.join(self.labels)}",
         ]
+        if models := s.get("models"):
+            out.append(held_line(models))
         total = waited = 0.0
         for n, lab in enumerate(self.order, start=1):
             st = self.steps[lab]
@@ -230,3 +233,14 @@ class Bisection:
         if path is None or not path.is_file():
             return {}
         return {figure_name(r): r.get("value") for r in json.loads(path.read_text(encoding="utf-8"))}
+
+
+def held_line(models: dict[str, str | None]) -> str:
+    """'  models held fixed (every step loads these; ...): zoo:target sha256:1a2b3c4, org/head 0e9e39f'."""
+    said = ", ".join(f"{ref} {short(rev)}" for ref, rev in models.items())
+    unknown = [ref for ref, rev in models.items() if not rev]
+    return f"  models held fixed (every step loads these; a step that loads others is a skip): {said}" + (
+        f"; {', '.join(unknown)} not in the cache yet: held only once pinned (`specgate download --pin`)"
+        if unknown
+        else ""
+    )

@@ -35,7 +35,7 @@ def bisect(
     bisection = Bisection(out, settings, candidates, good, bad, restart=restart)
     if bisection.order:
         print(f"bisect: resuming {bisection.state_path} ({len(bisection.order)} steps done)", flush=True)
-    runner = GateRunner(root, out, profile, methods, settings["run_gates"], step_timeout, lock)
+    runner = GateRunner(root, out, profile, methods, settings["run_gates"], step_timeout, lock, settings.get("models"))
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     started = time.time()
     try:

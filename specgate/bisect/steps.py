@@ -10,6 +10,7 @@ from pathlib import Path
 
 from specgate.errors import SpecgateError
 from specgate.formatting import num
+from specgate.revisions import not_held
 from specgate.run_record import DIED, Engine, Outcome, read
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
@@ -80,7 +81,9 @@ def _tail(path: Path, n: int = 12) -> str:
         return "(no log)"
 
 
-def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path | None = None) -> Step:
+def classify(
+    out: Path, methods: list[str], chase: list[str] | None, log: Path | None = None, held: dict | None = None
+) -> Step:
     """Good, bad or skip for one gate run's results directory (its run record, measurements.json). A bad
     step's reason leads with what the run record's verdict leads with: the first correctness failure or
     engine death, in the order they happened (an engine that died after greedy outputs had already
@@ -97,6 +100,13 @@ def classify(out: Path, methods: list[str], chase: list[str] | None, log: Path |
             else "the gate run wrote no run.json",
         )
     run = read(out)
+    if held and (changed := not_held(held, run.models)):
+        return Step(
+            label,
+            SKIP,
+            f"its models are not the ones this bisection holds fixed ({'; '.join(changed)}): what moved cannot be "
+            "told from the weights. Pin them (`specgate download --pin`) and run the bisection again (--restart)",
+        )
     step = _classify(out, run, methods, chase, label)
     step.known = known_of(run)
     return step

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from specgate import revisions
 from specgate.bisect.candidates import file_candidates, index_versions, package_of, releases_between
 from specgate.bisect.steps import CHASEABLE, RUN_GATES, BisectError
 
@@ -36,7 +37,15 @@ def main(args: argparse.Namespace) -> int:
         good, bad = args.good, args.bad
     run_gates = [g for g in RUN_GATES if not gates or g in gates or g in ("equivalence", "lifecycle")]
     out = Path(args.out or root / "results" / f"bisect-{profile.name}-{good}-{bad}")
-    settings = {"package": package, "profile": profile.name, "methods": methods, "gates": gates, "run_gates": run_gates}
+    held = revisions.held(profile, profile.select(methods), root)  # the models every step must load
+    settings = {
+        "package": package,
+        "profile": profile.name,
+        "methods": methods,
+        "gates": gates,
+        "run_gates": run_gates,
+        "models": held,
+    }
     return bisect(
         root,
         out,

@@ -256,6 +256,7 @@ def test_bisect_leaves_canaries_out_unless_asked_and_rejects_an_unknown_gate(tmp
 
     def fake_run(self, run_step):
         seen["methods"] = self.settings["methods"]
+        seen["models"] = self.settings["models"]
         return 0
 
     monkeypatch.setattr(Bisection, "run", fake_run)
@@ -266,6 +267,8 @@ def test_bisect_leaves_canaries_out_unless_asked_and_rejects_an_unknown_gate(tmp
     args = ["bisect", "--candidates", str(listing), "--root", str(root), "--out", str(tmp_path / "out")]
     assert cli.main(args) == 0
     assert "draft_perturbed" not in seen["methods"] and "ngram" in seen["methods"]
+    assert seen["models"]["zoo:target"].startswith("sha256:")  # the zoo's models, held fixed by their hashes
+    assert seen["models"]["zoo:draft"].startswith("sha256:")
     assert cli.main(args + ["--restart", "--methods", "ngram,draft_perturbed"]) == 0
     assert seen["methods"] == ["ngram", "draft_perturbed"]
     assert cli.main(args + ["--gate", "speed"]) == 2
@@ -366,3 +369,28 @@ def test_each_step_says_which_known_issues_its_run_met_and_the_report_where_one_
     text = "\n".join(b.lines())
     assert "    known issues: vllm#55005 gone" in text
     assert "known issue vllm#55005: 0.31.0 present, 0.32.0 gone; changes at 0.32.0 gone (after 0.31.0 present)" in text
+
+
+def test_a_step_that_loaded_other_models_than_the_ones_held_fixed_is_a_skip_naming_them(tmp_path):
+    held = {"zoo:target": "sha256:" + "1" * 64, "org/head": "a" * 40, "org/new": None}
+    out = gate_run(
+        tmp_path / "0.30.0", {"baseline": OK, "ngram": OK}, [outcome("ngram", "memory", "overhead", "failed")]
+    )
+    record = json.loads((out / "run.json").read_text())
+    same = {"target": {"ref": "zoo:target", "revision": held["zoo:target"]}}
+    (out / "run.json").write_text(json.dumps({**record, "models": {"ngram": {**same, "drafter": {"ref": "org/new"}}}}))
+    assert bisect.classify(out, ["ngram"], ["memory"], held=held).verdict == BAD  # what is unknown is no move
+    drafter = {"ref": "org/head", "revision": "b" * 40}
+    (out / "run.json").write_text(json.dumps({**record, "models": {"ngram": {**same, "drafter": drafter}}}))
+    step = bisect.classify(out, ["ngram"], ["memory"], held=held)
+    assert step.verdict == SKIP
+    assert step.reason.startswith(
+        "its models are not the ones this bisection holds fixed (org/head aaaaaaa -> bbbbbbb)"
+    )
+    assert bisect.classify(out, ["ngram"], ["memory"]).verdict == BAD  # nothing held: judged as before
+    b = Bisection(tmp_path / "b", {**SETTINGS, "models": held}, releases("0.31.0", "0.32.0"), "0.31.0", "0.32.0")
+    assert b.lines()[2] == (
+        "  models held fixed (every step loads these; a step that loads others is a skip): zoo:target sha256:1111111, "
+        "org/head aaaaaaa, org/new unknown; org/new not in the cache yet: held only once pinned "
+        "(`specgate download --pin`)"
+    )
