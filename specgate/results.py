@@ -89,6 +89,11 @@ def summary_lines(session, outcomes=()) -> list[str]:
     return lines
 
 
+def _spent(bucket: str, seconds: float) -> str:
+    # the models' revisions (the zoo's content hashes) take milliseconds: said in them, not as "0 s"
+    return f"models {1000 * seconds:.0f} ms" if bucket == "models" else f"{bucket} {seconds:.0f} s"
+
+
 def time_lines(session) -> list[str]:
     """Where the run's time went: engine boots, each gate's tests (scenarios and canaries apart), the rest."""
     if not session.spent:
@@ -98,7 +103,7 @@ def time_lines(session) -> list[str]:
     parts = sorted(session.spent.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
     rest = total - sum(session.spent.values())
     return [
-        f"time: {', '.join(f'{name} {spent:.0f} s' for name, spent in parts)}, other {max(0.0, rest):.0f} s "
+        f"time: {', '.join(_spent(name, spent) for name, spent in parts)}, other {max(0.0, rest):.0f} s "
         f"(prompts, endpoint test, results; total {total:.0f} s)"
     ]
 

@@ -436,5 +436,6 @@ def test_the_summary_says_where_the_time_went(profile, tmp_path):
     s.judge("acceptance", "worse", CATEGORY)  # a canary: counted apart
     line = next(x for x in s.summary_lines() if x.startswith("time: "))
     assert line.startswith("time: boots ") and "acceptance " in line and "canaries " in line and "total " in line
-    assert set(s.spent) == {"boots", "acceptance", "canaries"}
+    assert set(s.spent) == {"boots", "acceptance", "canaries", "models"}  # models: resolving and hashing them
+    assert re.search(r"models \d+ ms", line)
     s.release_all()
