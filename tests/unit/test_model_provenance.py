@@ -110,3 +110,19 @@ def test_a_model_not_in_the_cache_is_recorded_unknown_and_never_called_a_move(pr
     missing = run(profile, tmp_path, monkeypatch, None)  # org/head not in the cache: vLLM fetches it at the boot
     assert missing.models("hub")["drafter"] == {"ref": "org/head", "revision": None}
     assert not [line for line in missing.header() if "since the baselines" in line]
+
+
+@pytest.mark.parametrize("name", ["cpu-tiny", "cpu-tiny-sweep"])
+def test_the_committed_baselines_were_measured_with_the_zoo_as_it_is(name):
+    # A retrained zoo model moves every figure measured with it: re-measure the baselines with it
+    # (pytest -m gpu --update-baselines), which records its new hash. Hashing the zoo costs milliseconds.
+    from specgate.baseline_store import BaselineStore
+    from specgate.profile import find_profile
+
+    profile = load_profile(find_profile(name, ROOT), ROOT)
+    store = BaselineStore(ROOT, profile, "cpu-amd-epyc-2c")
+    for spec in [profile.baseline, *profile.methods.values()]:
+        if spec.name in store.file().methods:
+            now = revisions.resolved(revisions.models_of(profile, spec), ROOT)
+            assert store.file().models(spec.name) == now, spec.name
+            assert store.models_moved(spec.name, now) == []
