@@ -295,11 +295,29 @@ class Engine(StreamingBackend):
 
 
 def _restore_env(saved: dict[str, str | None]) -> None:
-    for key, value in saved.items():
-        if value is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = value
+    os.environ.update({k: v for k, v in saved.items() if v is not None})
+    for key in [k for k, v in saved.items() if v is None]:
+        os.environ.pop(key, None)
+
+
+def engine_env(profile: Profile, stacks: Path) -> dict[str, str]:
+    """The variables an engine runs under. The memory reading's collective_rpc needs insecure serialization:
+    the engine is ours and local, no input crosses a trust boundary."""
+    return {
+        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
+        **logstream.ENV,
+        **python_stacks_env(stacks),
+        **vllm_deadline_env(profile),
+        **profile.engine_env,
+    }
+
+
+def _overlay_env(env: dict[str, str]) -> dict[str, str | None]:
+    """`env` over os.environ for the engine's lifetime (vLLM reads it here, some at import; its children
+    inherit it); returns what it replaced, which Engine.shutdown or an abandoned boot puts back."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    return saved
 
 
 def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) -> Engine:
@@ -308,18 +326,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     a line in its log): then its processes are stopped, saying what the boot was doing."""
     kwargs = engine_kwargs(profile, method, root)
     stacks = log_path.with_suffix(".stacks")
-    # The memory reading sends one small function to the worker (collective_rpc), which vLLM only
-    # serializes with this set. The engine is ours and local; no input crosses a trust boundary.
-    # Set before vLLM is imported: it reads some of its settings once, at import.
-    env = {
-        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
-        **logstream.ENV,
-        **python_stacks_env(stacks),
-        **vllm_deadline_env(profile),
-        **profile.engine_env,
-    }
-    env_before = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
+    env_before = _overlay_env(engine_env(profile, stacks))  # before vLLM is imported
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
     AsyncEngineArgs, AsyncLLM = compat.engine_classes()
     if method.speculative_config is not None and compat.PER_REQUEST_METRICS in compat.engine_arg_names():
@@ -351,36 +358,15 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
             print(f"specgate: booting engine '{method.name}' with {kwargs}", flush=True)
             client = loop.run(create(), watch, what)
     except Overdue as over:
-        message = stop_overdue(
-            over,
-            f"the engine for method '{method.name}'",
-            procs.engine_processes(children_before),
-            stacks,
-            profile.stall_timeout_s,
-            profile.boot_timeout_s,
-            str(profile.path),
-        )
+        where = f"the engine for method '{method.name}'"
+        processes = procs.engine_processes(children_before)
+        limits = (profile.stall_timeout_s, profile.boot_timeout_s, str(profile.path))
+        message = stop_overdue(over, where, processes, stacks, *limits)
         give_up()
-        raise EngineBootError(
-            f"{message}. Engine log: {log_path}",
-            log_tail="\n".join(enginelog.tail(log_path)),
-            method=method.name,
-            log_path=log_path,
-            reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
-        ) from None
+        raise _overdue_error(over, message, method, log_path) from None
     except Exception as exc:
         give_up()
-        reason, tail = enginelog.root_cause(log_path, exc)
-        raise EngineBootError(
-            f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot on "
-            f"{compat.release()}: {reason} Full engine log: {log_path}. Check the method's "
-            "speculative_config and model paths in the profile, or run with --specgate-methods to skip it.",
-            log_tail=tail,
-            method=method.name,
-            reason=reason,
-            detail=f"{type(exc).__name__}: {exc}",
-            log_path=log_path,
-        ) from None
+        raise _boot_error(exc, profile, method, log_path) from None
     except BaseException:  # Ctrl-C or SIGTERM during the boot: nothing half-started stays behind
         give_up()
         raise
@@ -399,10 +385,40 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         profile_path=str(profile.path),
     )
     watch.boot_s = None  # booted: from here on only the no-progress deadline holds
+    return _fitted(engine, method)
+
+
+def _overdue_error(over: Overdue, message: str, method: Method, log_path: Path) -> EngineBootError:
+    return EngineBootError(
+        f"{message}. Engine log: {log_path}",
+        log_tail="\n".join(enginelog.tail(log_path)),
+        method=method.name,
+        log_path=log_path,
+        reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
+    )
+
+
+def _boot_error(exc: Exception, profile: Profile, method: Method, log_path: Path) -> EngineBootError:
+    reason, tail = enginelog.root_cause(log_path, exc)
+    return EngineBootError(
+        f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot on "
+        f"{compat.release()}: {reason} Full engine log: {log_path}. Check the method's "
+        "speculative_config and model paths in the profile, or run with --specgate-methods to skip it.",
+        log_tail=tail,
+        method=method.name,
+        reason=reason,
+        detail=f"{type(exc).__name__}: {exc}",
+        log_path=log_path,
+    )
+
+
+def _fitted(engine: Engine, method: Method) -> Engine:
+    """A booted engine with its runner known and the method's plant and slow steps in place (shut down,
+    EngineBootError, where the runner has nothing to put them in)."""
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
         engine.runner = engine.collective_rpc(worker.runner_kind)[0]
     if method.plant:
-        engine.undo = plants.install_frontend(client, method.plant)
+        engine.undo = plants.install_frontend(engine.client, method.plant)
     if method.plant and not all(engine.collective_rpc(functools.partial(plants.install, name=method.plant))):
         engine.shutdown()
         raise EngineBootError(
