@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from specgate import logstream, options, scaleout, workers
-from specgate.checks import GATES, key_of
+from specgate.checks import GATES, Verdict, key_of
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
 from specgate.recorders import CAUSE, CorrectnessWatch, OutcomeRecorder, RunLife
@@ -290,7 +290,7 @@ def judge(gate, request: pytest.FixtureRequest):
 
     def judge_(method: str, param=None, **options):
         judgement = _guard(gate, request.node, gate.judge, gate_name, method, param, **options)
-        if judgement.verdict.value == "skip":
+        if judgement.verdict is Verdict.SKIP:
             pytest.skip(judgement.message)
         return judgement
 

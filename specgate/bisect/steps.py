@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specgate.checks import FAILED
 from specgate.errors import SpecgateError
 from specgate.formatting import num
 from specgate.revisions import not_held
@@ -153,11 +154,7 @@ def _failed_figures(out: Path, failed: list[Outcome]) -> list[dict]:
         rows = json.loads((out / "measurements.json").read_text(encoding="utf-8"))
     bad = {(o.method, o.gate) for o in failed if not o.cause}
     correctness = {(o.method, o.gate) for o in failed if o.correctness}
-    figures = [
-        r
-        for r in rows
-        if r.get("verdict") in ("fail", "error") and (r.get("method"), r.get("gate")) in bad and moved(r)
-    ]
+    figures = [r for r in rows if r.get("verdict") in FAILED and (r.get("method"), r.get("gate")) in bad and moved(r)]
     figures.sort(key=lambda r: ((r.get("method"), r.get("gate")) not in correctness, r.get("position") is not None))
     return [
         {

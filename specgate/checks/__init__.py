@@ -1,8 +1,9 @@
 """One check per gate, behind one interface: measure -> compare -> verdict.
 
     Check.judge(method, key) -> Judgement
-        verdict   pass | fail | skip | error (the only verdict vocabulary; report.py and results.py
-                  use it too)
+        verdict   pass | fail | skip | error (Verdict: the only verdict vocabulary; the report, the
+                  bisection and results.py read it, never a message's wording)
+        qualifier what the verdict says besides (Qualifier): canary caught, coarse, portable, known issue
         messages  what failed, or why nothing was judged
         rows      the measured figures with the baseline and bound each was held to: the results
                   table, the summary and the HTML report only flatten these
@@ -25,12 +26,11 @@ from specgate.formatting import fmt, with_interval
 from specgate.profile import BASELINE, Profile
 
 ROUNDING = 1e-6  # stored values are rounded to 6 decimals: an unchanged rerun must not fail on that
-# How a caught canary's message starts: the report labels such a pass, whose figures broke their bounds as
-# they must, so that a reviewer does not read it as a pass in spite of its numbers.
-CANARY_CAUGHT = "canary caught"
 
 
 class Verdict(str, enum.Enum):
+    """A check's verdict; a str, so the results table holds its value and compares equal to it."""
+
     PASS = "pass"
     FAIL = "fail"
     SKIP = "skip"
@@ -41,10 +41,35 @@ class Verdict(str, enum.Enum):
         """pytest's report outcome ('passed', 'failed', 'skipped', 'error') -> a verdict."""
         return _FROM_OUTCOME.get(outcome)
 
+    @property
+    def word(self) -> str:
+        """'passed', 'failed', 'skipped', 'error': the verdict as a count says it."""
+        return {"pass": "passed", "fail": "failed", "skip": "skipped"}.get(self.value, self.value)
 
+
+class Qualifier(str, enum.Enum):
+    """What a verdict says besides pass or fail (the results table's `qualifier` column): a canary the
+    gate caught as it must (a pass whose figures broke their bounds, labelled so that a reviewer does not
+    read it as a pass in spite of its numbers), figures held to the coarse band or to another machine's
+    portable figures, or a failure the profile's known issues explain."""
+
+    NONE = ""
+    CANARY_CAUGHT = "canary caught"
+    COARSE = "coarse"
+    PORTABLE = "portable"
+    KNOWN = "known issue"
+
+    @classmethod
+    def of_basis(cls, basis: str) -> Qualifier:
+        return {"coarse": cls.COARSE, "portable": cls.PORTABLE, "known": cls.KNOWN}.get(basis, cls.NONE)
+
+
+CANARY_CAUGHT = Qualifier.CANARY_CAUGHT.value  # how a caught canary's message starts
+FAILED = (Verdict.FAIL, Verdict.ERROR)  # the verdicts that fail a run
+TOLD = (Verdict.ERROR, Verdict.FAIL, Verdict.SKIP)  # the verdicts whose message a reader is told, worst first
 _FROM_OUTCOME = {"passed": Verdict.PASS, "failed": Verdict.FAIL, "skipped": Verdict.SKIP, "error": Verdict.ERROR}
 # How bad a verdict is, for "the worst verdict of several" ("" = no verdict on that row).
-SEVERITY = {"": 0, "pass": 1, "skip": 2, "fail": 3, "error": 4}
+SEVERITY = {"": 0, Verdict.PASS: 1, Verdict.SKIP: 2, Verdict.FAIL: 3, Verdict.ERROR: 4}
 GATES = (
     "equivalence",
     "acceptance",
@@ -95,6 +120,7 @@ class Judgement:
     # profile's [known_issues] explains (checks.known)
     basis: str = ""
     known: list = field(default_factory=list)  # checks.known.Seen: the profile's known issues this check met
+    caught: bool = False  # a canary whose figures broke their bounds against what it mimics, as they must
 
     @property
     def passed(self) -> bool:
@@ -107,12 +133,18 @@ class Judgement:
     def message(self) -> str:
         return "\n".join(self.messages)
 
+    @property
+    def qualifier(self) -> Qualifier:
+        return Qualifier.CANARY_CAUGHT if self.caught else Qualifier.of_basis(self.basis)
+
     def table_rows(self) -> list[dict[str, Any]]:
         """Rows of the measurements table (report.COLUMNS)."""
         out = []
         for r in self.rows:
             verdict = (
-                self.verdict.value if r.headline else ("fail" if r.failing and self.verdict is Verdict.FAIL else "")
+                self.verdict.value
+                if r.headline
+                else (Verdict.FAIL.value if r.failing and self.verdict is Verdict.FAIL else "")
             )
             row = {
                 "method": self.method,
@@ -130,6 +162,7 @@ class Judgement:
                 "verdict": verdict,
                 "message": self.message if r.headline else "",
                 "basis": self.basis,
+                "qualifier": self.qualifier.value,
             }
             out.append(row)
         return out
@@ -200,7 +233,7 @@ class Context:
             if stored is None:
                 return self.skip_unless_strict(j, self.baselines.missing(ref, j.gate, j.key))
             if against_baseline:  # the gate caught it, as it must
-                j.verdict = Verdict.PASS
+                j.verdict, j.caught = Verdict.PASS, True
                 j.messages = [
                     f"{CANARY_CAUGHT}: '{j.method}', a deliberately worse configuration of '{ref}', failed its "
                     f"{j.gate} checks against '{ref}''s figures, as it must: {against_baseline[0]}"

@@ -5,13 +5,16 @@ be regenerated from `results/<run-id>/measurements.json` + `run.json` long after
 (`specgate report RESULTS_DIR`). Columns:
 
     method  gate  key  concurrency  position  metric  value  baseline  bound  ci_low  ci_high
-    unit  verdict  message  basis
+    unit  verdict  message  basis  qualifier
 
-`verdict` ("pass" | "fail" | "skip" | "error") sits on each gate's headline row(s); `bound` is the
-floor (acceptance, speedup) or ceiling (memory) the verdict was taken against; `basis` says when
-that baseline was not this machine's own ("portable": another machine's portable figures;
-"coarse": speedups from another machine or load, held to a wider tolerance). Nothing here judges:
-the checks did (specgate/checks), and the verdicts are read as they were recorded.
+`verdict` (checks.Verdict: "pass" | "fail" | "skip" | "error") sits on each gate's headline row(s);
+`bound` is the floor (acceptance, speedup) or ceiling (memory) the verdict was taken against; `basis`
+says when that baseline was not this machine's own ("portable": another machine's portable figures;
+"coarse": speedups from another machine or load, held to a wider tolerance); `qualifier`
+(checks.Qualifier) what the verdict says besides: "canary caught", "coarse", "portable", "known
+issue". Nothing here judges: the checks did (specgate/checks), and the verdicts are read as they were
+recorded, from these two columns only (a table written before `qualifier` existed gets it once, when
+it is read: `load_run`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 import pandas as pd
 
 from specgate import run_record
-from specgate.checks import CANARY_CAUGHT, Verdict
+from specgate.checks import CANARY_CAUGHT, Qualifier, Verdict
 from specgate.errors import ResultsError
 from specgate.formatting import fmt, present, with_interval
 from specgate.profile import BASELINE
@@ -47,8 +50,9 @@ COLUMNS = (
     "verdict",
     "message",
     "basis",
+    "qualifier",
 )
-_TEXT = ("method", "gate", "key", "metric", "unit", "verdict", "message", "basis")
+_TEXT = ("method", "gate", "key", "metric", "unit", "verdict", "message", "basis", "qualifier")
 _NUMBER = ("concurrency", "position", "value", "baseline", "bound", "ci_low", "ci_high")
 BASELINE_METHOD = BASELINE
 VERDICTS = tuple(v.value for v in Verdict)
@@ -66,6 +70,8 @@ def normalize(table: pd.DataFrame) -> pd.DataFrame:
         table[col] = table[col].astype(object).where(table[col].notna(), "").astype(str) if col in table else ""
     for col in _NUMBER:
         table[col] = pd.to_numeric(table[col], errors="coerce").astype(float) if col in table else math.nan
+    unqualified = table["qualifier"] == ""  # a row built without a judgement: what its basis says
+    table.loc[unqualified, "qualifier"] = table.loc[unqualified, "basis"].map(lambda b: Qualifier.of_basis(b).value)
     extra = [c for c in table.columns if c not in COLUMNS]
     return table[list(COLUMNS) + extra].reset_index(drop=True)
 
@@ -100,7 +106,17 @@ def load_run(run_dir: Path) -> tuple[pd.DataFrame, RunRecord]:
             f"it was not written by specgate's write_tables; {hint}."
         )
     run = run_record.read(run_dir / "run.json", hint)
+    if records and "qualifier" not in records[0]:
+        records = [qualified(r) for r in records]
     return normalize(pd.DataFrame(records, columns=None if records else list(COLUMNS))), run
+
+
+def qualified(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of a table written before the `qualifier` column, with it: such a table said a caught
+    canary only in its message's first words (checks.CANARY_CAUGHT). The one place a message is read."""
+    caught = str(row.get("message") or "").startswith(CANARY_CAUGHT)
+    qualifier = Qualifier.CANARY_CAUGHT if caught else Qualifier.of_basis(str(row.get("basis") or ""))
+    return {**row, "qualifier": qualifier.value}
 
 
 def _read_json(path: Path, hint: str) -> Any:
@@ -132,15 +148,17 @@ def headline(row: Mapping[str, Any]) -> str:
     return text + (f" ({', '.join(against)})" if against else "")
 
 
-def verdict_of(outcome: Outcome) -> str:
+def outcome_verdict(outcome: Outcome) -> str:
     """A test outcome's verdict ('' when pytest reported something else)."""
     verdict = Verdict.from_outcome(outcome.outcome)
     return verdict.value if verdict else ""
 
 
-def canary_catch(group: Iterable[Mapping[str, Any]]) -> str:
-    """The message of a canary the gate caught, as it must ('' for any other row)."""
-    return next((m for r in group if (m := str(r.get("message") or "")).startswith(CANARY_CAUGHT)), "")
+def caught(group: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The row of a canary the gate caught, as it must, with its message where one has it (None: no
+    row of the group is one)."""
+    rows = [r for r in group if r.get("qualifier") == Qualifier.CANARY_CAUGHT]
+    return next((r for r in rows if r.get("message")), rows[0] if rows else None)
 
 
 def verdict_label(verdict: str, group: Iterable[Mapping[str, Any]]) -> str:
@@ -149,10 +167,11 @@ def verdict_label(verdict: str, group: Iterable[Mapping[str, Any]]) -> str:
     if not verdict:
         return "–"
     group = list(group)
-    if verdict == "pass" and canary_catch(group):
-        return "pass (canary caught)"
-    basis = next((r.get("basis") for r in group if r.get("basis") in ("coarse", "portable")), "")
-    return verdict + (f" ({basis})" if basis else "")
+    if verdict == Verdict.PASS and caught(group):
+        return f"{verdict} ({Qualifier.CANARY_CAUGHT.value})"
+    shown = (Qualifier.COARSE, Qualifier.PORTABLE)  # a known issue's pass reads as a pass; its lines say why
+    qualifier = next((r["qualifier"] for r in group if r.get("qualifier") in shown), "")
+    return verdict + (f" ({qualifier})" if qualifier else "")
 
 
 def ordered(values: Iterable[str], first: str = BASELINE_METHOD) -> list[str]:

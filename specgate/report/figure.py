@@ -7,6 +7,8 @@ import math
 
 import pandas as pd
 
+from specgate.checks import FAILED
+
 
 def pyplot():
     """matplotlib.pyplot on the Agg backend (files, no display), imported on first use."""
@@ -20,7 +22,7 @@ def pyplot():
 
 def failing(rows: pd.DataFrame) -> bool:
     """Whether any of these rows failed its check (or erred): the plot draws that, never its own comparison."""
-    return bool(rows["verdict"].isin(("fail", "error")).any())
+    return bool(rows["verdict"].isin(FAILED).any())
 
 
 def grid(plt, n: int, width: float = 3.6, height: float = 2.9):

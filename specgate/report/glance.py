@@ -10,9 +10,9 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.checks import GATES, worst
+from specgate.checks import FAILED, GATES, Verdict, worst
 from specgate.formatting import fmt, present, with_interval
-from specgate.report.data import canary_catch, one_line, ordered, verdict_label, verdict_of
+from specgate.report.data import caught, one_line, ordered, outcome_verdict, verdict_label
 from specgate.run_record import RunRecord
 
 # Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
@@ -101,12 +101,12 @@ def decided(group: list[dict], verdict: str) -> str:
     moved = "; ".join(moved_words(r) for r in failing[:3]) + (
         f"; and {len(failing) - 3} more" if len(failing) > 3 else ""
     )
-    if verdict in ("fail", "error"):
+    if verdict in FAILED:
         return moved or "see below"
-    if verdict == "skip":
+    if verdict == Verdict.SKIP:
         return "not judged: see below"
-    if caught := canary_catch(group):  # a canary's figures broke their bounds, as they must
-        return f"caught: {moved}" if moved else one_line(caught)
+    if catch := caught(group):  # a canary's figures broke their bounds, as they must
+        return f"caught: {moved}" if moved else one_line(catch.get("message") or "")
     held = list(dict.fromkeys(CHECKS.get(r["metric"], (r["metric"],))[0] for r in group if present(r["bound"])))
     return ", ".join(held) if held else "–"
 
@@ -141,7 +141,7 @@ def tables(table: pd.DataFrame, run: RunRecord) -> list[tuple[str, list[str], li
             groups.setdefault((o.method, o.key), [])
         for (method, key), group in groups.items():
             verdict = worst(r["verdict"] for r in group) or worst(
-                verdict_of(o) for o in gate_outcomes if o.method == method and o.key == key
+                outcome_verdict(o) for o in gate_outcomes if o.method == method and o.key == key
             )
             cells = []
             for metric, _ in shown:

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import pandas as pd
 
+from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt
 from specgate.report import glance, plots
 from specgate.report import requests as requests_section
 from specgate.report.data import normalize
-from specgate.report.tables import gate_tables, moved_rows, sweeps, title_line, totals
+from specgate.report.tables import failed, gate_tables, moved_rows, sweeps, title_line, totals
 from specgate.run_record import RunRecord
 
 # ---------------------------------------------------------------- report.html
@@ -54,7 +55,7 @@ def report_html(
     table = normalize(table)
     esc = html.escape
     counts = totals(table, run)
-    state = "fail" if counts["fail"] or counts["error"] else "pass"
+    state = Verdict.FAIL.value if failed(counts) else Verdict.PASS.value
     parts = [
         "<!DOCTYPE html>",
         "<html lang='en'><head><meta charset='utf-8'>",
@@ -84,7 +85,7 @@ def report_html(
             else "<p class='none'>Every figure with a stored baseline came out the same.</p>"
         )
     per_gate = gate_tables(table, run)
-    failures = [(gt.gate, v, m, where) for gt in per_gate for v, m, where in gt.notes if v in ("fail", "error")]
+    failures = [(gt.gate, v, m, where) for gt in per_gate for v, m, where in gt.notes if v in FAILED]
     if failures:  # what a reader opened the report for, before any plot
         parts.append(
             "<h2>What did not pass</h2><ul class='notes'>"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt, present
 from specgate.report.data import BASELINE_METHOD, metric_label, normalize, ordered
 from specgate.report.figure import concurrency_of, failing, grid, legend, pyplot
@@ -33,7 +34,7 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
 
     methods, cats = ordered(rows["method"]), ordered(rows["key"], first="")
     cells = {(r["method"], r["key"]): r for r in rows.to_dict("records")}
-    acc = table[(table["gate"] == "acceptance") & table["verdict"].isin(("fail", "error"))]
+    acc = table[(table["gate"] == "acceptance") & table["verdict"].isin(FAILED)]
     failed = set(zip(acc["method"], acc["key"]))  # the mean length or any per-position rate failed
     values = np.array([[cells[m, c]["value"] if (m, c) in cells else np.nan for c in cats] for m in methods])
     fig, ax = plt.subplots(figsize=(1.7 * len(cats) + 2.8, 0.62 * len(methods) + 2.0))
@@ -102,7 +103,7 @@ def plot_position_curves(table: pd.DataFrame):
             base = crow.dropna(subset=["baseline"])
             if not base.empty:
                 ax.plot(base["position"], base["baseline"], linestyle="--", color=colors[cat], linewidth=1, alpha=0.8)
-            bad = crow[crow["verdict"].isin(("fail", "error"))]
+            bad = crow[crow["verdict"].isin(FAILED)]
             if not bad.empty:
                 ax.scatter(
                     bad["position"], bad["value"], s=90, facecolors="none", edgecolors="#e41a1c", linewidths=2, zorder=5
@@ -130,11 +131,12 @@ def plot_position_curves(table: pd.DataFrame):
 # A level's marker says its verdict, never the plot's own comparison: a canary whose interval straddles
 # its floor failed (it was NOT caught) with its median below the floor, and is drawn as failed.
 _SPEEDUP_MARKERS = {  # verdict -> (colour, face colour, legend)
-    "pass": ("#1f77b4", None, "measured (median, CI): passed"),
-    "fail": ("#e41a1c", None, "failed its check (see the message)"),
-    "skip": ("#888888", "white", "not judged (skip)"),
+    Verdict.PASS.value: ("#1f77b4", None, "measured (median, CI): passed"),
+    Verdict.FAIL.value: ("#e41a1c", None, "failed its check (see the message)"),
+    Verdict.SKIP.value: ("#888888", "white", "not judged (skip)"),
 }
-_SPEEDUP_VERDICT = {"pass": "pass", "": "pass", "fail": "fail", "error": "fail", "skip": "skip"}
+# the marker a row's verdict gets (a row without one: a passed level's figure); plain strings, as pandas compares
+_SPEEDUP_VERDICT = {"": Verdict.PASS.value, **{v.value: (Verdict.FAIL if v in FAILED else v).value for v in Verdict}}
 
 
 def plot_speedup(table: pd.DataFrame):
@@ -152,9 +154,9 @@ def plot_speedup(table: pd.DataFrame):
         s = speed[speed["method"] == method].sort_values("c")
         low = (s["value"] - s["ci_low"]).clip(lower=0).fillna(0)
         high = (s["ci_high"] - s["value"]).clip(lower=0).fillna(0)
-        bad = s["verdict"].isin(("fail", "error"))
+        bad = s["verdict"].isin(FAILED)
         for verdict, (color, face, _) in _SPEEDUP_MARKERS.items():
-            mask = s["verdict"].map(lambda v: _SPEEDUP_VERDICT.get(v, "pass")) == verdict
+            mask = s["verdict"].map(lambda v: _SPEEDUP_VERDICT.get(v, Verdict.PASS.value)) == verdict
             if mask.any():
                 ax.errorbar(
                     s["c"][mask],
@@ -244,7 +246,7 @@ def plot_memory(table: pd.DataFrame):
             if hit.empty:
                 continue
             row = hit.iloc[0]
-            failed = row["verdict"] in ("fail", "error")
+            failed = row["verdict"] in FAILED
             ax.barh(i, row["value"], color="#fc9272" if failed else "#6baed6", height=0.6)
             right = max(float(row[c]) for c in ("value", "bound") if present(row[c]))  # label clear of the ceiling
             ax.text(

@@ -10,7 +10,7 @@ import re
 
 import pandas as pd
 
-from specgate.checks import GATES, worst
+from specgate.checks import FAILED, GATES, TOLD, Verdict, worst
 from specgate.formatting import fmt, present
 from specgate.report import glance
 from specgate.report import requests as requests_section
@@ -21,8 +21,8 @@ from specgate.report.data import (
     normalize,
     one_line,
     ordered,
+    outcome_verdict,
     verdict_label,
-    verdict_of,
 )
 from specgate.run_record import Outcome, RunRecord
 
@@ -148,14 +148,14 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
                 line.append(" / ".join(fmt(r["value"]) for r in pos) or "–")
             matching = [o for o in outcomes if o.method == method and o.key == key]
             if not verdict and matching:
-                verdict = worst(verdict_of(o) for o in matching)
-            messages = [r["message"] for r in group if r["verdict"] in ("fail", "error", "skip") and r["message"]]
+                verdict = worst(outcome_verdict(o) for o in matching)
+            messages = [r["message"] for r in group if r["verdict"] in TOLD and r["message"]]
             if not messages:
-                messages = [o.message for o in matching if verdict_of(o) in ("fail", "error", "skip")]
+                messages = [o.message for o in matching if outcome_verdict(o) in TOLD]
             if not metrics and not has_positions:
                 line.append(one_line(messages[0]) if messages else "")
             for message in dict.fromkeys(m for m in messages if m):
-                notes.setdefault((verdict if verdict in ("fail", "error", "skip") else "fail", message), []).append(
+                notes.setdefault((verdict if verdict in TOLD else Verdict.FAIL.value, message), []).append(
                     f"{method} / {key}" if key else method
                 )
                 noted.add(method)
@@ -163,8 +163,8 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         # a test that covers the whole method (no key): its message only when the table has none
         if method not in noted:
             for o in outcomes:
-                verdict = verdict_of(o)
-                if o.method == method and not o.key and o.message and verdict in ("fail", "error", "skip"):
+                verdict = outcome_verdict(o)
+                if o.method == method and not o.key and o.message and verdict in TOLD:
                     notes.setdefault((verdict, o.message), []).append(method)
 
     # tests that produced no measurement at all (an engine that did not boot, a skip before measuring)
@@ -174,22 +174,22 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
         method, key = o.method, o.key
         if (method, key) in measured or (not key and method in measured_methods):
             continue
-        verdict = verdict_of(o)
+        verdict = outcome_verdict(o)
         message = o.message
         blank = ["–"] * (len(out.header) - 3)
         if blank and not metrics and not has_positions:
             blank[-1] = one_line(message)
         cells.append((method, key, verdict, blank))
         measured.add((method, key))
-        if message and verdict in ("fail", "error", "skip"):
+        if message and verdict in TOLD:
             notes.setdefault((verdict, message), []).append(f"{method} / {key}" if key else method)
 
     for method, key, verdict, line in cells:
         label = verdict_label(verdict, records.get(method, {}).get(key, []))
         out.rows.append([method, key or "–", label] + line)
         out.verdicts.append(verdict)
-    order = {"error": 0, "fail": 1, "skip": 2}
-    out.notes = sorted(((v, m, where) for (v, m), where in notes.items()), key=lambda n: order.get(n[0], 3))
+    order = {v: i for i, v in enumerate(TOLD)}  # the worst first
+    out.notes = sorted(((v, m, where) for (v, m), where in notes.items()), key=lambda n: order.get(n[0], len(TOLD)))
     return out
 
 
@@ -204,7 +204,7 @@ def totals(table: pd.DataFrame, run: RunRecord) -> dict[str, int]:
     """Counts per verdict: from the test outcomes when run.json has them, else from the table."""
     outcomes = run.outcomes
     if outcomes:
-        verdicts = [verdict_of(o) for o in outcomes]
+        verdicts = [outcome_verdict(o) for o in outcomes]
     else:
         heads = table[table["verdict"] != ""]
         verdicts = [worst(g["verdict"]) for _, g in heads.groupby(["method", "gate", "key"], sort=False)]
@@ -214,13 +214,13 @@ def totals(table: pd.DataFrame, run: RunRecord) -> dict[str, int]:
 def judged_line(outcomes: list[Outcome]) -> str:
     """'judged 26 of 127 checks (26 passed, 0 failed); 101 skipped, mostly (88): <reason>' so that a
     mostly-skipped green run cannot be mistaken for a full pass."""
-    verdicts = [verdict_of(o) for o in outcomes]
-    judged = sum(v in ("pass", "fail", "error") for v in verdicts)
-    skips = [o for o, v in zip(outcomes, verdicts) if v == "skip"]
+    verdicts = [outcome_verdict(o) for o in outcomes]
+    judged = sum(v in (Verdict.PASS, *FAILED) for v in verdicts)
+    skips = [o for o, v in zip(outcomes, verdicts) if v == Verdict.SKIP]
     skipped = [o.message for o in skips]
     text = (
-        f"judged {judged} of {len(outcomes)} checks ({verdicts.count('pass')} passed, "
-        f"{verdicts.count('fail') + verdicts.count('error')} failed)"
+        f"judged {judged} of {len(outcomes)} checks ({verdicts.count(Verdict.PASS)} passed, "
+        f"{sum(v in FAILED for v in verdicts)} failed)"
     )
     if not skipped:
         return text + "; none skipped"
@@ -238,11 +238,8 @@ def judged_line(outcomes: list[Outcome]) -> str:
 
 def title_line(table: pd.DataFrame, run: RunRecord) -> str:
     counts = totals(table, run)
-    words = {
-        "pass": "passed",
-        "fail": "failed",
-        "skip": "skipped",
-        "error": "error" if counts["error"] == 1 else "errors",
+    words = {v.value: v.word for v in Verdict} | {
+        Verdict.ERROR.value: "error" if counts[Verdict.ERROR] == 1 else "errors"
     }
     count_text = ", ".join(f"{counts[v]} {words[v]}" for v in VERDICTS)
     about = [
@@ -251,7 +248,12 @@ def title_line(table: pd.DataFrame, run: RunRecord) -> str:
         f"hardware {run.hardware or '?'}",
         f"vLLM {run.vllm or '?'}",
     ]
-    return f"{'FAILED' if counts['fail'] or counts['error'] else 'passed'}: {count_text} · {' · '.join(about)}"
+    return f"{'FAILED' if failed(counts) else 'passed'}: {count_text} · {' · '.join(about)}"
+
+
+def failed(counts: dict[str, int]) -> bool:
+    """Whether the counts of `totals` hold a failure (or an error)."""
+    return any(counts[v.value] for v in FAILED)
 
 
 def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
@@ -297,7 +299,7 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
         lines.append("| " + " | ".join("---" for _ in header) + " |")
         for verdict, row in body:
             cells = list(row)
-            cells[2] = f"**{cells[2]}**" if verdict in ("fail", "error") else cells[2]
+            cells[2] = f"**{cells[2]}**" if verdict in FAILED else cells[2]
             lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
         lines.append("")
         gate_notes = notes.get(gate, [])

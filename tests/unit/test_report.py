@@ -505,6 +505,7 @@ def test_a_caught_canary_reads_as_caught_with_what_broke_not_as_a_plain_pass():
             ci_high=1.00,
             verdict="pass",
             message=caught,
+            qualifier="canary caught",
         ),
         row("suffix_throttled", "speedup", "C=1", "draft_cost", 0.0155, concurrency=1, bound=0.0554),
     ]
