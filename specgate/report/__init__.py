@@ -64,7 +64,7 @@ def write_report(run_dir: Path, table: pd.DataFrame, run: RunRecord, *, step_sum
     run's page. Returns name -> path of everything written."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
-    table = normalize(table)
+    table = normalize(table)  # once: summary.md, the plots and report.html read this one table
     paths = {"summary": run_dir / "summary.md", "html": run_dir / "report.html"}
     markdown = summary_markdown(table, run)
     paths["summary"].write_text(markdown, encoding="utf-8")

@@ -76,6 +76,14 @@ def normalize(table: pd.DataFrame) -> pd.DataFrame:
     return table[list(COLUMNS) + extra].reset_index(drop=True)
 
 
+def normalized(table: pd.DataFrame) -> pd.DataFrame:
+    """`table`, which a report's parts take normalized (write_report normalizes it once for all of them);
+    ValueError where it was not."""
+    if list(table.columns[: len(COLUMNS)]) != list(COLUMNS):
+        raise ValueError("the report's parts take the table normalize() returns (specgate.report.normalize)")
+    return table
+
+
 def write_tables(run_dir: Path, table: pd.DataFrame) -> dict[str, Path]:
     """measurements.csv and measurements.json (records; null where a number does not apply)."""
     run_dir = Path(run_dir)

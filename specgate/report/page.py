@@ -14,7 +14,7 @@ from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt
 from specgate.report import glance, plots
 from specgate.report import requests as requests_section
-from specgate.report.data import normalize
+from specgate.report.data import normalized
 from specgate.report.tables import failed, gate_tables, moved_rows, sweeps, title_line, totals
 from specgate.run_record import RunRecord
 
@@ -51,8 +51,9 @@ def report_html(
     plot_failures: dict[str, str] | None = None,
 ) -> str:
     """The self-contained report: title, plots (embedded PNGs; drawn here unless plot_files has them, a
-    line in its place for one that could not be drawn), the summary tables and messages."""
-    table = normalize(table)
+    line in its place for one that could not be drawn), the summary tables and messages (of a normalized
+    table)."""
+    table = normalized(table)
     esc = html.escape
     counts = totals(table, run)
     state = Verdict.FAIL.value if failed(counts) else Verdict.PASS.value

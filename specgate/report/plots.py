@@ -12,7 +12,7 @@ import pandas as pd
 
 from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt, present
-from specgate.report.data import BASELINE_METHOD, metric_label, normalize, ordered
+from specgate.report.data import BASELINE_METHOD, metric_label, normalized, ordered
 from specgate.report.figure import concurrency_of, failing, grid, legend, pyplot
 
 DPI = 110  # 1650 px wide for four panels: sharp in a browser, ~100 KB per plot
@@ -394,7 +394,7 @@ def render_plots(table: pd.DataFrame, out_dir: Path) -> tuple[dict[str, Path], d
     """Every plot the table has data for, as PNG files in out_dir (name -> path), and name -> why for a
     plot that could not be drawn (a broken font or a full disk must not cost the run its report)."""
     out_dir = Path(out_dir)
-    table = normalize(table)
+    table = normalized(table)
     paths, failed = {}, {}
     plt = None
     for name, (_, plot) in PLOTS.items():

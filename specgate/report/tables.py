@@ -18,7 +18,7 @@ from specgate.report.data import (
     VERDICTS,
     headline,
     metric_label,
-    normalize,
+    normalized,
     one_line,
     ordered,
     outcome_verdict,
@@ -257,8 +257,9 @@ def failed(counts: dict[str, int]) -> bool:
 
 
 def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
-    """summary.md: one line of totals, then per gate a table and the messages of what did not pass."""
-    table = normalize(table)
+    """summary.md: one line of totals, then per gate a table and the messages of what did not pass (of a
+    normalized table)."""
+    table = normalized(table)
     lines = [f"# specgate: {title_line(table, run)}", ""]
     outcomes = run.outcomes
     if outcomes:
