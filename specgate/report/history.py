@@ -119,41 +119,52 @@ def plot(all_rows: list, releases: list[tuple[int, str, str]]):
         squeeze=False,
     )
     for ax, (name, title) in zip(axes[:, 0], panels):
-        for series in names:
-            points = [
-                (labels.index(r.label), r.figures[name], r.stored)
-                for r in rows
-                if _series_name(r, machines) == series and name in r.figures
-            ]
-            if not points:
-                continue
-            xs, ys = [p[0] for p in points], [p[1] for p in points]
-            ax.plot(xs, ys, color=colors[series], linewidth=1.4, drawstyle="steps-post", alpha=0.8)
-            for x, y, stored in points:
-                ax.scatter(
-                    [x], [y], s=28, color=colors[series] if stored else "white", edgecolors=colors[series], zorder=4
-                )
-        for i, old, new in releases:
-            ax.axvline(i - 0.5, color="#555555", linestyle="--", linewidth=1)
-            if ax is axes[0, 0]:
-                ax.text(
-                    i - 0.45,
-                    1.0,
-                    f"vLLM {old} → {new}",
-                    transform=ax.get_xaxis_transform(),
-                    fontsize=7,
-                    va="bottom",
-                    rotation=0,
-                    color="#333333",
-                )
-        ax.set_ylabel(title, fontsize=8)
-        ax.grid(alpha=0.3)
+        _panel(ax, name, title, rows, labels, machines, colors, releases, first=ax is axes[0, 0])
     dates = {}
     for r in all_rows:
         dates.setdefault(r.label, r.date)
     axes[-1, 0].set_xticks(
         range(len(labels)), [f"{lab}\n{dates[lab][5:]}" for lab in labels], rotation=45, ha="right", fontsize=7
     )
+    _legend_and_title(fig, plt, names, colors, rows)
+    return fig
+
+
+def _panel(ax, name: str, title: str, rows: list, labels: list, machines: int, colors: dict, releases, first: bool):
+    """One headline figure's panel: a line per series, stored updates filled, a dashed line per vLLM change
+    (named on the first panel)."""
+    names = list(colors)
+    for series in names:
+        points = [
+            (labels.index(r.label), r.figures[name], r.stored)
+            for r in rows
+            if _series_name(r, machines) == series and name in r.figures
+        ]
+        if not points:
+            continue
+        xs, ys = [p[0] for p in points], [p[1] for p in points]
+        ax.plot(xs, ys, color=colors[series], linewidth=1.4, drawstyle="steps-post", alpha=0.8)
+        for x, y, stored in points:
+            ax.scatter([x], [y], s=28, color=colors[series] if stored else "white", edgecolors=colors[series], zorder=4)
+    for i, old, new in releases:
+        ax.axvline(i - 0.5, color="#555555", linestyle="--", linewidth=1)
+        if first:
+            ax.text(
+                i - 0.45,
+                1.0,
+                f"vLLM {old} → {new}",
+                transform=ax.get_xaxis_transform(),
+                fontsize=7,
+                va="bottom",
+                rotation=0,
+                color="#333333",
+            )
+    ax.set_ylabel(title, fontsize=8)
+    ax.grid(alpha=0.3)
+
+
+def _legend_and_title(fig, plt, names: list, colors: dict, rows: list) -> None:
+    """The series' legend and the title over the panels."""
     handles = [plt.Line2D([], [], color=colors[n], marker="o", label=n) for n in names]
     handles.append(
         plt.Line2D(
@@ -187,7 +198,6 @@ def plot(all_rows: list, releases: list[tuple[int, str, str]]):
         bbox_to_anchor=(0.5, 1 - 0.5 / height),
     )
     fig.tight_layout(rect=(0, 0, 1, 1 - (0.6 + legend_in) / height))
-    return fig
 
 
 def write(

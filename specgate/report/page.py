@@ -70,6 +70,17 @@ def report_html(
     ]
     if about:
         parts.append(f"<p class='meta'>{esc(' · '.join(map(str, about)))}</p>")
+    per_gate = gate_tables(table, run)
+    parts += _upgrade(table, run) + _failures(per_gate) + _plots(table, plot_files, plot_failures)
+    parts += _per_gate(table, run, per_gate) + _the_rest(table, run)
+    parts.append(f"<script>{SORT}</script></body></html>")
+    return "\n".join(parts) + "\n"
+
+
+def _upgrade(table: pd.DataFrame, run: RunRecord) -> list[str]:
+    """What moved since the baselines' vLLM, when the run upgraded it."""
+    esc = html.escape
+    parts: list[str] = []
     if upgrade := run.upgrade:
         moved = moved_rows(table)
         parts.append(f"<h2>{esc(upgrade.replace(' -> ', ' → '))}</h2>")
@@ -85,7 +96,13 @@ def report_html(
             if moved
             else "<p class='none'>Every figure with a stored baseline came out the same.</p>"
         )
-    per_gate = gate_tables(table, run)
+    return parts
+
+
+def _failures(per_gate: list) -> list[str]:
+    """What did not pass: what a reader opened the report for, before any plot."""
+    esc = html.escape
+    parts: list[str] = []
     failures = [(gt.gate, v, m, where) for gt in per_gate for v, m, where in gt.notes if v in FAILED]
     if failures:  # what a reader opened the report for, before any plot
         parts.append(
@@ -96,6 +113,13 @@ def report_html(
             )
             + "</ul>"
         )
+    return parts
+
+
+def _plots(table: pd.DataFrame, plot_files: dict[str, Path] | None, plot_failures: dict[str, str] | None) -> list[str]:
+    """Each plot under its heading, or a line saying why it is not there."""
+    esc = html.escape
+    parts: list[str] = []
     plt = None
     for name, (heading, plot) in plots.PLOTS.items():
         parts.append(f"<h2>{esc(heading)}</h2>")
@@ -118,6 +142,13 @@ def report_html(
             parts.append(f"<p class='none'>{esc(plots.not_drawn(exc))}</p>")
             continue
         parts.append(f"<img alt='{esc(heading)}' src='{uri}'>")
+    return parts
+
+
+def _per_gate(table: pd.DataFrame, run: RunRecord, per_gate: list) -> list[str]:
+    """Per gate: the verdicts at a glance, every figure per method, the messages."""
+    esc = html.escape
+    parts: list[str] = []
     parts.append("<h2>Results per gate</h2>")
     if not per_gate:
         parts.append("<p class='none'>No measurements were recorded in this run.</p>")
@@ -140,6 +171,13 @@ def report_html(
                 + "".join(f"<li><b>{esc(v)}</b> {esc(', '.join(where))}: {esc(m)}</li>" for v, m, where in gt.notes)
                 + "</ul>"
             )
+    return parts
+
+
+def _the_rest(table: pd.DataFrame, run: RunRecord) -> list[str]:
+    """The requests sections, the draft-length sweeps and the session's lines."""
+    esc = html.escape
+    parts: list[str] = []
     for method, verdict, header, body, lines in requests_section.sections(table):
         parts.append(f"<h2>Requests as users send them: {esc(method)} ({esc(verdict or 'not judged')})</h2>")
         parts.append(_table(header, [("", row) for row in body]))
@@ -155,8 +193,7 @@ def report_html(
         )
     if run.summary_lines:
         parts.append("<h2>Session</h2><pre>" + esc("\n".join(map(str, run.summary_lines))) + "</pre>")
-    parts.append(f"<script>{SORT}</script></body></html>")
-    return "\n".join(parts) + "\n"
+    return parts
 
 
 def _table(header: list[str], rows: list[tuple[str, list[str]]], sortable: bool = False) -> str:

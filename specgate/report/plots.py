@@ -139,6 +139,26 @@ _SPEEDUP_MARKERS = {  # verdict -> (colour, face colour, legend)
 _SPEEDUP_VERDICT = {"": Verdict.PASS.value, **{v.value: (Verdict.FAIL if v in FAILED else v).value for v in Verdict}}
 
 
+def _speedup_markers(ax, s: pd.DataFrame) -> None:
+    """Each level's median with its confidence interval, marked by its verdict."""
+    low = (s["value"] - s["ci_low"]).clip(lower=0).fillna(0)
+    high = (s["ci_high"] - s["value"]).clip(lower=0).fillna(0)
+    for verdict, (color, face, _) in _SPEEDUP_MARKERS.items():
+        mask = s["verdict"].map(lambda v: _SPEEDUP_VERDICT.get(v, Verdict.PASS.value)) == verdict
+        if mask.any():
+            ax.errorbar(
+                s["c"][mask],
+                s["value"][mask],
+                yerr=[low[mask], high[mask]],
+                fmt="o",
+                color=color,
+                markerfacecolor=face or color,
+                capsize=4,
+                markersize=6,
+                zorder=4,
+            )
+
+
 def plot_speedup(table: pd.DataFrame):
     """Per method, the measured speedup at each concurrency with its confidence interval, the floor
     it is held to, the stored baseline and the analytic expectation. None without speedup rows."""
@@ -152,23 +172,8 @@ def plot_speedup(table: pd.DataFrame):
     fig, axes, spare = grid(plt, len(methods))
     for ax, method in zip(axes, methods):
         s = speed[speed["method"] == method].sort_values("c")
-        low = (s["value"] - s["ci_low"]).clip(lower=0).fillna(0)
-        high = (s["ci_high"] - s["value"]).clip(lower=0).fillna(0)
         bad = s["verdict"].isin(FAILED)
-        for verdict, (color, face, _) in _SPEEDUP_MARKERS.items():
-            mask = s["verdict"].map(lambda v: _SPEEDUP_VERDICT.get(v, Verdict.PASS.value)) == verdict
-            if mask.any():
-                ax.errorbar(
-                    s["c"][mask],
-                    s["value"][mask],
-                    yerr=[low[mask], high[mask]],
-                    fmt="o",
-                    color=color,
-                    markerfacecolor=face or color,
-                    capsize=4,
-                    markersize=6,
-                    zorder=4,
-                )
+        _speedup_markers(ax, s)
         ax.plot(s["c"], s["value"], color="#1f77b4", linewidth=1, alpha=0.6)
         floor = s.dropna(subset=["bound"])
         if not floor.empty:
