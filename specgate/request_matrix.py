@@ -203,6 +203,12 @@ def _cases_for(matrix, pid, ids, decode, eos, start, width, max_tokens, ends, en
             else:
                 add(RequestCase(cid, "stop", pid, params, note=note))
         add(RequestCase(f"cap@{pid}:{j}", "max_tokens", pid, {**base, "max_tokens": j + 1}, note=f"cap at token {j}"))
+    _stop_cases(add, pid, ids, decode, eos, start, width, base, ends)
+    _processor_cases(matrix, pid, ids, decode, eos, start, width, base, max_tokens, encode)
+
+
+def _stop_cases(add, pid, ids, decode, eos, start, width, base, ends) -> None:
+    """A prompt's stop tokens, a stop string against the token cap around it, and min_tokens over it."""
     seen, tokens = set(), []
     for j, t in enumerate(ids):
         if t not in seen and j >= start and t != eos:
@@ -241,6 +247,11 @@ def _cases_for(matrix, pid, ids, decode, eos, start, width, max_tokens, ends, en
             note=f"stop string {stop!r} at token {start}, inside min_tokens {start + width}",
         )
     )
+
+
+def _processor_cases(matrix, pid, ids, decode, eos, start, width, base, max_tokens, encode) -> None:
+    """A prompt's penalties, logits processors, bad words, logprobs and seeded repeats."""
+    add = matrix.add
     repeats = len(set(ids)) < len(ids)  # frequency and presence penalties act on tokens the output repeats
     for name, value in PENALTIES.items():
         if repeats or name == "repetition_penalty":  # which counts the prompt's tokens too

@@ -298,6 +298,34 @@ class RequestsCheck:
                 out[category] = {"mean_acceptance_length": round(length, 6)}
         return out
 
+    def _held_acceptance(self, method: str, key: str, run, failing: dict[str, list[str]], rows: list[Row]):
+        """The acceptance at T > 0 held to its stored floor: its rows appended, its failures noted; returns
+        the record an update stores."""
+        profile = self.ctx.profile
+        acceptance = self._sampled_acceptance(method, run)
+        record = {"sampled_acceptance": acceptance}
+        found = self.ctx.lookup(method, self.gate, key)
+        stored = found.values.get("sampled_acceptance") if found and found.values else None
+        rtol = self.ctx.tolerance(method).acceptance_rtol
+        for category, now in acceptance.items():
+            then = (stored or {}).get(category, {}).get("mean_acceptance_length")
+            floor = None if then is None else then * (1 - rtol)
+            low = floor is not None and now["mean_acceptance_length"] < floor - 1e-6
+            rows.append(
+                Row(f"{SAMPLED_ACCEPTANCE}.{category}", now["mean_acceptance_length"], then, floor, failing=low)
+            )
+            if low and not self.ctx.update:
+                failing.setdefault(SAMPLED_ACCEPTANCE, []).append(
+                    f"method '{method}', {category} at T {profile.scenarios.requests.temperature:g}: mean "
+                    f"acceptance length {now['mean_acceptance_length']:.4g} against {then:.4g} stored "
+                    f"(floor {floor:.4g}, acceptance_rtol {rtol}; {found.source})"
+                )
+        if stored is None and self.ctx.strict and not self.ctx.update:
+            failing.setdefault(SAMPLED_ACCEPTANCE, []).append(
+                self.ctx.baselines.missing(method, self.gate, key) + " (--specgate-strict)"
+            )
+        return record
+
     # -- the verdict ---------------------------------------------------------------------------------
     def judge(self, method: str, key: str, **_) -> Judgement:
         runs, profile = self.runs, self.ctx.profile
@@ -347,31 +375,7 @@ class RequestsCheck:
                 if n or status in STATUSES
             ),
         ]
-        record = None
-        stored = None
-        if base is not None:
-            acceptance = self._sampled_acceptance(method, run)
-            record = {"sampled_acceptance": acceptance}
-            found = self.ctx.lookup(method, self.gate, key)
-            stored = found.values.get("sampled_acceptance") if found and found.values else None
-            rtol = self.ctx.tolerance(method).acceptance_rtol
-            for category, now in acceptance.items():
-                then = (stored or {}).get(category, {}).get("mean_acceptance_length")
-                floor = None if then is None else then * (1 - rtol)
-                low = floor is not None and now["mean_acceptance_length"] < floor - 1e-6
-                rows.append(
-                    Row(f"{SAMPLED_ACCEPTANCE}.{category}", now["mean_acceptance_length"], then, floor, failing=low)
-                )
-                if low and not self.ctx.update:
-                    failing.setdefault(SAMPLED_ACCEPTANCE, []).append(
-                        f"method '{method}', {category} at T {profile.scenarios.requests.temperature:g}: mean "
-                        f"acceptance length {now['mean_acceptance_length']:.4g} against {then:.4g} stored "
-                        f"(floor {floor:.4g}, acceptance_rtol {rtol}; {found.source})"
-                    )
-            if stored is None and self.ctx.strict and not self.ctx.update:
-                failing.setdefault(SAMPLED_ACCEPTANCE, []).append(
-                    self.ctx.baselines.missing(method, self.gate, key) + " (--specgate-strict)"
-                )
+        record = self._held_acceptance(method, key, run, failing, rows) if base is not None else None
         j = Judgement(self.gate, method, key, Verdict.PASS, [], rows, record)
         release = self.ctx.release_of(method) if self.ctx.release_of else ""
         settle(profile.known_issues, j, failing, passing, release, str(profile.path))
