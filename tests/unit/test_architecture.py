@@ -1,6 +1,6 @@
 """The package's shape, read from its source with `ast` (nothing is imported): no import cycle and no
 upward arrow between its modules, lazy (function-level) imports included; no private name used across
-modules; no module over 450 lines.
+modules; no module over 450 lines and no function over 80.
 
 The layers, lowest first. A module may import from its own layer and the layers below it, never from
 one above; a new module is placed here (the test fails naming a module no layer holds). A name covers
@@ -14,6 +14,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "specgate"
 MAX_LINES = 450
+MAX_FUNCTION_LINES = 80
 LAYERS = (
     # the vocabulary: errors, how numbers are written, what this machine is, statistics, vLLM's internals,
     # processes; nothing here knows about profiles or runs
@@ -310,3 +311,20 @@ def test_no_private_name_is_used_across_modules():
 def test_every_module_has_at_most_450_lines(name):
     lines = len(modules()[name].read_text(encoding="utf-8").splitlines())
     assert lines <= MAX_LINES, f"{name} has {lines} lines (at most {MAX_LINES}): split it along its seams"
+
+
+def long_functions(name: str, path: Path) -> list[str]:
+    """'module.function (line N): L lines' for each function (nested ones and methods too) over
+    MAX_FUNCTION_LINES, decorators and docstring included."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return [
+        f"{name}.{node.name} (line {node.lineno}): {node.end_lineno - node.lineno + 1} lines"
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES
+    ]
+
+
+def test_no_function_has_more_than_80_lines():
+    found = [line for name, path in sorted(modules().items()) for line in long_functions(name, path)]
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines (split them along their steps):\n" + "\n".join(found)
