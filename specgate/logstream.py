@@ -34,6 +34,10 @@ class _Stream:
     def route_to(self, path: Path) -> None:
         self.path, self.owner = Path(path), os.getpid()
 
+    def reset(self) -> None:
+        """Route nothing: what is written goes to stdout again (a test's, or after the last engine)."""
+        self.path, self.owner = None, os.getpid()
+
     def write(self, text: str) -> int:
         if self.path is not None and os.getpid() == self.owner:
             try:

@@ -32,7 +32,13 @@ def state_path(root: Path, owner: int | None = None) -> Path:
     return Path(root) / STATE_DIR / f"{owner or os.getpid()}.json"
 
 
-_running: dict[str, object] = {}  # this process's reaper: {"root": Path, "proc": Popen}
+_running: dict[str, object] = {}  # this process's reaper: {"root": Path, "proc": Popen}; reset() forgets it
+
+
+def reset() -> None:
+    """Forget this process's reaper, so that the next ensure() starts one (a test's; the reaper itself
+    leaves when this process does)."""
+    _running.clear()
 
 
 def ensure(root: Path) -> None:

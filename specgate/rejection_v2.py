@@ -216,5 +216,7 @@ def worker(source: Path | None) -> Worker:
 
 @atexit.register
 def close_workers() -> None:
+    """Stop every sampler worker this process started (at exit, or a test's reset): the next
+    workers() call starts them afresh."""
     while _workers:
         _workers.popitem()[1].close()

@@ -48,7 +48,12 @@ OUTPUT_SO_FAR = 3
 RS_UTILS = "vllm.v1.worker.gpu.spec_decode.rejection_sampler_utils"
 RS = "vllm.v1.worker.gpu.spec_decode.rejection_sampler"
 
-_mutants: dict[tuple, types.ModuleType] = {}
+_mutants: dict[tuple, types.ModuleType] = {}  # patches -> V2's sampler module with them; reset() empties it
+
+
+def reset() -> None:
+    """Forget the patched copies of V2's sampler built so far (a test's: the next use builds them again)."""
+    _mutants.clear()
 
 
 def device():
