@@ -176,19 +176,12 @@ def check_disk(plans: list[Plan], where: Path, margin: float = 1.05) -> None:
         )
 
 
-def main(args) -> int:
-    from huggingface_hub import HfApi, snapshot_download
+def fetch(profile, methods, api, dry_run: bool = False) -> int:
+    """Fetch the hub models the selected methods' engines load (the profile's pinned revisions), after
+    checking access and the cache's disk; `dry_run` stops after the check."""
+    from huggingface_hub import snapshot_download
 
-    from specgate.profile import find_profile, load_profile
-
-    root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
-    api = HfApi(token=os.environ.get("HF_TOKEN") or None)
-    if getattr(args, "write", False) and not args.pin:
-        raise DownloadError("specgate download: --write writes the pins of --pin; give both (--pin --write).")
-    if getattr(args, "pin", False):
-        return pin(profile, profile.select(args.methods.split(",") if args.methods else None), api, args.write)
-    methods = offered(profile.select(args.methods.split(",") if args.methods else None))
+    methods = offered(methods)
     wanted = hub_revisions(profile, methods)
     if not wanted:
         print(f"download: profile {profile.name} names no hub model (nothing to fetch)")
@@ -201,7 +194,7 @@ def main(args) -> int:
             f"{p.total_bytes / GIB:.2f} GiB, {p.missing_bytes / GIB:.2f} GiB not cached"
         )
     check_disk(plans, where)
-    if args.dry_run:
+    if dry_run:
         return 0
     for p in plans:
         if p.missing_bytes:
@@ -265,22 +258,3 @@ def _today() -> str:
     import datetime as _dt
 
     return _dt.date.today().isoformat()
-
-
-def add_parser(commands) -> None:
-    p = commands.add_parser(
-        "download",
-        help="fetch a profile's hub models ahead of the gate",
-        description="Download the target and drafters of a profile into the Hugging Face cache "
-        "(resumable; checks free disk and access first).",
-    )
-    p.add_argument("--profile", required=True, metavar="NAME|PATH")
-    p.add_argument("--methods", default="", metavar="A,B", help="only these methods' drafters (default: all)")
-    p.add_argument("--dry-run", action="store_true", help="check access and disk, print sizes, fetch nothing")
-    p.add_argument(
-        "--pin",
-        action="store_true",
-        help="fetch nothing: print the commit each hub model not pinned to one is at now, as the profile's lines",
-    )
-    p.add_argument("--write", action="store_true", help="with --pin: set the pins in the profile file in place")
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")

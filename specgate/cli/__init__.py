@@ -35,7 +35,7 @@ COMMANDS = {
     "calibrate": "specgate.cli.calibrate",
     "bisect": "specgate.cli.bisect",
     "history": "specgate.cli.history",
-    "download": "specgate.download",
+    "download": "specgate.cli.download",
 }
 
 

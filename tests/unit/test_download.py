@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from specgate import download
+from specgate.cli import download as cli_download
 from specgate.profile import find_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -72,7 +73,7 @@ def test_a_gated_repository_says_to_accept_the_licence(monkeypatch):
 
 def test_a_profile_without_hub_models_fetches_nothing(capsys):
     args = argparse.Namespace(profile="cpu-tiny", methods="", dry_run=False, root=ROOT)
-    assert download.main(args) == 0
+    assert cli_download.main(args) == 0
     assert "names no hub model" in capsys.readouterr().out
 
 
@@ -88,7 +89,7 @@ def test_methods_the_installed_vllm_does_not_offer_are_skipped_saying_so(monkeyp
     )
     monkeypatch.setattr(download, "check_disk", lambda plans, where: None)
     args = argparse.Namespace(profile="llama31-8b-h100", methods="", dry_run=True, root=ROOT)
-    assert download.main(args) == 0
+    assert cli_download.main(args) == 0
     out = capsys.readouterr().out
     assert (
         "download: skipping method 'mlp_speculator' (ibm-ai-platform/llama3-8b-accelerator): vLLM 0.33.0 does not "
@@ -146,7 +147,7 @@ def test_pin_prints_each_hub_models_current_commit_as_the_profiles_lines_and_fet
     monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda *a, **k: pytest.fail("--pin fetches nothing"))
     path = copied(tmp_path, "llama31-8b-h100")
     before = path.read_text()
-    assert download.main(pin_args(path)) == 0
+    assert cli_download.main(pin_args(path)) == 0
     out = capsys.readouterr().out
     assert (
         f"pin: target_revision = {SHAS['meta-llama/Llama-3.1-8B-Instruct']}  (meta-llama/Llama-3.1-8B-Instruct" in out
@@ -168,7 +169,7 @@ def test_pin_write_sets_every_pin_in_place_and_a_second_run_has_nothing_to_do(tm
     path = copied(tmp_path, "mimo-7b-mtp-h100")
     mimo = load_profile(path, ROOT)
     assert revisions.refusal(mimo, mimo.select(None)) is not None  # remote code, not pinned
-    assert download.main(pin_args(path, write=True)) == 0
+    assert cli_download.main(pin_args(path, write=True)) == 0
     out = capsys.readouterr().out
     assert f"pin: written to {path.resolve()}" in out or f"pin: written to {path}" in out
     pinned = load_profile(path, ROOT)
@@ -178,7 +179,7 @@ def test_pin_write_sets_every_pin_in_place_and_a_second_run_has_nothing_to_do(tm
     assert (
         path.read_text().count("\n") == (ROOT / "fixtures/profiles/mimo-7b-mtp-h100.toml").read_text().count("\n") + 2
     )
-    assert download.main(pin_args(path, write=True)) == 0
+    assert cli_download.main(pin_args(path, write=True)) == 0
     assert "is pinned to a commit" in capsys.readouterr().out
 
 
@@ -196,7 +197,7 @@ def test_pin_write_refuses_a_layout_it_cannot_edit_safely_and_prints_the_lines(t
     assert text != path.read_text()
     path.write_text(text)
     assert "eagle3" in load_profile(path, ROOT).methods
-    assert download.main(pin_args(path, write=True)) == 1
+    assert cli_download.main(pin_args(path, write=True)) == 1
     out = capsys.readouterr().out
     assert f"pin: not written: {path}" in out and "cannot be edited safely" in out and "target_revision = " in out
     assert path.read_text() == text
@@ -219,5 +220,5 @@ def test_a_pinned_model_is_fetched_at_its_pin(tmp_path, monkeypatch):
         download, "plan", lambda repo, api, where, rev=None: download.Plan(repo, ("config.json",), 1, 1, rev)
     )
     args = argparse.Namespace(profile=str(path), methods="", dry_run=False, pin=False, write=False, root=ROOT)
-    assert download.main(args) == 0
+    assert cli_download.main(args) == 0
     assert fetched == [("meta-llama/Llama-3.1-8B-Instruct", sha)]
