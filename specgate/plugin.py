@@ -23,7 +23,7 @@ from specgate import logstream, options, scaleout, workers
 from specgate.checks import GATES, Verdict, key_of
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
-from specgate.recorders import CAUSE, CorrectnessWatch, OutcomeRecorder, RunLife
+from specgate.recorders import CAUSE, MESSAGE, CorrectnessWatch, OutcomeRecorder, RunLife
 from specgate.run_record import DIED, NO_BOOT
 
 _PLAN_KEY = pytest.StashKey["object"]()
@@ -277,6 +277,7 @@ def _guard(gate, node: pytest.Item, fn, *args, **kwargs):
         node.user_properties.append((CAUSE, cause))
     if skip:
         pytest.skip(skip)
+    node.user_properties.append((MESSAGE, failure))
     pytest.fail(failure, pytrace=False)
 
 
@@ -292,6 +293,8 @@ def judge(gate, request: pytest.FixtureRequest):
         judgement = _guard(gate, request.node, gate.judge, gate_name, method, param, **options)
         if judgement.verdict is Verdict.SKIP:
             pytest.skip(judgement.message)
+        if not judgement.passed:  # what the run record keeps when the test's `assert j.passed` fails
+            request.node.user_properties.append((MESSAGE, judgement.message))
         return judgement
 
     return judge_

@@ -20,6 +20,9 @@ import pytest
 from specgate.run_record import Outcome
 
 CAUSE = "specgate_cause"  # a test's user property: why its check could not judge (run_record.Outcome.cause)
+# a test's user property: what its failing judgement (or the one-paragraph failure of its session call) said,
+# which the run record keeps as the test's message; pytest's traceback text is never read for it
+MESSAGE = "specgate_message"
 
 
 class RunLife:
@@ -110,7 +113,7 @@ class OutcomeRecorder:
             message = message.removeprefix("Skipped: ")
         elif report.failed:
             outcome = "failed" if report.when == "call" else "error"
-            message = failure_text(report.longreprtext)
+            message = next((v for k, v in report.user_properties if k == MESSAGE), "") or crash_message(report)
         elif report.when == "call":
             outcome, message = "passed", ""
         else:
@@ -129,12 +132,9 @@ class OutcomeRecorder:
         )
 
 
-def failure_text(text: str, limit: int = 4000) -> str:
-    """The assertion's own message ('E   ' lines of a traceback, without pytest's `assert ...`
-    explanation after it), or the whole text (pytrace=False)."""
-    lines = [line[4:].strip() for line in text.splitlines() if line.startswith("E   ")]
-    if lines and lines[0].startswith("AssertionError: "):
-        lines[0] = lines[0].removeprefix("AssertionError: ")
-        explained = next((i for i, line in enumerate(lines) if line.startswith("assert ")), len(lines))
-        lines = lines[:explained]
-    return ("\n".join(lines) if lines else text.strip())[:limit]
+def crash_message(report: pytest.TestReport, limit: int = 4000) -> str:
+    """A failure no judgement explained (a test's own assert, an exception): the exception pytest reports
+    (its crash entry: type and message), or the failure's whole text where it has none (pytrace=False)."""
+    crash = getattr(report.longrepr, "reprcrash", None)
+    text = crash.message if crash is not None else str(report.longrepr)
+    return text.strip()[:limit]

@@ -315,19 +315,28 @@ def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir)
     assert "During handling of the above exception" not in result.stdout.str()  # said once, not chained again
 
 
-def test_a_failed_judgement_is_recorded_as_its_message_without_pytests_explanation():
-    from specgate.recorders import failure_text
+def test_a_failed_judgement_is_recorded_as_its_message_not_pytests_traceback():
+    from types import SimpleNamespace
 
-    longrepr = (
-        "    def test_x(judge, method):\n>       assert verdict.passed, verdict.message\n"
-        "E       AssertionError: method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\n"
-        "E         second line of the message\n"
-        "E       assert False\nE        +  where False = Judgement(memory, ngram, overhead: fail).passed\n"
-    )
-    assert (
-        failure_text(longrepr)
-        == "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
-    )
+    from specgate.recorders import MESSAGE, OutcomeRecorder
+
+    recorder = OutcomeRecorder()
+    recorder.items["t::x"] = ("ngram", "memory", "overhead")
+    said = "method 'ngram', memory: measured 395 MiB, ceiling 294 MiB\nsecond line of the message"
+    crash = SimpleNamespace(reprcrash=SimpleNamespace(message="AssertionError: assert False"))
+    for props, expected in (([(MESSAGE, said)], said), ([], "AssertionError: assert False")):
+        report = SimpleNamespace(
+            nodeid="t::x",
+            skipped=False,
+            failed=True,
+            when="call",
+            longrepr=crash,
+            user_properties=props,
+            keywords={},
+            start=1.0,
+        )
+        recorder.pytest_runtest_logreport(report)
+        assert recorder.outcomes["t::x"].message == expected
 
 
 def test_a_malformed_specgate_marker_stops_collection_naming_the_test(gate_dir):
