@@ -28,7 +28,7 @@ want=$( (cat pyproject.toml ci/setup-cpu.sh; echo "$vllm_requirement") | sha256s
 build_zoo() { "$VENV/bin/python" -m specgate.models; }
 # Optional parts: without them the V2 sampler's property tests skip, naming what is missing.
 cuda_sources() {
-  "$VENV/bin/python" -m specgate.vllm_source \
+  "$VENV/bin/python" -m specgate.sampler.cuda_sources \
     || echo "setup: WARNING: could not fetch CUDA vLLM's sources; the V2 sampler's property tests will skip" >&2
 }
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ]; then

@@ -18,7 +18,7 @@ from specgate.backend import StreamingBackend
 from specgate.completions import Reply, collect, reply_of
 from specgate.errors import EngineStalled, SpecgateError
 from specgate.eventloop import EventLoopThread
-from specgate.watchdog import Overdue, Watch, describe
+from specgate.lifetime.watchdog import Overdue, Watch, describe
 
 REQUEST_TIMEOUT_S = 600.0
 

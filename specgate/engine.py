@@ -4,8 +4,8 @@ The engine is vLLM's AsyncLLM in this process, on an event loop thread of its ow
 generator can keep exactly C requests in flight and see every streamed step. `boot_engine(...)`
 returns a live `Engine` (a backend.StreamingBackend); `Engine.shutdown()` stops it and verifies that
 its processes are gone and the machine's memory came back; `running(...)` is both as one context
-manager. The engine's own log (it runs in child
-processes) goes to a file per method, so a boot failure can quote its tail instead of a stack dump.
+manager. The engine's own log (it runs in child processes) goes to a file per method, so a boot failure
+can quote its tail instead of a stack dump.
 vLLM is imported lazily: the rest of specgate (profiles, reports, unit tests) never needs it.
 """
 
@@ -21,8 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specgate import enginelog, kvstats, logstream, plants, reaper, worker
-from specgate import processes as procs
+from specgate import enginelog, in_vllm_worker, kvstats, logstream, plants
 from specgate import vllm_compat as compat
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
@@ -30,9 +29,11 @@ from specgate.completions import Reply, collect, reply_of
 from specgate.engine_args import engine_kwargs, vllm_deadline_env
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
 from specgate.eventloop import EventLoopThread
+from specgate.lifetime import processes as procs
+from specgate.lifetime import reaper
+from specgate.lifetime.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
 from specgate.memory import device_bytes
 from specgate.profile import Method, Profile
-from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
 
 
 @contextlib.contextmanager
@@ -85,12 +86,12 @@ class Engine(StreamingBackend):
     def counters(self) -> SpecCounters:
         return counters_from_metrics(compat.metrics_snapshot())
 
+    def kv_stats(self) -> kvstats.KvStats:
+        return kvstats.from_metrics(compat.metrics_snapshot())
+
     def token_budget(self) -> int | None:
         """The scheduler's tokens per step (max_num_batched_tokens), as this engine was configured."""
         return compat.token_budget(self.client)
-
-    def kv_stats(self) -> kvstats.KvStats:
-        return kvstats.from_metrics(compat.metrics_snapshot())
 
     def reset_prefix_cache(self) -> None:
         self.run(compat.reset_prefix_cache(self.client), "emptying the prefix cache")
@@ -99,16 +100,8 @@ class Engine(StreamingBackend):
         self._requests += 1
         return f"{tag}#{self._requests}"
 
-    async def steps(
-        self,
-        token_ids,
-        max_tokens: int,
-        tag: str,
-        top_logprobs: int = 0,
-        temperature: float = 0.0,
-        seed: int | None = None,
-        schema: dict | None = None,
-    ):
+    async def steps(self, token_ids, max_tokens: int, tag: str, top_logprobs: int = 0, temperature: float = 0.0,
+                    seed: int | None = None, schema: dict | None = None):  # fmt: skip
         """The request's new tokens (and top-k logprobs) as the engine emits them, step by step."""
         params = compat.sampling_params(max_tokens, top_logprobs, temperature, seed, schema)
         async for out in self.client.generate(compat.tokens_prompt(token_ids), params, self._request_id(tag)):
@@ -215,24 +208,24 @@ class Engine(StreamingBackend):
     def sampling_repaired(self):
         """While active, where the probe shows vllm-project/vllm#55005, the workers' sampler carries the
         repair the property suite uses; yields the probe's finding ('' where nothing was repaired)."""
-        why = compat.sampled_verification_broken()
-        if not why or not all(self.collective_rpc(functools.partial(worker.repair_sampled_verification, on=True))):
+        why, repair = compat.sampled_verification_broken(), in_vllm_worker.repair_sampled_verification
+        if not why or not all(self.collective_rpc(functools.partial(repair, on=True))):
             yield ""
             return
         try:
             yield why
         finally:
-            self.collective_rpc(functools.partial(worker.repair_sampled_verification, on=False))
+            self.collective_rpc(functools.partial(repair, on=False))
 
     def timed_steps(self, work) -> dict[str, float] | None:
         """Run `work()` with timers in the worker around the target's forward pass and the drafter:
         seconds and calls of each (rank 0), or None when this vLLM's runner lacks the hooks."""
-        if not all(self.collective_rpc(worker.start_step_timer)):
+        if not all(self.collective_rpc(in_vllm_worker.start_step_timer)):
             return None
         try:
             work()
         finally:
-            timings = self.collective_rpc(worker.stop_step_timer)
+            timings = self.collective_rpc(in_vllm_worker.stop_step_timer)
         return timings[0]
 
     def memory_reading(self):
@@ -243,7 +236,7 @@ class Engine(StreamingBackend):
 
         pids = sorted(procs.children() - self.children_before_boot)
         try:
-            drafter = drafter_weights(self.collective_rpc(worker.drafter_shards))
+            drafter = drafter_weights(self.collective_rpc(in_vllm_worker.drafter_shards))
         except EngineDied:
             raise
         except Exception:  # an engine without the worker API (or a refused RPC) still gets the rest
@@ -416,7 +409,7 @@ def _fitted(engine: Engine, method: Method) -> Engine:
     """A booted engine with its runner known and the method's plant and slow steps in place (shut down,
     EngineBootError, where the runner has nothing to put them in)."""
     with contextlib.suppress(Exception):  # the record says which runner measured; nothing depends on it
-        engine.runner = engine.collective_rpc(worker.runner_kind)[0]
+        engine.runner = engine.collective_rpc(in_vllm_worker.runner_kind)[0]
     if method.plant:
         engine.undo = plants.install_frontend(engine.client, method.plant)
     if method.plant and not all(engine.collective_rpc(functools.partial(plants.install, name=method.plant))):
@@ -428,7 +421,7 @@ def _fitted(engine: Engine, method: Method) -> Engine:
             reason=f"plant {method.plant}: not plantable",
         )
     if method.slow_steps and not all(
-        engine.collective_rpc(functools.partial(worker.slow_drafting, share=method.slow_steps))
+        engine.collective_rpc(functools.partial(in_vllm_worker.slow_drafting, share=method.slow_steps))
     ):
         engine.shutdown()
         raise EngineBootError(

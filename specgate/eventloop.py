@@ -7,7 +7,7 @@ import asyncio
 import contextlib
 import threading
 
-from specgate.watchdog import Watch, wait
+from specgate.lifetime.watchdog import Watch, wait
 
 
 class EventLoopThread:

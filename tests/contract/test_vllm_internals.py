@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import vllm_compat, vllm_source
+from specgate import vllm_compat
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION
+from specgate.sampler import cuda_sources as vllm_source
 
 if os.environ.get("SPECGATE_VLLM_SOURCE"):
     SOURCES = [Path(os.environ["SPECGATE_VLLM_SOURCE"])]

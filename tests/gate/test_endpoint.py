@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate import reaper
 from specgate.endpoint import Endpoint
+from specgate.lifetime import reaper
 from specgate.load import trial_prompts
 from specgate.server import Server, ServerError
 

@@ -9,7 +9,7 @@ expected number of accepted drafts of each rule is a finite sum:
 - block (Sun et al.): over every draft sequence X (weight prod q_j(X_j)), tau = max{i : u_i <= h_i(X)}
   with independent u_i, so E[tau | X] = sum_i i h_i prod_{j > i} (1 - h_j);
 - fly: each position natively accepts (a_j), rejects a draft the gate may defer (p, q > 0 there) or
-  rejects one it may not; the accepted count is FLy's walk over those outcomes (rejection.py).
+  rejects one it may not; the accepted count is FLy's walk over those outcomes (sampler/reference.py).
 
 Across steps (`StepsCase`), the law of the first tokens block verification emits, with acceptance
 uniforms fresh per step or read again by the next step (first_tokens_across_steps).
@@ -21,7 +21,7 @@ import itertools
 
 import numpy as np
 
-from specgate.rejection import BlockReferenceSampler, top_k_entropy
+from specgate.sampler.reference import BlockReferenceSampler, top_k_entropy
 
 from .strategies import DistributionCase, StepsCase
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from specgate.rejection import BlockReferenceSampler, ReferenceSampler, SpecRequest
+from specgate.sampler.reference import BlockReferenceSampler, ReferenceSampler, SpecRequest
 
 
 class AcceptsOneTooMany(ReferenceSampler):

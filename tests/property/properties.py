@@ -1,6 +1,6 @@
 """The guarantees speculative decoding needs from a rejection sampler, as checks.
 
-Each `check_*` takes a sampler (`specgate.rejection.RejectionSampler`) and an input, and raises
+Each `check_*` takes a sampler (`specgate.sampler.reference.RejectionSampler`) and an input, and raises
 AssertionError with the evidence when the sampler breaks the guarantee. The same checks run
 against vLLM, our reference, and the deliberately broken mutants (which must fail them).
 
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from specgate.rejection import (
+from specgate.sampler.reference import (
     PLACEHOLDER_TOKEN_ID,
     RejectionSampler,
     SpecRequest,

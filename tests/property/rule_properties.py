@@ -24,7 +24,7 @@ from collections.abc import Sequence
 import numpy as np
 from scipy import stats
 
-from specgate.rejection import RejectionSampler, SpecRequest, emitted_tokens, top_k_entropy
+from specgate.sampler.reference import RejectionSampler, SpecRequest, emitted_tokens, top_k_entropy
 
 from . import expectations
 from .properties import ALPHA, describe, expected_greedy_tokens, lengths, sample_case

@@ -1,8 +1,8 @@
 """The samplers the properties run against, by name, and what each costs.
 
-A `Subject` is a `specgate.rejection.RejectionSampler` with a name and its own budget: the
+A `Subject` is a `specgate.sampler.reference.RejectionSampler` with a name and its own budget: the
 references and vLLM's V1 sampler (in this process) take the full budget; Model Runner V2's sampler
-in Triton's interpreter (specgate.rejection_v2, ~15-40 ms per request) takes a smaller one, stated
+in Triton's interpreter (specgate.sampler.v2, ~15-40 ms per request) takes a smaller one, stated
 with its power in properties.py. Building one that cannot run here skips, naming what is missing.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from specgate import vllm_source
-from specgate.rejection import (
+from specgate.sampler import cuda_sources as vllm_source
+from specgate.sampler.reference import (
     BlockReferenceSampler,
     FlyReferenceSampler,
     ReferenceSampler,
@@ -118,14 +118,14 @@ def _build(subject: Subject):
     if subject.kind == "v1":
         if importlib.util.find_spec("vllm") is None:
             pytest.skip("vLLM is not installed (pip install -e '.[cpu]' or '.[gpu]')")
-        from specgate.rejection_v1 import sampler_device, vllm_rejection_sample
+        from specgate.sampler.v1 import sampler_device, vllm_rejection_sample
 
         try:
             sampler_device()  # a broken install fails here, loudly
         except RuntimeError as exc:
             pytest.skip(str(exc))
         return vllm_rejection_sample
-    from specgate import rejection_v2
+    from specgate.sampler import v2 as rejection_v2
 
     if subject.kind == "v2-gpu":
         if reason := _no_gpu_v2():

@@ -24,7 +24,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from specgate.rejection import SpecRequest, target_distribution
+from specgate.sampler.reference import SpecRequest, target_distribution
 
 # Hypothesis examples per property: (the references and V1, V2 on Triton's interpreter). "ci" is the
 # documented budget (docs/rejection-sampler.md, "Budgets and power") and runs where $CI is set (GitHub
@@ -324,7 +324,7 @@ class StepsCase:
     fixed_drafts: tuple[int, ...]
     temperature: float = 1.0
     num_tokens: int = 3
-    first_position: int = 19  # the first step's row 0, after a 16-token prompt and 3 tokens (v2_worker)
+    first_position: int = 19  # the first step's row 0, after a 16-token prompt and 3 tokens (sampler/v2_child.py)
     interpreter_samples: int = 0  # requests V2 on Triton's interpreter decodes (0: properties.V2_NUM_SAMPLES)
 
     @property

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specgate import rejection_v2, vllm_source
+from specgate.sampler import cuda_sources as vllm_source
+from specgate.sampler import v2 as rejection_v2
 
 from . import expectations, properties
 from .mutants import ReusesUniformsAcrossSteps

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import Phase, given, settings
 
-from specgate.rejection import RejectionSampler, reference_rejection_sample
+from specgate.sampler.reference import RejectionSampler, reference_rejection_sample
 
 from . import expectations, properties, rule_properties
 from .mutants import (

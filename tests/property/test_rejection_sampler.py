@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from specgate.rejection import emitted_tokens
+from specgate.sampler.reference import emitted_tokens
 
 from . import expectations, properties, rule_properties
 from .samplers import Subject, ids, subjects

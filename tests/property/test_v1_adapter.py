@@ -1,4 +1,4 @@
-"""specgate.rejection_v1 makes the engine's calls: it agrees with vLLM's own `RejectionSampler.forward`,
+"""specgate.sampler.v1 makes the engine's calls: it agrees with vLLM's own `RejectionSampler.forward`,
 and the one CPU shim bug it works around (vllm-project/vllm#55005) is pinned here."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def v1(request):
 
 @pytest.fixture(scope="module")
 def vllm_device(v1):
-    from specgate.rejection_v1 import sampler_device
+    from specgate.sampler.v1 import sampler_device
 
     return sampler_device()
 
@@ -42,7 +42,7 @@ def test_adapter_passes_temperature_through_vllms_apply_sampling_constraints(v1,
     stopped dividing by it would show in every property."""
     from vllm.v1.sample import rejection_sampler as vllm_rs
 
-    from specgate.rejection import SpecRequest
+    from specgate.sampler.reference import SpecRequest
 
     seen = []
     original = vllm_rs.apply_sampling_constraints

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 from hypothesis import given
 
-from specgate import interpreter_shim, rejection_v2, vllm_source
-from specgate.rejection import SpecRequest
+from specgate.sampler import cuda_sources as vllm_source
+from specgate.sampler import interpreter_shim
+from specgate.sampler import v2 as rejection_v2
+from specgate.sampler.reference import SpecRequest
 
 from .samplers import RULES_OF, SYNTHETIC_LENGTH, V2_RELEASES, Subject
 from .strategies import batches, property_settings

@@ -1,5 +1,5 @@
 """A real `pytest -m gpu` run of this checkout in a child process, for tests of how runs end: start it,
-wait until it is in a given phase (the phase file its reaper keeps, specgate.reaper.set_phase), do
+wait until it is in a given phase (the phase file its reaper keeps, specgate.lifetime.reaper.set_phase), do
 something to it (a signal, SIGSTOP to its engine core), and count the processes it left behind.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-from specgate import reaper
+from specgate.lifetime import reaper
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_TINY = ROOT / "fixtures" / "profiles" / "cpu-tiny.toml"
@@ -208,7 +208,7 @@ class NestedRun:
 
     def kill_all(self) -> None:
         """Whatever happened, leave nothing of the run behind (a test that failed included)."""
-        from specgate.processes import stop_tree
+        from specgate.lifetime.processes import stop_tree
 
         self.note()
         if self.proc.poll() is None:

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate import rejection_v2, vllm_source
+from specgate.sampler import cuda_sources as vllm_source
+from specgate.sampler import v2 as rejection_v2
 from tests.property.samplers import Subject
 
 

@@ -1,4 +1,5 @@
-"""Deadlines, stack dumps and the reaper, on real processes (no vLLM): specgate.watchdog, specgate.reaper."""
+"""Deadlines, stack dumps and the reaper, on real processes (no vLLM): specgate.lifetime.watchdog and
+specgate.lifetime.reaper."""
 
 import concurrent.futures
 import json
@@ -11,8 +12,8 @@ import time
 import psutil
 import pytest
 
-from specgate import reaper, watchdog
-from specgate.watchdog import Overdue, Watch
+from specgate.lifetime import reaper, watchdog
+from specgate.lifetime.watchdog import Overdue, Watch
 
 
 def test_a_log_line_is_progress_but_a_periodic_stats_line_is_not(tmp_path):
@@ -110,7 +111,7 @@ def test_stop_tree_kills_a_stopped_process_that_ignores_sigterm_and_its_children
     )
     child = psutil.Process(proc.pid).children()[0]
     proc.send_signal(signal.SIGSTOP)
-    from specgate.processes import stop_tree
+    from specgate.lifetime.processes import stop_tree
 
     assert stop_tree([proc.pid], grace_s=0.5) == []
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE

@@ -59,7 +59,7 @@ def _eagle3_rank(rank: int, tp: int, embed: torch.nn.Module, **extra) -> torch.n
 
 
 def _workers(tp: int, **extra) -> list:
-    """TP ranks' workers as vLLM's V1 runner shows them to worker.drafter_shards."""
+    """TP ranks' workers as vLLM's V1 runner shows them to in_vllm_worker.drafter_shards."""
     from types import SimpleNamespace
 
     out = []
@@ -74,7 +74,7 @@ def _workers(tp: int, **extra) -> list:
 
 def _reading(monkeypatch, workers):
     from specgate import engine as engine_module
-    from specgate import worker
+    from specgate import in_vllm_worker
     from specgate.engine import Engine
 
     eng = object.__new__(Engine)
@@ -83,5 +83,5 @@ def _reading(monkeypatch, workers):
     monkeypatch.setattr(engine_module, "device_bytes", lambda pids: (None, "process"))
     monkeypatch.setattr(engine_module.compat, "kv_capacity_tokens", lambda client: 1000)
     monkeypatch.setattr(Engine, "collective_rpc", lambda self, fn: [fn(w) if w else None for w in workers])
-    assert worker.drafter_shards  # what memory_reading sends
+    assert in_vllm_worker.drafter_shards  # what memory_reading sends
     return eng.memory_reading()

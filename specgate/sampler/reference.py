@@ -23,7 +23,7 @@ vLLM's Model Runner V2 offers (`rejection_sample_method`): `BlockReferenceSample
 2024, block verification: lossless, never accepts fewer drafts on average),
 `SyntheticReferenceSampler` (acceptance at fixed per-position rates, for benchmarking) and
 `FlyReferenceSampler` (FLy: lossy on purpose, within its entropy gate). vLLM's samplers get the
-same requests through specgate.rejection_v1 (V1) and specgate.rejection_v2 (Model Runner V2). All
+same requests through specgate.sampler.v1 (V1) and specgate.sampler.v2 (Model Runner V2). All
 return vLLM's output layout: an int array of shape [batch, 1 + max draft length], each row the
 emitted tokens followed by `PLACEHOLDER_TOKEN_ID`.
 """

@@ -1,8 +1,8 @@
 """CUDA vLLM's Python sources, unpacked next to the checkout: `.venvs/vllm-cuda-src/<release>/`.
 
 Model Runner V2's sampler is Python and Triton, so a CUDA wheel's `.py` files are enough to run it on
-a CPU in Triton's interpreter (specgate.rejection_v2) and to read its internals without importing
-them (tests/contract/, `SPECGATE_VLLM_SOURCE=DIR`). `python -m specgate.vllm_source 0.32.0 0.33.0`
+a CPU in Triton's interpreter (specgate.sampler.v2) and to read its internals without importing
+them (tests/contract/, `SPECGATE_VLLM_SOURCE=DIR`). `python -m specgate.sampler.cuda_sources 0.32.0 0.33.0`
 (run by ci/setup-cpu.sh) fetches each release once: `pip download --no-deps vllm==R`, then only the
 `.py` files and the dist-info are kept (about 60 MB per release). `$SPECGATE_VLLM_CUDA_SRC`
 moves the cache.
@@ -21,13 +21,13 @@ import zipfile
 from pathlib import Path
 
 RELEASES = ("0.32.0", "0.33.0")  # the CUDA releases the suite supports (pyproject: vllm >= 0.32, < 0.34)
-HOW_TO_FETCH = "run ci/setup-cpu.sh (or python -m specgate.vllm_source RELEASE)"
+HOW_TO_FETCH = "run ci/setup-cpu.sh (or python -m specgate.sampler.cuda_sources RELEASE)"
 
 
 def root() -> Path:
     if os.environ.get("SPECGATE_VLLM_CUDA_SRC"):
         return Path(os.environ["SPECGATE_VLLM_CUDA_SRC"])
-    checkout = Path(__file__).resolve().parents[1]
+    checkout = Path(__file__).resolve().parents[2]
     base = checkout if (checkout / "pyproject.toml").is_file() else Path.cwd()
     return base / ".venvs" / "vllm-cuda-src"
 
@@ -89,7 +89,9 @@ def fetch(release: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m specgate.vllm_source", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m specgate.sampler.cuda_sources", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument(
         "releases",
         nargs="*",

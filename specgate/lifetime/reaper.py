@@ -1,4 +1,4 @@
-"""A watcher that outlives the run, so that no engine outlives it: `python -m specgate.reaper OWNER STATE`.
+"""A watcher that outlives the run, so that no engine outlives it: `python -m specgate.lifetime.reaper OWNER STATE`.
 
 The run (a pytest session with gate tests, `specgate rehearse`, `specgate bisect`) starts one reaper in
 a session of its own. Twice a second it notes every process under the run's process OWNER (engine
@@ -50,12 +50,12 @@ def ensure(root: Path) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "specgate.reaper", str(os.getpid()), str(path)],
+            [sys.executable, "-m", "specgate.lifetime.reaper", str(os.getpid()), str(path)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             start_new_session=True,
-            cwd=str(Path(__file__).resolve().parents[1]),
+            cwd=str(Path(__file__).resolve().parents[2]),
         )
     except OSError:
         return
@@ -138,7 +138,7 @@ def watch(owner: int, path: Path) -> int:
 
 def stop_listed(listed: list[dict], grace_s: float = 3.0) -> list[int]:
     """Stop the listed processes that are still the ones listed, with everything under them."""
-    from specgate.processes import stop_tree
+    from specgate.lifetime.processes import stop_tree
 
     alive = [p["pid"] for p in listed if _alive(p["pid"], p["created"]) is not None]
     if alive:
@@ -198,7 +198,7 @@ def stale_runs(root: Path) -> list[StaleRun]:
 
 def stop_stale(run: StaleRun) -> list[int]:
     """Stop a stale run's processes and forget it; the pids that would not die."""
-    from specgate.processes import stop_tree
+    from specgate.lifetime.processes import stop_tree
 
     left = stop_tree([p["pid"] for p in run.processes], grace_s=5.0)
     if not left:
@@ -211,7 +211,7 @@ def stop_stale(run: StaleRun) -> list[int]:
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2:
-        print("usage: python -m specgate.reaper OWNER_PID STATE_FILE", file=sys.stderr)
+        print("usage: python -m specgate.lifetime.reaper OWNER_PID STATE_FILE", file=sys.stderr)
         return 2
     # The run's own Ctrl-C / SIGTERM (sent to its process group or session) is for the run: the reaper
     # is in a session of its own and ignores them, so it is there to clean up after the run.

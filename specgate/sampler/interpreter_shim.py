@@ -1,6 +1,6 @@
 """What Model Runner V2's sampler needs to run in Triton's interpreter on a CPU (TRITON_INTERPRET=1).
 
-Three changes, all applied only in the V2 worker process (specgate.v2_worker), never on a GPU:
+Three changes, all applied only in the V2 worker process (specgate.sampler.v2_child), never on a GPU:
 
 1. `libdevice.log1p` (the one CUDA math-library call the sampler makes) does not exist in the
    interpreter. Its only use is the resample kernel's residual for draft distributions,

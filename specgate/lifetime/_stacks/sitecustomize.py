@@ -1,5 +1,5 @@
 """Run by Python at start-up in every process specgate starts an engine or server in (this directory
-is put first on their PYTHONPATH by specgate.watchdog.python_stacks_env).
+is put first on their PYTHONPATH by specgate.lifetime.watchdog.python_stacks_env).
 
 It registers a faulthandler signal (SIGUSR2) that writes all of the process's thread stacks into the
 file $SPECGATE_STACKS_FILE, so that the suite's watchdog can ask a stalled engine what it is doing

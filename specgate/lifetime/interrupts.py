@@ -4,7 +4,7 @@ thread, so pytest stops at once and runs the teardown, which stops every engine 
 Installed explicitly, rather than left to Python's defaults: a CI runner cancels a job with SIGINT and
 then SIGTERM, and SIGTERM's default kills the process without any teardown (engines left behind);
 and a shell that starts pytest as a background job of a script sets SIGINT to be ignored, so a
-Ctrl-C forwarded to it did nothing. The waits in specgate poll (specgate.watchdog.wait), so the
+Ctrl-C forwarded to it did nothing. The waits in specgate poll (specgate.lifetime.watchdog.wait), so the
 exception is raised within a fraction of a second wherever the run is.
 """
 

