@@ -38,9 +38,10 @@ from specgate.formatting import num
 from specgate.revisions import short
 
 SCHEMA = 1
-KINDS = ("acceptance", "speedup", "memory", "structured")  # structured: acceptance under a JSON schema
+KINDS = ("acceptance", "speedup", "memory", "structured", "requests")  # structured: acceptance under a JSON
+# schema; requests: acceptance at T > 0 (checks.requests)
 # Figures that one run may store while another's are kept: each group carries the provenance of its own run.
-GROUPS = {"speedup": "speed", "memory": "memory"}  # any other kind: "portable"
+GROUPS = {"speedup": "speed", "memory": "memory", "requests": "requests"}  # any other kind: "portable"
 ROLES = ("target", "tokenizer", "drafter")  # the models a method entry records, in the order they are said
 
 

@@ -289,13 +289,14 @@ class RequestsCheck:
             else:
                 passing.add(klass)
 
-    def _sampled_acceptance(self, method: str, run) -> dict[str, dict]:
-        """Acceptance over the samples per category: the repaired run's where the shipped sampler is broken."""
+    def _sampled_acceptance(self, method: str, run) -> dict[str, float]:
+        """Mean acceptance length over the samples per category: the repaired run's where the shipped sampler
+        is broken."""
         samples = run.repaired or run.sampled
         out = {}
         for category, counters in samples.counters.items():
             if (length := counters.mean_acceptance_length) is not None:
-                out[category] = {"mean_acceptance_length": round(length, 6)}
+                out[category] = round(length, 6)
         return out
 
     def _held_acceptance(self, method: str, key: str, run, failing: dict[str, list[str]], rows: list[Row]):
@@ -303,22 +304,22 @@ class RequestsCheck:
         the record an update stores."""
         profile = self.ctx.profile
         acceptance = self._sampled_acceptance(method, run)
-        record = {"sampled_acceptance": acceptance}
+        # a baseline record is flat (field -> number): sampled_acceptance.<category> -> mean acceptance length
+        record = {f"{SAMPLED_ACCEPTANCE}.{category}": now for category, now in acceptance.items()}
         found = self.ctx.lookup(method, self.gate, key)
-        stored = found.values.get("sampled_acceptance") if found and found.values else None
-        rtol = self.ctx.tolerance(method).acceptance_rtol
+        values = (found.values or {}) if found else {}
+        stored = {f: v for f, v in values.items() if f.startswith(f"{SAMPLED_ACCEPTANCE}.")} or None
+        rtol = self.ctx.tolerance(method).sampled_acceptance_rtol
         for category, now in acceptance.items():
-            then = (stored or {}).get(category, {}).get("mean_acceptance_length")
+            then = (stored or {}).get(f"{SAMPLED_ACCEPTANCE}.{category}")
             floor = None if then is None else then * (1 - rtol)
-            low = floor is not None and now["mean_acceptance_length"] < floor - 1e-6
-            rows.append(
-                Row(f"{SAMPLED_ACCEPTANCE}.{category}", now["mean_acceptance_length"], then, floor, failing=low)
-            )
+            low = floor is not None and now < floor - 1e-6
+            rows.append(Row(f"{SAMPLED_ACCEPTANCE}.{category}", now, then, floor, failing=low))
             if low and not self.ctx.update:
                 failing.setdefault(SAMPLED_ACCEPTANCE, []).append(
                     f"method '{method}', {category} at T {profile.scenarios.requests.temperature:g}: mean "
-                    f"acceptance length {now['mean_acceptance_length']:.4g} against {then:.4g} stored "
-                    f"(floor {floor:.4g}, acceptance_rtol {rtol}; {found.source})"
+                    f"acceptance length {now:.4g} against {then:.4g} stored "
+                    f"(floor {floor:.4g}, sampled_acceptance_rtol {rtol}; {found.source})"
                 )
         if stored is None and self.ctx.strict and not self.ctx.update:
             failing.setdefault(SAMPLED_ACCEPTANCE, []).append(

@@ -18,6 +18,9 @@ class Tolerance:
 
     acceptance_rtol: float = setting(0.05, float, bound=relative, doc="mean acceptance length per category, relative")
     position_rtol: float = setting(0.10, float, bound=relative, doc="each per-position acceptance rate, relative")
+    sampled_acceptance_rtol: float = setting(
+        0.05, float, bound=relative, doc="mean acceptance length per category at T > 0 (the requests scenario)"
+    )
     speedup_rtol: float = setting(0.15, float, bound=relative, doc="speedup per concurrency level, relative")
     memory_rtol: float = setting(0.10, float, bound=relative, doc="each memory figure, relative")
     memory_slack_mib: float = setting(64.0, float, bound=non_negative, doc="MiB on top: weights and device memory")

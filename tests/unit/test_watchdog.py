@@ -122,7 +122,7 @@ def test_the_reaper_stops_what_a_killed_run_left_and_removes_its_state_file(tmp_
     # the "run": starts its reaper and an "engine" in a session of its own (as a server is), then is SIGKILLed
     owner = _python(
         tmp_path,
-        f"import subprocess, time\nfrom specgate import reaper\nreaper.ensure({str(tmp_path)!r})\n"
+        f"import subprocess, time\nfrom specgate.lifetime import reaper\nreaper.ensure({str(tmp_path)!r})\n"
         "subprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)",
     )
     state = reaper.state_path(tmp_path, owner.pid)
