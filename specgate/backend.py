@@ -25,7 +25,7 @@ from specgate.equivalence import GreedyOutput
 from specgate.errors import NotMeasurable
 from specgate.load import LoadRun, closed_loop
 
-__all__ = ["Backend", "BatchResult", "RequestsResult", "ShutdownReport"]  # specgate.PUBLIC
+__all__ = ["Backend", "BatchResult", "RequestsResult", "ShutdownReport"]  # the public surface (specgate.PUBLIC)
 
 GIB = 1024**3
 # After shutdown the engine's processes must be gone and this process's resident memory back within

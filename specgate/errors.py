@@ -21,7 +21,7 @@ plugin can print it without a stack trace.
 
 from __future__ import annotations
 
-__all__ = [  # specgate.PUBLIC
+__all__ = [  # the public surface (specgate.PUBLIC)
     "BaselineError",
     "EngineBootError",
     "EngineDied",

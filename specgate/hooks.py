@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-__all__ = ["pytest_specgate_boot_engine"]  # specgate.PUBLIC
+__all__ = ["pytest_specgate_boot_engine"]  # the public surface (specgate.PUBLIC)
 
 
 @pytest.hookspec(firstresult=True)

@@ -27,7 +27,7 @@ from specgate.errors import EngineBootError
 from specgate.load import LoadRun, RequestTrace
 from specgate.memory import MemoryReading
 
-__all__ = ["FakeBoot", "FakeEngine", "FakeScript", "fake_session"]  # specgate.PUBLIC
+__all__ = ["FakeBoot", "FakeEngine", "FakeScript", "fake_session"]  # the public surface (specgate.PUBLIC)
 
 SCRIPT_ENV = "SPECGATE_FAKE"
 MIB = 1024**2

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 
 from specgate.errors import SpecgateError
 
@@ -37,6 +38,28 @@ COMMANDS = {
     "history": "specgate.cli.history",
     "download": "specgate.cli.download",
 }
+
+
+def add_profile(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+
+
+def add_methods(p: argparse.ArgumentParser, what: str, canaries: bool = True) -> None:
+    """--methods (and --canaries): which of the profile's methods a command runs."""
+    p.add_argument("--methods", default="", metavar="A,B", help=what)
+    if canaries:
+        p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
+
+
+def add_root(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+
+
+def chosen(profile, args: argparse.Namespace) -> list:
+    """The methods --methods names, else every method of the profile but its canaries (deliberately worse
+    configurations for the stored-baseline gates), which --canaries adds."""
+    names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
+    return [m for m in profile.select(names) if names or getattr(args, "canaries", False) or not m.canary_of]
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -9,6 +9,7 @@ from pathlib import Path
 from specgate import revisions
 from specgate.bisect.candidates import file_candidates, index_versions, package_of, releases_between
 from specgate.bisect.steps import CHASEABLE, RUN_GATES, BisectError
+from specgate.cli import add_methods, add_profile, add_root, chosen
 
 
 def main(args: argparse.Namespace) -> int:
@@ -19,8 +20,7 @@ def main(args: argparse.Namespace) -> int:
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)
     package = package_of(profile.hardware)
-    names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
-    methods = [m.name for m in profile.select(names) if names or args.canaries or not m.canary_of]
+    methods = [m.name for m in chosen(profile, args)]
     gates = [g.strip() for g in args.gate.split(",") if g.strip()] if args.gate else []
     unknown = [g for g in gates if g not in CHASEABLE]
     if unknown:
@@ -81,14 +81,8 @@ def add_parser(commands) -> None:
         help="one wheel file, URL or pip requirement per line, oldest first (e.g. nightly per-commit wheels)",
     )
     p.add_argument("--pre", action="store_true", help="include the index's pre-releases between --good and --bad")
-    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument(
-        "--methods",
-        default="",
-        metavar="A,B",
-        help="methods of the profile (default: all but its canaries; the baseline engine always runs)",
-    )
-    p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
+    add_profile(p)
+    add_methods(p, "methods of the profile (default: all but its canaries; the baseline engine always runs)")
     p.add_argument(
         "--gate",
         default="",
@@ -119,4 +113,4 @@ def add_parser(commands) -> None:
         help="take this file lock (flock) around each step's gate run, so engine runs on a shared machine "
         "take turns; venv builds do not hold it",
     )
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+    add_root(p)

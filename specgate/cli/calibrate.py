@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from specgate import calibrate
+from specgate.cli import add_methods, add_profile, add_root, chosen
 
 
 def main(args: argparse.Namespace) -> int:
@@ -16,8 +17,7 @@ def main(args: argparse.Namespace) -> int:
     profile = load_profile(find_profile(args.profile, root), root)
     if note := calibrate.restore_kept(root, profile.baselines_name):
         print(note, flush=True)
-    wanted = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
-    names = [m.name for m in profile.select(wanted) if wanted or not m.canary_of]
+    names = [m.name for m in chosen(profile, args)]
     if args.runs < 2:
         raise calibrate.CalibrationError(
             f"--runs {args.runs}: the A/A spread needs at least 2 judged runs (10 give a 0-of-10 false-alarm rate)."
@@ -37,11 +37,11 @@ def add_parser(commands) -> None:
         help="measure the speed gate's tolerances on this machine",
         description=calibrate.__doc__.split("\n\n")[0],
     )
-    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+    add_profile(p)
     p.add_argument(
         "--runs", type=int, default=10, metavar="N", help="judged A/A runs after the storing one (default 10)"
     )
-    p.add_argument("--methods", default="", metavar="A,B", help="methods to calibrate (default: all but canaries)")
+    add_methods(p, "methods to calibrate (default: all but canaries)", canaries=False)
     p.add_argument(
         "--slowdown",
         type=float,
@@ -60,4 +60,4 @@ def add_parser(commands) -> None:
     p.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="results (default results/calibrate-<profile>-<time>)"
     )
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+    add_root(p)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from specgate import download
+from specgate.cli import add_root
 
 
 def main(args: argparse.Namespace) -> int:
@@ -42,4 +43,4 @@ def add_parser(commands) -> None:
         help="fetch nothing: print the commit each hub model not pinned to one is at now, as the profile's lines",
     )
     p.add_argument("--write", action="store_true", help="with --pin: set the pins in the profile file in place")
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+    add_root(p)

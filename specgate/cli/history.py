@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate.baselines import baselines_dir, provenance_of
+from specgate.cli import add_profile, add_root
 from specgate.errors import SpecgateError
 from specgate.history import History, headlines, read
 from specgate.machine import detect_device, hardware_key
@@ -169,7 +170,7 @@ def add_parser(commands) -> None:
     p.add_argument(
         "runs", nargs="*", type=Path, metavar="RESULTS_DIR", help="gate runs to add after the stored updates"
     )
-    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
+    add_profile(p)
     p.add_argument(
         "--hardware",
         default="",
@@ -179,4 +180,4 @@ def add_parser(commands) -> None:
     p.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="where to write (default results/history-<profile>)"
     )
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+    add_root(p)

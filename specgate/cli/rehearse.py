@@ -6,6 +6,8 @@ import argparse
 import time
 from pathlib import Path
 
+from specgate.cli import add_methods, add_profile, add_root, chosen
+
 
 def main(args: argparse.Namespace) -> int:
     from specgate import rehearse, venvs
@@ -13,9 +15,7 @@ def main(args: argparse.Namespace) -> int:
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)
-    names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
-    # canaries are deliberately worse configurations for the stored-baseline gates: left out unless asked
-    methods = [profile.baseline, *(m for m in profile.select(names) if names or args.canaries or not m.canary_of)]
+    methods = [profile.baseline, *chosen(profile, args)]
     old = (args.old, venvs.release_python(root, args.old, profile.hardware, args.from_python))
     new = (args.new, venvs.release_python(root, args.new, profile.hardware, args.to_python))
     out = Path(args.out or root / "results" / f"rehearse-{args.old}-to-{args.new}-{time.strftime('%Y%m%d-%H%M%S')}")
@@ -39,14 +39,8 @@ def add_parser(commands) -> None:
         "--from", dest="old", required=True, metavar="RELEASE", help="the release you run today, e.g. 0.31.0"
     )
     p.add_argument("--to", dest="new", required=True, metavar="RELEASE", help="the release you move to, e.g. 0.32.0")
-    p.add_argument("--profile", default="cpu-tiny", metavar="NAME|PATH", help="profile (default cpu-tiny)")
-    p.add_argument(
-        "--methods",
-        default="",
-        metavar="A,B",
-        help="methods of the profile (default: all but its canaries); the baseline always runs",
-    )
-    p.add_argument("--canaries", action="store_true", help="include the profile's canaries in the default methods")
+    add_profile(p)
+    add_methods(p, "methods of the profile (default: all but its canaries); the baseline always runs")
     p.add_argument(
         "--out",
         default=None,
@@ -68,4 +62,4 @@ def add_parser(commands) -> None:
         metavar="PATH",
         help="the new release's python (default: its .venvs/ venv)",
     )
-    p.add_argument("--root", default=".", type=Path, metavar="DIR", help="the specgate checkout (default: .)")
+    add_root(p)
