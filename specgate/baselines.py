@@ -12,7 +12,7 @@ provenance of the run that measured it (vLLM / torch / Python versions, device, 
 and "models": the ref and resolved revision of every model its engine loaded, specgate.revisions),
 so a run filtered to one method updates that method alone and the others keep theirs.
 
-Provenance is per group of figures (GROUPS: speed, memory, the portable rest): "provenance" is the
+Provenance is per group of figures (GROUPS: speed, memory, requests, the portable rest): "provenance" is the
 newest run that stored any of the method's figures, and "provenance.groups" holds the provenance of
 each group a later run did not re-measure (speed figures kept from another machine, say); a group
 not listed there was measured by that newest run. A file written before groups has no "groups": its
