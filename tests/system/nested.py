@@ -183,7 +183,18 @@ class NestedRun:
         return self.proc.wait(timeout=5)
 
     def alive(self) -> list[str]:
-        """The run's processes (seen under it at any point) still alive now."""
+        """The run's processes (seen under it at any point, or under one of those since) still alive now.
+
+        A process started between the last note() and the run's end is found as the child of one seen
+        (an engine core's helper started just before a SIGKILL), however its parent has died since."""
+        for pid in list(self.seen):
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                if abs(p.create_time() - self.seen[pid][0]) < 0.01:
+                    for child in p.children(recursive=True):
+                        with contextlib.suppress(psutil.Error):
+                            name = " ".join(child.cmdline())[:120] or child.name()
+                            self.seen.setdefault(child.pid, (child.create_time(), name))
         out = []
         for pid, (created, what) in self.seen.items():
             try:

@@ -77,6 +77,7 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
         run.wait_for(PHASES["engine generating"][1], timeout_s=600)
         reapers = [pid for pid, (_, what) in run.seen.items() if "specgate.lifetime.reaper" in what]
         assert reapers, run.seen
+        run.note()  # what the run started since its phase was read
         for pid in reapers:  # the run and its reaper both killed (an OOM killer, a container-wide kill)
             os.kill(pid, signal.SIGKILL)
         run.proc.kill()

@@ -356,3 +356,25 @@ def test_seeded_repeats_are_judged_only_on_a_sampler_that_passes_the_two_sample_
     sound = _run(runs.matrix, change=unrepeatable)  # the same repeat on a sampler that passes: judged, and fails
     runs.replies["ngram"] = sound
     assert "1 differs of 2 cases; the first: method 'ngram', seeded" in "\n".join(rc.judge("ngram", "sent").messages)
+
+
+def test_acceptance_at_t_above_0_is_held_to_its_stored_floor_unless_its_samples_are_of_a_broken_sampler(check):
+    from specgate.baseline_store import Stored
+
+    rc, runs = check
+    measured = runs.replies = {BASELINE: _run(runs.matrix), "ngram": _run(runs.matrix)}
+    length = measured["ngram"].sampled.counters["a"].mean_acceptance_length
+    stored = {"sampled_acceptance.a": round(length * 1.05, 6)}  # 5 % above what the method gives
+    rc.ctx.baselines.lookup = lambda *a: Stored(stored, "vLLM 0.32.0, 2026-12-01", "cpu", True)
+    j = rc.judge("ngram", "sent")
+    said = "\n".join(j.messages)
+    assert j.verdict is Verdict.FAIL and f"mean acceptance length {length:.4g} against" in said, said
+    assert j.record == {"sampled_acceptance.a": round(length, 6)}
+    # the same figures from samples that fail the two-sample test, with no repair to take them again (a
+    # server specgate did not start): the bug's acceptance is neither judged nor stored
+    broken = measured["ngram"]
+    broken.sampled = Sampled({"a-1": [(7, 7, 7, 7)] * 20}, broken.sampled.counters)
+    j = rc.judge("ngram", "sent")
+    said = "\n".join(j.messages)
+    assert "mean acceptance length" not in said and "acceptance at T > 0 not judged nor stored" in said, said
+    assert j.record is None and not any(r.metric.startswith("sampled_acceptance.") for r in j.rows)
