@@ -280,14 +280,14 @@ class ScenarioRuns:
 
     def _samples(self, engine, name: str) -> Sampled:
         """Every planned prompt sampled `samples` times (each request seeded, one sample), a category at a
-        time, few at a time (seeded_limit)."""
+        time, as many at a time as that category's prompts allow (seeded_limit)."""
         out, prompts = Sampled(), {p.id: p.token_ids for p in self.store.inputs.tokenized()}
         seed = SAMPLE_SEEDS[name == BASELINE]
         by_category: dict[str, list] = {}
         for plan in self.sampled_plan():
             by_category.setdefault(plan.category, []).append(plan)
-        limit = self.seeded_limit(engine, prompt_ids=[p.prompt_id for p in self.sampled_plan()])
         for category, plans in by_category.items():
+            limit = self.seeded_limit(engine, prompt_ids=[p.prompt_id for p in plans])
             batch = [
                 (
                     f"sample{i}@{plan.prompt_id}",
