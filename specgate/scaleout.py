@@ -10,9 +10,9 @@ each speedup is still a ratio taken on one device.
 from __future__ import annotations
 
 import os
-import subprocess
 
 from specgate.errors import SpecgateError
+from specgate.machine import visible_devices
 
 RUN_OUT_ENV = "SPECGATE_RUN_OUT"  # the controller's results directory, inherited by its workers
 # Where each xdist worker writes the `xdist_group` of the tests it collected, for the controller's scheduler
@@ -52,18 +52,6 @@ def slice_devices(visible: list[str], index: int, per_engine: int, workers: int)
             "or make more devices visible (CUDA_VISIBLE_DEVICES)."
         )
     return visible[index * per_engine : (index + 1) * per_engine]
-
-
-def visible_devices(env=os.environ) -> list[str]:
-    """The CUDA devices this process may use, without initialising CUDA here (vLLM must do that
-    after CUDA_VISIBLE_DEVICES is set)."""
-    if env.get("CUDA_VISIBLE_DEVICES", "").strip():
-        return [d.strip() for d in env["CUDA_VISIBLE_DEVICES"].split(",") if d.strip()]
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return [str(i) for i, line in enumerate(out.splitlines()) if line.startswith("GPU ")]
 
 
 def pin_worker(profile, env=os.environ, config=None) -> list[str] | None:

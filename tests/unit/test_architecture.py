@@ -29,7 +29,6 @@ LAYERS = (
         "logstream",
         "kvstats",
         "enginelog",
-        "plants",
         "models",
     ),
     # a run's inputs and the measurements' own arithmetic: the profile, the prompts, the samplers' adapters
@@ -59,6 +58,7 @@ LAYERS = (
         "eventloop",
         "engine_args",
         "backend",
+        "plants",
         "engine",
         "endpoint",
         "server",
