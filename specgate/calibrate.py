@@ -10,7 +10,7 @@ smallest speedup_rtol, geomean_rtol, draft_cost_tol and acceptance_rtol with no 
 whichever of them had stored the baselines (plus a margin), and how many of the slowed copy's runs each then
 catches, per level; for a tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs'
 honest near-ties. It ends with that table and the TOML of `baselines/<profile>/<hardware>.tolerance.toml`,
-which `--write` puts there: a run on this machine then holds the methods to it (specgate.tolerances). First
+which `--write` puts there: a run on this machine then holds the methods to it (specgate.store.tolerances). First
 week on a new runner: `pytest -m gpu --update-baselines`, `specgate calibrate --write`, commit both.
 """
 
@@ -27,10 +27,10 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgate import tolerances
-from specgate.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, kept_aside
 from specgate.errors import SpecgateError
 from specgate.machine import detect_device, hardware_key
+from specgate.store import tolerances
+from specgate.store.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, kept_aside
 
 SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
 # the speed tests, the engines' lifecycle, greedy equivalence (its honest near-ties set the tie-aware rule)

@@ -61,7 +61,7 @@ def hub_models(profile, methods) -> list[str]:
 
 def hub_revisions(profile, methods) -> list[tuple[str, str | None]]:
     """(hub id, the revision the profile pins it to, or None) of every model these engines load, once each."""
-    from specgate.revisions import models_of
+    from specgate.store.revisions import models_of
 
     found = [(m.ref, m.pin) for method in [profile.baseline, *methods] for m in models_of(profile, method) if m.hub]
     return list(dict.fromkeys(found))
@@ -211,7 +211,7 @@ def pins(profile, methods, api) -> list:
     with trust_remote_code, its code key."""
     from specgate.models import is_commit
     from specgate.profile.edit import Pin
-    from specgate.revisions import models_of
+    from specgate.store.revisions import models_of
 
     out: dict[str, Pin] = {}
     for method in [profile.baseline, *methods]:
@@ -227,8 +227,8 @@ def pins(profile, methods, api) -> list:
 
 def pin(profile, methods, api, write: bool) -> int:
     """Print the pins of the profile's unpinned hub models, and with `write` set them in its file."""
-    from specgate.baselines import write_text_atomic
     from specgate.profile.edit import CannotEdit, apply, paste_lines
+    from specgate.store.baselines import write_text_atomic
 
     found = pins(profile, methods, api)
     if not found:

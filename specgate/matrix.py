@@ -15,7 +15,7 @@ from pathlib import Path
 
 from specgate.checks import GATES
 from specgate.errors import SpecgateError
-from specgate.run_record import RunRecord, read
+from specgate.store.run_record import RunRecord, read
 
 _SHORT = {"passed": "pass", "failed": "fail", "error": "error", "skipped": "skip"}
 

@@ -130,8 +130,8 @@ def plan(config: pytest.Config, out: Path):
     """The run's plan from the options: the profile (its dtype overridden, this machine's calibrated
     tolerances applied), the methods or endpoints, the flags; a problem with any is a UsageError."""
     from specgate.profile import find_profile, load_profile
-    from specgate.revisions import refusal
     from specgate.session import RunPlan
+    from specgate.store.revisions import refusal
 
     root = project_root(config)
     try:
@@ -170,8 +170,8 @@ def plan(config: pytest.Config, out: Path):
 def calibrated(profile, root: Path):
     """The profile with this machine's calibrated tolerances over its own, where `specgate calibrate`
     wrote some (baselines/<profile>/<hardware>.tolerance.toml)."""
-    from specgate import tolerances
-    from specgate.baselines import baseline_path
+    from specgate.store import tolerances
+    from specgate.store.baselines import baseline_path
 
     hardware = machine.hardware_key(*machine.detect_device(profile.hardware))
     return tolerances.apply(profile, tolerances.path_for(baseline_path(root, profile.baselines_name, hardware)))

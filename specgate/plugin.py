@@ -24,7 +24,7 @@ from specgate.checks import GATES, Verdict, key_of
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
 from specgate.recorders import CAUSE, MESSAGE, CorrectnessWatch, OutcomeRecorder, RunLife
-from specgate.run_record import DIED, NO_BOOT
+from specgate.store.run_record import DIED, NO_BOOT
 
 _PLAN_KEY = pytest.StashKey["object"]()
 _SESSION_KEY = pytest.StashKey["object"]()

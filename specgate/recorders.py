@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.run_record import Outcome
+from specgate.store.run_record import Outcome
 
 CAUSE = "specgate_cause"  # a test's user property: why its check could not judge (run_record.Outcome.cause)
 # a test's user property: what its failing judgement (or the one-paragraph failure of its session call) said,

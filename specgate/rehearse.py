@@ -37,7 +37,7 @@ from specgate.checks.paired import Change
 from specgate.errors import SpecgateError
 from specgate.formatting import num
 from specgate.profile import BASELINE
-from specgate.run_record import REHEARSAL, Engine, Outcome, RunRecord
+from specgate.store.run_record import REHEARSAL, Engine, Outcome, RunRecord
 
 UNCHANGED, BETTER, WORSE = Change.UNCHANGED, Change.BETTER, Change.WORSE
 

@@ -15,10 +15,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from specgate import baselines, machine
+from specgate import machine
 from specgate.checks.speedup import COARSE
 from specgate.profile import BASELINE
-from specgate.run_record import GATE, Engine, KnownSeen, Outcome, RunRecord
+from specgate.store import baselines
+from specgate.store.run_record import GATE, Engine, KnownSeen, Outcome, RunRecord
 
 
 def measurement_table(judgements):

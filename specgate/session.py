@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate.backend import BootEngine
-from specgate.baseline_store import BaselineStore
-from specgate.baselines import describe_move
 from specgate.checks import GATES, Context, Judgement, Verdict, key_of
 from specgate.checks.acceptance import AcceptanceCheck
 from specgate.checks.drift import DRIFTING
@@ -34,13 +32,15 @@ from specgate.checks.requests import RequestsCheck
 from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
 from specgate.checks.speedup import SpeedupCheck
 from specgate.errors import SpecgateError
-from specgate.history import History, read
 from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
 from specgate.prompt_inputs import PromptInputs
-from specgate.revisions import models_of, resolved, unpinned_line
 from specgate.scenarios import ScenarioRuns
+from specgate.store.baseline_store import BaselineStore
+from specgate.store.baselines import describe_move
+from specgate.store.history import History, read
+from specgate.store.revisions import models_of, resolved, unpinned_line
 
 OWN_ENGINE = {"preemption"}  # gates whose check boots the engine it measures
 
@@ -159,7 +159,7 @@ class GateSession:
         return lines
 
     def models(self, method: str) -> dict[str, dict]:
-        """role -> {"ref", "revision"} of the models `method`'s engine loads (specgate.revisions), resolved once
+        """role -> {"ref", "revision"} of the models `method`'s engine loads (specgate.store.revisions), resolved once
         per run (again while a hub model is not in the cache yet: vLLM fetches it at the boot); {} for
         endpoints, whose servers load what they were started with."""
         if self.plan.endpoints is not None:

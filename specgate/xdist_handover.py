@@ -41,7 +41,7 @@ def write_combined(session, workers: list[dict]) -> dict:
     """One results directory for the whole run, from every worker's outcomes, table and measurements
     (`session` gives the profile and paths; it boots nothing)."""
     from specgate.results import write_combined as write
-    from specgate.run_record import Outcome
+    from specgate.store.run_record import Outcome
 
     outcomes = [Outcome(**o) for w in workers for o in w["outcomes"]]
     lines = [f"[{w['worker']}] {line}" for w in workers for line in w["lines"]]

@@ -115,7 +115,7 @@ class GateRunner:
         return Step(step.label, GOOD, f"reference figures stored: {', '.join(sorted(stored))}{note}")
 
     def _pytest(self, python: Path, results: Path, log: Path, reference: bool) -> int | None:
-        from specgate.baselines import BASELINES_DIR_ENV
+        from specgate.store.baselines import BASELINES_DIR_ENV
 
         args = [
             str(python),

@@ -11,7 +11,7 @@ from pathlib import Path
 from specgate.bisect.candidates import Candidate
 from specgate.bisect.steps import BAD, CHASEABLE, GOOD, RUN_GATES, SKIP, BisectError, Step, figure_name, moved
 from specgate.formatting import num
-from specgate.revisions import short
+from specgate.store.revisions import short
 
 STATE_VERSION = 1
 
@@ -93,7 +93,7 @@ class Bisection:
             self.order.append(s["label"])
 
     def save(self) -> None:
-        from specgate.baselines import write_text_atomic
+        from specgate.store.baselines import write_text_atomic
 
         state = {
             "version": STATE_VERSION,

@@ -11,8 +11,8 @@ from pathlib import Path
 from specgate.checks import FAILED
 from specgate.errors import SpecgateError
 from specgate.formatting import num
-from specgate.revisions import not_held
-from specgate.run_record import DIED, Engine, Outcome, read
+from specgate.store.revisions import not_held
+from specgate.store.run_record import DIED, Engine, Outcome, read
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
 RUN_GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")

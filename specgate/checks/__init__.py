@@ -21,9 +21,9 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from specgate.baseline_store import Stored
 from specgate.formatting import fmt, with_interval
 from specgate.profile import BASELINE, Profile
+from specgate.store.baseline_store import Stored
 
 ROUNDING = 1e-6  # stored values are rounded to 6 decimals: an unchanged rerun must not fail on that
 

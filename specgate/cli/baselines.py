@@ -7,9 +7,9 @@ import argparse
 import json
 from pathlib import Path
 
-from specgate import baselines
 from specgate.errors import BaselineError
 from specgate.formatting import num
+from specgate.store import baselines
 
 
 def add_parser(commands) -> None:

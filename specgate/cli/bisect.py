@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgate import revisions
 from specgate.bisect.candidates import file_candidates, index_versions, package_of, releases_between
 from specgate.bisect.steps import CHASEABLE, RUN_GATES, BisectError
 from specgate.cli import add_methods, add_profile, add_root, chosen
+from specgate.store import revisions
 
 
 def main(args: argparse.Namespace) -> int:

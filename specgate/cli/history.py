@@ -5,7 +5,7 @@ directories after the stored updates.
 
     specgate history [--profile P] [--hardware KEY|all] [RESULTS_DIR ...] [--out DIR]
 
-The history itself is read by specgate.history (also what the drift check reads).
+The history itself is read by specgate.store.history (also what the drift check reads).
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgate.baselines import baselines_dir, provenance_of
 from specgate.cli import add_profile, add_root
 from specgate.errors import SpecgateError
-from specgate.history import History, headlines, read
 from specgate.machine import detect_device, hardware_key
-from specgate.run_record import read as read_record
+from specgate.store.baselines import baselines_dir, provenance_of
+from specgate.store.history import History, headlines, read
+from specgate.store.run_record import read as read_record
 
 
 class HistoryError(SpecgateError):

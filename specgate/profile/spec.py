@@ -319,7 +319,9 @@ class Profile:
     # Where its baselines live (baselines/<this>/): the profile's name, or "<name>@<dtype>" when a run
     # overrides its dtype (--specgate-dtype), so a bf16 figure never judges a float32 run, nor the reverse.
     baselines_name: str = ""
-    tolerance_file: str = ""  # this machine's calibrated tolerances applied over [tolerance] (specgate.tolerances)
+    tolerance_file: str = (
+        ""  # this machine's calibrated tolerances applied over [tolerance] (specgate.store.tolerances)
+    )
 
     def __post_init__(self) -> None:
         if not self.baselines_name:

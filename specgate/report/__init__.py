@@ -30,7 +30,7 @@ from specgate.report.plots import (
     render_plots,
 )
 from specgate.report.tables import judged_line, moved_rows, summary_markdown, sweeps, title_line, totals
-from specgate.run_record import RunRecord
+from specgate.store.run_record import RunRecord
 
 __all__ = [
     "COLUMNS",

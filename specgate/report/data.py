@@ -27,12 +27,12 @@ from typing import Any
 
 import pandas as pd
 
-from specgate import run_record
 from specgate.checks import CANARY_CAUGHT, Qualifier, Verdict
 from specgate.errors import ResultsError
 from specgate.formatting import fmt, present, with_interval
 from specgate.profile import BASELINE
-from specgate.run_record import Outcome, RunRecord
+from specgate.store import run_record
+from specgate.store.run_record import Outcome, RunRecord
 
 COLUMNS = (
     "method",

@@ -13,7 +13,7 @@ import pandas as pd
 from specgate.checks import FAILED, GATES, Verdict, worst
 from specgate.formatting import fmt, present, with_interval
 from specgate.report.data import caught, one_line, ordered, outcome_verdict, verdict_label
-from specgate.run_record import RunRecord
+from specgate.store.run_record import RunRecord
 
 # Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
 COMPACT = {

@@ -1,6 +1,6 @@
 """The history page of a profile's baselines (`specgate history`): history.md (the updates, then each
 gate's headline figure per method and update) and history.html with one plot per headline figure
-(a line per method over the updates, each vLLM release change marked). specgate/history.py reads
+(a line per method over the updates, each vLLM release change marked). specgate/store/history.py reads
 the history and picks the figures, the command (cli/history.py) builds the table's rows (label, date,
 hardware, method, vllm, figures, stored, subject); this module only lays them out."""
 
@@ -10,9 +10,9 @@ import html
 from pathlib import Path
 
 from specgate.formatting import fmt
-from specgate.history import HEADLINES
 from specgate.report.page import CSS, png_uri
-from specgate.revisions import short
+from specgate.store.history import HEADLINES
+from specgate.store.revisions import short
 
 
 def _labels(rows: list) -> list[str]:

@@ -16,7 +16,7 @@ from specgate.report import glance, plots
 from specgate.report import requests as requests_section
 from specgate.report.data import normalized
 from specgate.report.tables import failed, gate_tables, moved_rows, sweeps, title_line, totals
-from specgate.run_record import RunRecord
+from specgate.store.run_record import RunRecord
 
 # ---------------------------------------------------------------- report.html
 

@@ -24,7 +24,7 @@ from specgate.report.data import (
     outcome_verdict,
     verdict_label,
 )
-from specgate.run_record import Outcome, RunRecord
+from specgate.store.run_record import Outcome, RunRecord
 
 # Headline columns per gate: (metric, header). Metrics not listed here still get a column.
 _HEADLINES = {

@@ -35,8 +35,9 @@ LAYERS = (
     (
         "prompt_sources",
         "profile",
-        "revisions",
-        "tolerances",
+        "store",
+        "store.revisions",
+        "store.tolerances",
         "prompts",
         "prompt_inputs",
         "scaleout",
@@ -52,7 +53,7 @@ LAYERS = (
         "venvs",
     ),
     # what is stored: baseline files, their git history, a run's record
-    ("baselines", "baseline_store", "history", "run_record"),
+    ("store.baselines", "store.baseline_store", "store.history", "store.run_record"),
     # engines: booting, driving and measuring them
     (
         "eventloop",

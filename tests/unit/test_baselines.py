@@ -5,10 +5,11 @@ import re
 
 import pytest
 
-from specgate import baselines, machine
+from specgate import machine
 from specgate.acceptance import AcceptanceResult, SpecCounters
 from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import BaselineError
+from specgate.store import baselines
 
 PROV = {
     "vllm": "0.32.0",

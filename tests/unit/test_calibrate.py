@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from specgate import calibrate, tolerances
+from specgate import calibrate
 from specgate.cli import calibrate as cli_calibrate
 from specgate.errors import ProfileError
 from specgate.profile import find_profile, load_profile
+from specgate.store import tolerances
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -117,7 +118,7 @@ def test_baselines_an_interrupted_calibration_moved_aside_are_put_back(tmp_path,
 
 
 def test_the_gate_says_when_an_interrupted_calibration_left_baselines_aside(tmp_path, monkeypatch):
-    from specgate.baseline_store import BaselineStore
+    from specgate.store.baseline_store import BaselineStore
 
     monkeypatch.delenv("SPECGATE_BASELINES_DIR", raising=False)
     (tmp_path / "baselines" / "cpu-tiny.kept").mkdir(parents=True)

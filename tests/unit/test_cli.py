@@ -1,6 +1,7 @@
 """The `specgate` command: report regeneration, baseline diffs, error paths without tracebacks."""
 
-from specgate import baselines, cli, report
+from specgate import cli, report
+from specgate.store import baselines
 from tests.unit.test_report import fabricated_run, fabricated_table
 
 PROV = {

@@ -163,7 +163,7 @@ def test_pin_prints_each_hub_models_current_commit_as_the_profiles_lines_and_fet
 def test_pin_write_sets_every_pin_in_place_and_a_second_run_has_nothing_to_do(tmp_path, monkeypatch, capsys):
     import huggingface_hub
 
-    from specgate import revisions
+    from specgate.store import revisions
 
     monkeypatch.setattr(huggingface_hub, "HfApi", lambda token=None: HubApi())
     path = copied(tmp_path, "mimo-7b-mtp-h100")

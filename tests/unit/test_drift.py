@@ -8,12 +8,13 @@ import warnings
 
 import pytest
 
-from specgate import history, machine
+from specgate import machine
 from specgate.checks import Verdict
 from specgate.checks.drift import DriftWarning
 from specgate.cli import history as cli_history
 from specgate.profile import load_profile
-from specgate.run_record import GATE, RunRecord
+from specgate.store import history
+from specgate.store.run_record import GATE, RunRecord
 from specgate.testing import FakeScript, fake_session
 
 from .fakes import fake_profile

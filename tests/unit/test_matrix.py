@@ -4,7 +4,7 @@ import pytest
 
 from specgate.errors import SpecgateError
 from specgate.matrix import markdown
-from specgate.run_record import GATE, Outcome, RunRecord
+from specgate.store.run_record import GATE, Outcome, RunRecord
 
 JUNIT = '<testsuites><testsuite tests="{t}" failures="{f}" errors="0" skipped="{s}"/></testsuites>'
 

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from specgate import revisions
 from specgate.checks import Verdict
 from specgate.profile import load_profile
+from specgate.store import revisions
 from specgate.testing import FakeScript, fake_session
 
 from .fakes import ROOT, fake_profile, stand_in_hub
@@ -116,8 +116,8 @@ def test_a_model_not_in_the_cache_is_recorded_unknown_and_never_called_a_move(pr
 def test_the_committed_baselines_were_measured_with_the_zoo_as_it_is(name):
     # A retrained zoo model moves every figure measured with it: re-measure the baselines with it
     # (pytest -m gpu --update-baselines), which records its new hash. Hashing the zoo costs milliseconds.
-    from specgate.baseline_store import BaselineStore
     from specgate.profile import find_profile
+    from specgate.store.baseline_store import BaselineStore
 
     profile = load_profile(find_profile(name, ROOT), ROOT)
     store = BaselineStore(ROOT, profile, "cpu-amd-epyc-2c")

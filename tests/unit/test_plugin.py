@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from specgate.run_record import DIED, read
+from specgate.store.run_record import DIED, read
 
 from .fakes import ROOT, fake_profile
 

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from specgate import history
 from specgate.errors import ProfileError
 from specgate.profile import (
     DEFAULT_DEADLINES,
@@ -28,6 +27,7 @@ from specgate.profile import (
     resolve,
 )
 from specgate.schema import allowed, not_measuring, positive, setting, settings
+from specgate.store import history
 
 from .test_profile import GOOD
 

@@ -9,7 +9,7 @@ import pytest
 
 from specgate import report
 from specgate.report import ResultsError
-from specgate.run_record import Outcome, RunRecord
+from specgate.store.run_record import Outcome, RunRecord
 
 CATEGORIES = ("code_continuation", "code_editing", "doc_prose", "repetitive_lists", "structured_output")
 # method -> (mean acceptance length per category, per-position rates of the first category)
@@ -400,8 +400,9 @@ def test_a_run_on_another_vllm_than_its_baselines_says_so_and_lists_what_moved()
 
 
 def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkeypatch):
-    from specgate import baseline_store, baselines, machine
+    from specgate import machine
     from specgate.profile import find_profile, load_profile
+    from specgate.store import baseline_store, baselines
 
     root = Path(__file__).resolve().parents[2]
     profile = load_profile(find_profile("cpu-tiny", root), root)

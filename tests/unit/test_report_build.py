@@ -7,7 +7,7 @@ import pytest
 import specgate.report
 import specgate.report.data
 from specgate import report
-from specgate.run_record import RunRecord
+from specgate.store.run_record import RunRecord
 
 
 def test_a_report_build_normalizes_the_table_once(tmp_path, monkeypatch):

@@ -359,7 +359,7 @@ def test_seeded_repeats_are_judged_only_on_a_sampler_that_passes_the_two_sample_
 
 
 def test_acceptance_at_t_above_0_is_held_to_its_stored_floor_unless_its_samples_are_of_a_broken_sampler(check):
-    from specgate.baseline_store import Stored
+    from specgate.store.baseline_store import Stored
 
     rc, runs = check
     measured = runs.replies = {BASELINE: _run(runs.matrix), "ngram": _run(runs.matrix)}

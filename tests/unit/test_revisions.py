@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from specgate import revisions
 from specgate.engine_args import engine_kwargs
 from specgate.errors import ProfileError
 from specgate.models import ZOO_MODELS, zoo_dir
 from specgate.profile import find_profile, load_profile
+from specgate.store import revisions
 
 from .fakes import stand_in_hub
 from .test_profile import GOOD, load_text

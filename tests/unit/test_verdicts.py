@@ -9,7 +9,7 @@ import pandas as pd
 from specgate import report
 from specgate.checks import FAILED, TOLD, Judgement, Qualifier, Row, Verdict, worst
 from specgate.report.data import caught, verdict_label
-from specgate.run_record import SCHEMA, RunRecord
+from specgate.store.run_record import SCHEMA, RunRecord
 
 
 def canary(messages=("the gate failed it, as it must",), **options) -> Judgement:

@@ -27,8 +27,8 @@ import json
 import time
 from pathlib import Path
 
-from specgate.baselines import write_text_atomic
 from specgate.models import zoo_dir
+from specgate.store.baselines import write_text_atomic
 from tools.zoo import LOOP_MAX_PERIOD, LOOP_MIN_TOKENS, LOOP_MIN_TURNS, prompts_digest
 
 PROFILE = "fixtures/profiles/cpu-tiny.toml"

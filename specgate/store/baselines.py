@@ -9,7 +9,7 @@ One JSON file per profile and hardware: `baselines/<profile>/<hardware-key>.json
 Values are grouped by method, then by kind of measurement ("acceptance", "speedup", "memory"),
 then by key (a prompt category, a concurrency level, a quantity). Each method carries the
 provenance of the run that measured it (vLLM / torch / Python versions, device, date, git revision,
-and "models": the ref and resolved revision of every model its engine loaded, specgate.revisions),
+and "models": the ref and resolved revision of every model its engine loaded, specgate.store.revisions),
 so a run filtered to one method updates that method alone and the others keep theirs.
 
 Provenance is per group of figures (GROUPS: speed, memory, requests, the portable rest): "provenance" is the
@@ -20,7 +20,7 @@ one provenance is every group's (provenance_of).
 
 This module is the file format: where the files live, load and validate, merge, the atomic write,
 diff. What one run reads from them and how it writes (other machines' files, the locked merge, the
-machine stamp of speedups) is specgate.baseline_store.
+machine stamp of speedups) is specgate.store.baseline_store.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from typing import Any
 
 from specgate.errors import BaselineError
 from specgate.formatting import num
-from specgate.revisions import short
+from specgate.store.revisions import short
 
 SCHEMA = 1
 KINDS = ("acceptance", "speedup", "memory", "structured", "requests")  # structured: acceptance under a JSON

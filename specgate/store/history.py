@@ -27,9 +27,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from specgate.baselines import BaselineFile, baselines_dir, provenance_of
 from specgate.profile import Method, Profile
 from specgate.schema import not_measuring
+from specgate.store.baselines import BaselineFile, baselines_dir, provenance_of
 
 # Keys of a profile (top-level or a method's) that do not change what a method measures (tolerances,
 # notes, expectations): those whose settings spec.py declares with measures=False.

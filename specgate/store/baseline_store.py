@@ -12,7 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from specgate import machine
-from specgate.baselines import (
+from specgate.errors import BaselineError
+from specgate.machine import detect_device, hardware_key, provenance
+from specgate.profile import BASELINE
+from specgate.stats import within_rtol
+from specgate.store.baselines import (
     BaselineFile,
     baseline_path,
     diff,
@@ -26,10 +30,6 @@ from specgate.baselines import (
     provenance_of,
     write_atomic,
 )
-from specgate.errors import BaselineError
-from specgate.machine import detect_device, hardware_key, provenance
-from specgate.profile import BASELINE
-from specgate.stats import within_rtol
 
 # Figures that belong to the machine, not to the model + vLLM: judged only against this machine's own
 # file (speedups coarsely against another's). Everything else is portable: greedy float32 acceptance,
