@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import PromptSetError
-from specgate.prompt_sources import PromptSource
+from specgate.profile.prompt_sources import PromptSource
 from specgate.prompts import Prompt, draw_order, load_source, sample_per_category, unique_ids
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.errors import PromptSetError
-from specgate.prompt_sources import SPEED_BENCH_PREPARE, PromptSource
+from specgate.profile.prompt_sources import SPEED_BENCH_PREPARE, PromptSource
 
 ROLES = frozenset({"system", "user", "assistant"})
 

@@ -18,10 +18,10 @@ from typing import Any
 
 from specgate.errors import ProfileError
 from specgate.profile.parse import parse
+from specgate.profile.prompt_sources import prompt_file, resolve_sources
+from specgate.profile.schema import Checker, did_you_mean
 from specgate.profile.spec import MODEL_FREE_METHODS, Method, Profile
 from specgate.profile.tables import Scenarios
-from specgate.prompt_sources import prompt_file, resolve_sources
-from specgate.schema import Checker, did_you_mean
 
 MODEL_KEYS = ("model", "tokenizer")  # speculative_config (and engine kwargs) keys that name a model
 

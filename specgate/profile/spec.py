@@ -1,5 +1,5 @@
 """What a profile holds, each key declared once: on the dataclass field that holds it, with its TOML
-type, bound, default, whether it changes what a run measures, and what it means (specgate.schema).
+type, bound, default, whether it changes what a run measures, and what it means (specgate.profile.schema).
 
     Profile         the run: target, prompts, method matrix, engines, and its tables (tables.py:
                     Tolerance, Equivalence, Speedup, Scenarios with Preemption, PrefixSoak, Structured)
@@ -19,9 +19,9 @@ from typing import Any
 
 from specgate.errors import ProfileError
 from specgate.models import revision_problem
+from specgate.profile.prompt_sources import PromptSource, parse_sources
+from specgate.profile.schema import Checker, did_you_mean, held_as_float, non_negative, one_of, positive, rule, setting
 from specgate.profile.tables import Equivalence, KnownIssue, Scenarios, Speedup, Tolerance
-from specgate.prompt_sources import PromptSource, parse_sources
-from specgate.schema import Checker, did_you_mean, held_as_float, non_negative, one_of, positive, rule, setting
 
 # Methods that draft from the prompt/history and load no drafter weights.
 MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
@@ -42,7 +42,7 @@ DEFAULT_DEADLINES = {"cuda": (1200.0, 300.0), "cpu": (300.0, 120.0)}
 
 def _method_tolerance(check, key: str, value: dict, _) -> dict[str, float]:
     """A method's own tolerances over the profile's: any of [tolerance]'s keys, each >= 0, held as floats."""
-    from specgate.schema import allowed
+    from specgate.profile.schema import allowed
 
     check.table(value, {k: float for k in allowed(Tolerance)}, key + ".")
     for name, v in value.items():

@@ -1,4 +1,4 @@
-"""A profile's tables, each key declared once on its dataclass field (specgate.schema.setting):
+"""A profile's tables, each key declared once on its dataclass field (specgate.profile.schema.setting):
 [tolerance], [equivalence], [speedup] and [scenarios.preemption|prefix_soak|structured]."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from specgate.prompt_sources import PromptSource, parse_sources
-from specgate.schema import held_as_float, non_negative, one_of, positive, relative, rule, setting, share
+from specgate.profile.prompt_sources import PromptSource, parse_sources
+from specgate.profile.schema import held_as_float, non_negative, one_of, positive, relative, rule, setting, share
 
 SCENARIOS = ("preemption", "prefix_soak", "structured", "requests")
 

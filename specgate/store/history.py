@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.profile import Method, Profile
-from specgate.schema import not_measuring
+from specgate.profile.schema import not_measuring
 from specgate.store.baselines import BaselineFile, baselines_dir, provenance_of
 
 # Keys of a profile (top-level or a method's) that do not change what a method measures (tolerances,

@@ -21,7 +21,7 @@ LAYERS = (
     (
         "errors",
         "formatting",
-        "schema",
+        "profile.schema",
         "machine",
         "stats",
         "two_sample",
@@ -33,7 +33,7 @@ LAYERS = (
     ),
     # a run's inputs and the measurements' own arithmetic: the profile, the prompts, the samplers' adapters
     (
-        "prompt_sources",
+        "profile.prompt_sources",
         "profile",
         "store",
         "store.revisions",

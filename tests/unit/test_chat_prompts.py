@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import PromptSetError
+from specgate.profile.prompt_sources import PromptSource
 from specgate.prompt_inputs import encode, fit
-from specgate.prompt_sources import PromptSource
 from specgate.prompts import (
     load_chat_set,
     load_source,

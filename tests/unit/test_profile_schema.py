@@ -1,4 +1,4 @@
-"""Every profile key is declared once, on the dataclass field that holds it (specgate.schema.setting):
+"""Every profile key is declared once, on the dataclass field that holds it (specgate.profile.schema.setting):
 its TOML type, bound, default, meaning and whether it changes what a run measures. A new key is that
 one declaration: parsing, type and bound checks, the allowed-keys lists, the default and the baseline
 history's fingerprint follow from it."""
@@ -26,7 +26,7 @@ from specgate.profile import (
     parse,
     resolve,
 )
-from specgate.schema import allowed, not_measuring, positive, setting, settings
+from specgate.profile.schema import allowed, not_measuring, positive, setting, settings
 from specgate.store import history
 
 from .test_profile import GOOD

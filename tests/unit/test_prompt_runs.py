@@ -10,7 +10,7 @@ import pytest
 
 from specgate import results
 from specgate.profile import load_profile
-from specgate.prompt_sources import SPEED_BENCH_ENV
+from specgate.profile.prompt_sources import SPEED_BENCH_ENV
 from specgate.testing import fake_session
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,8 +11,8 @@ import pytest
 
 from specgate.errors import ProfileError
 from specgate.profile import find_profile, load_profile
+from specgate.profile.prompt_sources import SPEED_BENCH_ENV
 from specgate.prompt_inputs import PromptInputs
-from specgate.prompt_sources import SPEED_BENCH_ENV
 from specgate.prompts import load_prompts
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from specgate.schema import Checker, did_you_mean
+from specgate.profile.schema import Checker, did_you_mean
 
 # SPEED-Bench (nvidia/SPEED-Bench): the layout vLLM's `vllm bench serve --dataset-name speed_bench`
 # reads, a directory of <split>.jsonl files, one row per prompt with `category` and `messages`.
