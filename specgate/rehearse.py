@@ -44,7 +44,7 @@ UNCHANGED, BETTER, WORSE = Change.UNCHANGED, Change.BETTER, Change.WORSE
 
 class Rehearsal:
     def __init__(self, profile, root: Path, out: Path, old: tuple[str, Path], new: tuple[str, Path], methods):
-        from specgate.prompt_inputs import PromptInputs
+        from specgate.prompts.inputs import PromptInputs
 
         self.profile, self.root, self.out = profile, Path(root), Path(out)
         self.old, self.new = old, new

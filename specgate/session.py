@@ -35,7 +35,7 @@ from specgate.errors import SpecgateError
 from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
-from specgate.prompt_inputs import PromptInputs
+from specgate.prompts.inputs import PromptInputs
 from specgate.scenarios import ScenarioRuns
 from specgate.store.baseline_store import BaselineStore
 from specgate.store.baselines import describe_move

@@ -31,7 +31,7 @@ from pathlib import Path
 from specgate import stats
 from specgate.load import trial_prompts
 from specgate.profile import BASELINE, find_profile, load_profile
-from specgate.prompt_inputs import PromptInputs
+from specgate.prompts.inputs import PromptInputs
 
 
 def cpu_times() -> dict[str, float]:

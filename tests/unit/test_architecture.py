@@ -39,7 +39,7 @@ LAYERS = (
         "store.revisions",
         "store.tolerances",
         "prompts",
-        "prompt_inputs",
+        "prompts.inputs",
         "scaleout",
         "acceptance",
         "equivalence",

@@ -9,7 +9,6 @@ import pytest
 
 from specgate.errors import PromptSetError
 from specgate.profile.prompt_sources import PromptSource
-from specgate.prompt_inputs import encode, fit
 from specgate.prompts import (
     load_chat_set,
     load_source,
@@ -17,6 +16,7 @@ from specgate.prompts import (
     validate_prompt_set,
     word_shape_score,
 )
+from specgate.prompts.inputs import encode, fit
 
 pytestmark = pytest.mark.needs_vllm  # the target's transformers tokenizer (imports torch)
 

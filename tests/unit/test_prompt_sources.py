@@ -12,8 +12,8 @@ import pytest
 from specgate.errors import ProfileError
 from specgate.profile import find_profile, load_profile
 from specgate.profile.prompt_sources import SPEED_BENCH_ENV
-from specgate.prompt_inputs import PromptInputs
 from specgate.prompts import load_prompts
+from specgate.prompts.inputs import PromptInputs
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "tests" / "unit" / "data"

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from specgate.errors import PromptSetError
-from specgate.prompt_inputs import tokenize
 from specgate.prompts import load_prompt_set, load_prompts, validate_prompt_set
+from specgate.prompts.inputs import tokenize
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ROOT / "fixtures" / "prompts"

@@ -95,8 +95,8 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
     from specgate.engine import boot_engine
     from specgate.machine import cpu_name, detect_device, hardware_key
     from specgate.profile import load_profile
-    from specgate.prompt_inputs import tokenize
     from specgate.prompts import load_prompts
+    from specgate.prompts.inputs import tokenize
     from specgate.stats import ratio_estimate
 
     profile = load_profile(root / PROFILE, root)

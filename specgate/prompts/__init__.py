@@ -1,5 +1,12 @@
-"""Prompt sets: load category-tagged JSONL, reject sets that look like random tokens, sample per
-category (tokenizing them, once per run: specgate.prompt_inputs).
+"""A run's prompts: the sets loaded and validated (this module), and the inputs the engines get
+(inputs: tokenized once with the target's tokenizer, fitted into the room the profile leaves).
+
+Neighbours: below is profile/ (the entries of `prompts = [...]`: profile.prompt_sources; the zoo's
+models: specgate.models); above are run/ (the session tokenizes once per run) and release/ (the
+rehearsal). Nothing here boots an engine.
+
+Prompt sets: load category-tagged JSONL, reject sets that look like random tokens, sample per
+category (tokenizing them, once per run: specgate.prompts.inputs).
 
 Our schema, one line per prompt:
     {"id": "short_qa-01", "category": "short_qa", "messages": [{"role": "user", "content": "..."}]}
