@@ -8,7 +8,7 @@
                         than max_tokens, usage that is not the ids, a finish reason the output contradicts,
                         a banned token emitted
 
-The engine (specgate.engine), an endpoint (specgate.endpoint) and the fake engine (specgate.testing)
+The engine (specgate.engines.engine), an endpoint (specgate.engines.endpoint) and the fake engine (specgate.testing)
 fill these in; specgate.checks.requests compares them across engines. No vLLM in here.
 """
 

@@ -141,7 +141,7 @@ def plan(config: pytest.Config, out: Path):
         profile = calibrated(profile, root)
         endpoints = None
         if config.getoption("--specgate-endpoint"):
-            from specgate.endpoint import parse_endpoints
+            from specgate.engines.endpoint import parse_endpoints
 
             endpoints = parse_endpoints(config.getoption("--specgate-endpoint"))
             served = [name for name in endpoints if name != BASELINE]

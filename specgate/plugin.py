@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import logstream, options, scaleout, xdist_handover
+from specgate import options, scaleout, xdist_handover
 from specgate.checks import GATES, Verdict, key_of
+from specgate.engines import logstream
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
 from specgate.profile import BASELINE
 from specgate.recorders import CAUSE, MESSAGE, CorrectnessWatch, OutcomeRecorder, RunLife
@@ -210,7 +211,7 @@ def _booter(config: pytest.Config):
     def boot(profile, method, root, log_path):
         engine = config.hook.pytest_specgate_boot_engine(profile=profile, method=method, root=root, log_path=log_path)
         if engine is None:
-            from specgate.engine import boot_engine
+            from specgate.engines.engine import boot_engine
 
             engine = boot_engine(profile, method, root, log_path)
         return engine

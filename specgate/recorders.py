@@ -37,11 +37,11 @@ class RunLife:
 
     def start(self, config: pytest.Config, root: Path) -> None:
         """Signals handled, vLLM's log lines streamed, and earlier runs of the checkout at `root` said."""
-        from specgate import logstream
+        from specgate.engines import logstream
         from specgate.lifetime import interrupts, reaper
 
         self.restore_signals = interrupts.install()
-        os.environ.update(logstream.ENV)  # before vLLM configures its logging: see specgate.logstream
+        os.environ.update(logstream.ENV)  # before vLLM configures its logging: see specgate.engines.logstream
         if hasattr(config, "workerinput"):
             return  # an xdist worker: the controller looks after earlier runs
         kill = config.getoption("--specgate-kill-stale")

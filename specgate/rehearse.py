@@ -31,9 +31,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specgate import enginelog, rehearse_requests, stats
+from specgate import rehearse_requests, stats
 from specgate.checks import paired
 from specgate.checks.paired import Change
+from specgate.engines import enginelog
 from specgate.errors import SpecgateError
 from specgate.formatting import num
 from specgate.profile import BASELINE
@@ -60,8 +61,8 @@ class Rehearsal:
 
     # -- one method ------------------------------------------------------------------------------
     def run_method(self, method) -> None:
-        from specgate.endpoint import Endpoint
-        from specgate.server import Server
+        from specgate.engines.endpoint import Endpoint
+        from specgate.engines.server import Server
 
         profile = self._shared_profile()
         logs = self.out / "engines"

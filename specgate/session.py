@@ -31,8 +31,8 @@ from specgate.checks.memory import MemoryCheck
 from specgate.checks.requests import RequestsCheck
 from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
 from specgate.checks.speedup import SpeedupCheck
+from specgate.engines.host import EngineHost
 from specgate.errors import SpecgateError
-from specgate.host import EngineHost
 from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
 from specgate.prompts.inputs import PromptInputs
@@ -92,7 +92,7 @@ class Selection:
 class GateSession:
     def __init__(self, plan: RunPlan, selection: Selection = Selection(), boot: BootEngine | None = None):
         if boot is None:
-            from specgate.engine import boot_engine as boot
+            from specgate.engines.engine import boot_engine as boot
         self.plan, self.profile, self.selection = plan, plan.profile, selection
         interleave = plan.profile.speedup.interleave_baseline and "speedup" in selection.gates
         self.host = EngineHost(plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave)

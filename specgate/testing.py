@@ -109,8 +109,8 @@ class FakeEngine:
         """Wait on the core that never answers, under the profile's stall_timeout_s, as Engine.run does."""
         import asyncio
 
+        from specgate.engines.eventloop import EventLoopThread
         from specgate.errors import EngineStalled
-        from specgate.eventloop import EventLoopThread
         from specgate.lifetime.watchdog import Overdue, Watch, stop_overdue
 
         loop, watch = EventLoopThread(), Watch(self.profile.stall_timeout_s, None, self.log_path)

@@ -46,7 +46,7 @@ class Engines:
     """The baseline engine and the profile's methods, booted together (as the interleaved gate does)."""
 
     def __init__(self, profile, root: Path, out: Path):
-        from specgate.engine import boot_engine
+        from specgate.engines.engine import boot_engine
 
         self.order = [profile.baseline, *profile.methods.values()]
         self.engines = {m.name: boot_engine(profile, m, root, out / "engines" / f"{m.name}.log") for m in self.order}

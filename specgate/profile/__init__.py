@@ -7,7 +7,7 @@
     schema.py   declared settings: a TOML table's keys, types, bounds and defaults, and the reader that
                 holds a table to them (the profile's and the baseline history's fingerprint)
     prompt_sources.py   the entries of `prompts = [...]`: which files a profile's prompts come from
-    plants.py   the plants a method's `plant = "<name>"` may name (specgate.plants installs them at boot)
+    plants.py   the plants a method's `plant = "<name>"` may name (specgate.engines.plants installs them at boot)
 
 A profile is data: the target model, the prompt sets, the method matrix and the tolerances. Parsing
 imports nothing heavy, so `--collect-only` and unit tests stay fast. Every key is checked: an

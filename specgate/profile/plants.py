@@ -6,7 +6,7 @@ speculative decoding, placed where only one of the gate's checks can see it.
     FRONTEND                           the plants with a share in the front end (vLLM's AsyncLLM)
     split("verify_temperature_scaled:0.2") -> ("verify_temperature_scaled", 0.2)
 
-The profile checks a method's plant against these when it is resolved; specgate.plants installs them
+The profile checks a method's plant against these when it is resolved; specgate.engines.plants installs them
 into an engine at boot. Nothing here imports vLLM.
 """
 

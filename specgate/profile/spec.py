@@ -113,7 +113,7 @@ class Method:
         bound=rule(lambda v: 0 <= v < 1, "is a share of a step in [0, 1)"),
         doc="calibration: each drafting call also sleeps this share of a step",
     )
-    # The suite's own tests only: a regression written into vLLM's worker at boot (specgate.plants), to
+    # The suite's own tests only: a regression written into vLLM's worker at boot (specgate.engines.plants), to
     # show that a check fails on it.
     plant: str = setting("", str, doc="the suite's own tests: a regression written into the worker")
     # This method's own tolerances over the profile's [tolerance] (e.g. a model drafter's draft_cost_tol).

@@ -88,7 +88,7 @@ INTERNALS = (
     Internal(
         "vllm.sampling_params:SamplingParams", "a request decoded under a JSON schema", params=("structured_outputs",)
     ),
-    # specgate.plants (the suite's own tests: a regression written into V1's worker)
+    # specgate.engines.plants (the suite's own tests: a regression written into V1's worker)
     Internal(
         "vllm.v1.worker.gpu_model_runner:GPUModelRunner._update_states",
         "plants: a step's requests as they arrive",
@@ -400,7 +400,7 @@ INTERNALS = (
         "tokens per step: seeded requests are sent few enough not to be prefilled in chunks",
         fields=("max_num_batched_tokens",),
     ),
-    # specgate.plants for the requests scenario (the suite's own tests)
+    # specgate.engines.plants for the requests scenario (the suite's own tests)
     Internal(
         "vllm.v1.sample.rejection_sampler:RejectionSampler.apply_penalties",
         "plants: penalties at the draft positions",

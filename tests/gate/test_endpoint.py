@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate.endpoint import Endpoint
+from specgate.engines.endpoint import Endpoint
+from specgate.engines.server import Server, ServerError
 from specgate.lifetime import reaper
 from specgate.load import trial_prompts
-from specgate.server import Server, ServerError
 
 pytestmark = pytest.mark.gpu
 SERVED_METHOD = "ngram"

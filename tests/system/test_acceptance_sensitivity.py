@@ -1,5 +1,5 @@
 """A drop in acceptance smaller than vLLM's own +-5 % band fails cpu-tiny, on a real engine: EAGLE-3
-keeping one token less in every 10th verified request-step (specgate/plants.py; greedy output
+keeping one token less in every 10th verified request-step (specgate/engines/plants.py; greedy output
 unchanged) is the size of vllm-project/vllm#26191 (acceptance length 3.53 -> 3.40, -3.7 %). Its
 acceptance is judged against cpu-tiny's stored eagle3 figures with the profile's acceptance_rtol.
 """

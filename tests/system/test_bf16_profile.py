@@ -1,6 +1,6 @@
 """cpu-tiny-bf16 on a real engine: the zoo in bfloat16 judged by the GPU profiles' tie-aware rule, with
 the margin and forgiven-share its A/A runs gave (docs/bf16.md). Honest bf16 near-ties pass; a
-verifier that emits the draft at the first rejection (specgate/plants.py) fails, however many of its
+verifier that emits the draft at the first rejection (specgate/engines/plants.py) fails, however many of its
 divergences look like near-ties. On a CPU without native bf16 the run says so in one line.
 """
 

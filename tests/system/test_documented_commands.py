@@ -372,8 +372,8 @@ def test_download_dry_run_plans_a_profiles_models_and_says_when_the_hub_is_out_o
     "eagle3=http://10.0.0.6:8000"
 )
 def test_the_gate_in_endpoint_mode_against_two_running_servers(tmp_path):
+    from specgate.engines.server import Server
     from specgate.profile import find_profile, load_profile
-    from specgate.server import Server
 
     profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
     logs = tmp_path / "servers"

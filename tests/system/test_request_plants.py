@@ -1,6 +1,6 @@
 """The requests scenario fails on each class of 2026's spec-decode request bugs, on real engines: one
 `pytest -m gpu` run of cpu-tiny's ngram next to copies of it, each with one such bug written into vLLM
-(specgate/plants.py: its front end or its worker). The copies' plain gates (equivalence, acceptance,
+(specgate/engines/plants.py: its front end or its worker). The copies' plain gates (equivalence, acceptance,
 memory, lifecycle) give ngram's figures and pass; their requests scenario fails in the class the bug is
 in, naming it, while ngram's own passes. The last copy biases sampled verification (the drafts held to
 the target at 1.5 times the temperature): the two-sample test at T > 0 must reject it even with

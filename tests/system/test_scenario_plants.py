@@ -1,6 +1,6 @@
 """Each scenario fails on a regression only it can see, on real engines: one `pytest -m gpu` run of
 cpu-tiny's ngram next to three copies of it, each with a bug written into its vLLM worker
-(specgate/plants.py). The copies' plain gates (equivalence, acceptance, memory, lifecycle) give the
+(specgate/engines/plants.py). The copies' plain gates (equivalence, acceptance, memory, lifecycle) give the
 same figures as ngram's and pass; of the scenarios, only the one each bug is for fails, naming it.
 (Left out for time: the speedup gate, as none of the plants slows a step, and the preemption scenario but
 for its plant's copy, as it boots an engine of its own; the gate stage runs it for ngram.)

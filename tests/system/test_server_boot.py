@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import enginelog
+from specgate.engines import enginelog
+from specgate.engines.server import Server, ServerError
 from specgate.profile import find_profile, load_profile
-from specgate.server import Server, ServerError
 from tests.system.nested import ROOT, skip_without_vllm_cpu
 
 pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, skip_without_vllm_cpu()]

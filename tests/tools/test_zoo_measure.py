@@ -50,7 +50,7 @@ class FakeEngine:
 @pytest.mark.needs_vllm
 def test_measure_pairs_each_method_round_with_a_baseline_round_so_drift_cancels(monkeypatch, tmp_path):
     pytest.importorskip("transformers")
-    import specgate.engine
+    import specgate.engines.engine
     from tools.zoo import measure
 
     machine = DriftingMachine()
@@ -60,7 +60,7 @@ def test_measure_pairs_each_method_round_with_a_baseline_round_so_drift_cancels(
         boots.append((method.name, list(machine.alive)))
         return FakeEngine(machine, method)
 
-    monkeypatch.setattr(specgate.engine, "boot_engine", boot)
+    monkeypatch.setattr(specgate.engines.engine, "boot_engine", boot)
     monkeypatch.setattr(measure.time, "perf_counter", machine)
     results = measure.measure(ROOT, ["ngram", "eagle3"], rounds=6, log_dir=tmp_path)
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from specgate.endpoint import EndpointError, counters_from_prometheus, parse_endpoints
+from specgate.engines.endpoint import EndpointError, counters_from_prometheus, parse_endpoints
 
 METRICS = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.

@@ -2,7 +2,7 @@
 
 import os
 
-from specgate import engine
+from specgate.engines import engine
 
 
 def test_an_engine_environment_is_put_back_as_it_was(monkeypatch):

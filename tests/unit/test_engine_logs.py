@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from specgate import enginelog
 from specgate.backend import RELEASE_SLACK_BYTES, ShutdownReport
+from specgate.engines import enginelog
 from specgate.profile import find_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,7 +57,7 @@ def test_the_root_cause_carries_the_sentence_after_a_header_only_exception_line(
 
 
 def test_an_expected_refusal_is_matched_in_the_whole_log_of_a_server_that_did_not_boot():
-    from specgate.server import ServerError
+    from specgate.engines.server import ServerError
 
     profile = load_profile(find_profile("cpu-tiny", ROOT), ROOT)
     error = ServerError(
@@ -91,7 +91,7 @@ def routed_vllm(tmp_path):
     them: pytest then enters the test's own phase with "vllm" already a non-propagating logger."""
     import logging
 
-    from specgate import logstream
+    from specgate.engines import logstream
 
     logger = logging.getLogger("vllm")
     before = (list(logger.handlers), logger.propagate, logger.level, logstream.STREAM.path)

@@ -116,7 +116,7 @@ def test_boot_deadlines_fit_a_first_load_of_the_profiles_models(name):
     # The suite's own boot_timeout_s bounds a boot (vLLM's VLLM_ENGINE_READY_TIMEOUT_S does not: it is
     # checked only after the start-up handshake, inside which the model loads); the engine also sets
     # vLLM's limit to it, so vLLM never gives up first.
-    from specgate.engine_args import vllm_deadline_env
+    from specgate.engines.engine_args import vllm_deadline_env
 
     p = load(name)
     tp = p.engine_kwargs.get("tensor_parallel_size", 1)

@@ -4,7 +4,7 @@ engine-log route) a test can reset, so that no test sees another's."""
 import os
 import sys
 
-from specgate import logstream
+from specgate.engines import logstream
 from specgate.lifetime import reaper
 from specgate.sampler import v2 as rejection_v2
 from specgate.sampler import v2_child as v2_worker

@@ -5,7 +5,7 @@ from pathlib import Path
 
 from specgate import rehearse
 from specgate.checks import paired
-from specgate.endpoint import Endpoint
+from specgate.engines.endpoint import Endpoint
 from specgate.profile import find_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -65,7 +65,7 @@ def test_a_rehearsal_leaves_canaries_out_and_skips_what_a_release_refuses_as_the
     tmp_path, monkeypatch, capsys
 ):
     from specgate import cli
-    from specgate.server import ServerError
+    from specgate.engines.server import ServerError
 
     offered = ["ngram", "suffix", "draft_model", "eagle", "eagle3", "medusa", "mlp_speculator", "mtp"]
     old, new = fake_venv(tmp_path / "old", offered), fake_venv(tmp_path / "new", [m for m in offered if m != "medusa"])

@@ -313,7 +313,7 @@ def test_the_summary_has_a_section_per_method_with_its_classes_and_first_differe
 
 
 def test_a_completions_request_carries_the_parameters_and_its_answer_is_read_back():
-    from specgate.endpoint import choice_fields, completion_body, refusal_of
+    from specgate.engines.endpoint import choice_fields, completion_body, refusal_of
 
     body = completion_body("m", [5, 6], {"max_tokens": 4, "logit_bias": {964: -100.0}, "logprobs": 1}, stream=True)
     assert body["logit_bias"] == {"964": -100.0} and body["return_token_ids"] and body["return_tokens_as_token_ids"]
@@ -330,7 +330,7 @@ def test_a_completions_request_carries_the_parameters_and_its_answer_is_read_bac
     assert got["logprobs"] == [{12: -1.5, 10: -0.5}] and got["usage"] == 1 and got["stop_reason"] == " w11"
     said = refusal_of(400, '{"error": {"message": "The min_p and logit_bias sampling parameters are not yet"}}', "u")
     assert said.startswith("The min_p and logit_bias")
-    from specgate.endpoint import EndpointError
+    from specgate.engines.endpoint import EndpointError
 
     with pytest.raises(EndpointError, match="answered 500"):
         refusal_of(500, "boom", "http://x")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.engine_args import engine_kwargs
+from specgate.engines.engine_args import engine_kwargs
 from specgate.errors import ProfileError
 from specgate.models import ZOO_MODELS, zoo_dir
 from specgate.profile import find_profile, load_profile

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 
 from specgate import vllm_compat
-from specgate.engine import Engine
+from specgate.engines.engine import Engine
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.profile import load_profile
 from specgate.testing import FakeScript, fake_session

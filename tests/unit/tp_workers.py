@@ -73,9 +73,9 @@ def _workers(tp: int, **extra) -> list:
 
 
 def _reading(monkeypatch, workers):
-    from specgate import engine as engine_module
-    from specgate import in_vllm_worker
-    from specgate.engine import Engine
+    from specgate.engines import engine as engine_module
+    from specgate.engines import in_vllm_worker
+    from specgate.engines.engine import Engine
 
     eng = object.__new__(Engine)
     eng.children_before_boot, eng.client = set(), None

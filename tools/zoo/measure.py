@@ -92,7 +92,7 @@ def _generate(engine, prompts: list, categories: list[str], max_tokens: int, k: 
 def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
-    from specgate.engine import boot_engine
+    from specgate.engines.engine import boot_engine
     from specgate.machine import cpu_name, detect_device, hardware_key
     from specgate.profile import load_profile
     from specgate.prompts import load_prompts

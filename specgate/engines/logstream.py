@@ -9,7 +9,7 @@ pytest 9 also hands its capture handlers to every logger that does not propagate
 `keep_out_of_reports()` puts a filter on them (a failing speedup test of a gate run showed an engine's
 boot log and the EngineDeadError of the engine stopped before it).
 
-specgate also sets VLLM_LOGGING_STREAM=ext://specgate.logstream.STREAM, so wherever vLLM configures
+specgate also sets VLLM_LOGGING_STREAM=ext://specgate.engines.logstream.STREAM, so wherever vLLM configures
 its own logging, its console handler is this object too. In the engine's own processes nothing is
 routed: there it writes to stdout, which is the engine's log already.
 
@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-ENV = {"VLLM_LOGGING_STREAM": "ext://specgate.logstream.STREAM"}
+ENV = {"VLLM_LOGGING_STREAM": "ext://specgate.engines.logstream.STREAM"}
 
 
 class _Stream:

@@ -21,14 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specgate import enginelog, in_vllm_worker, kvstats, logstream, plants
+from specgate import kvstats
 from specgate import vllm_compat as compat
 from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
 from specgate.completions import Reply, collect, reply_of
-from specgate.engine_args import engine_kwargs, vllm_deadline_env
+from specgate.engines import enginelog, in_vllm_worker, logstream, plants
+from specgate.engines.engine_args import engine_kwargs, vllm_deadline_env
+from specgate.engines.eventloop import EventLoopThread
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
-from specgate.eventloop import EventLoopThread
 from specgate.lifetime import processes as procs
 from specgate.lifetime import reaper
 from specgate.lifetime.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
@@ -39,7 +40,7 @@ from specgate.profile import Method, Profile
 @contextlib.contextmanager
 def _output_to(log_path: Path) -> Iterator[None]:
     """Send fd 1/2 (inherited by the engine's child processes) and vLLM's log records to `log_path`
-    (the records stay routed there until another engine's log takes over: specgate.logstream)."""
+    (the records stay routed there until another engine's log takes over: specgate.engines.logstream)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     logstream.STREAM.route_to(log_path)
     logstream.take_vllm_records()
@@ -76,7 +77,7 @@ class Engine(StreamingBackend):
     step_histograms: dict[str, list[int]] = field(default_factory=dict)  # tag -> vLLM's per-request histogram
     watch: Watch | None = None  # the no-progress deadline (profile [engine] stall_timeout_s)
     profile_path: str = ""  # where the deadlines are set, for messages
-    undo: Any = None  # what takes a plant's front-end patch out again at shutdown (specgate.plants)
+    undo: Any = None  # what takes a plant's front-end patch out again at shutdown (specgate.engines.plants)
     _requests: int = 0
 
     @property
@@ -416,7 +417,7 @@ def _fitted(engine: Engine, method: Method) -> Engine:
         engine.shutdown()
         raise EngineBootError(
             f"method '{method.name}': plant {method.plant!r} has nothing to be planted in on this "
-            f"runner ({engine.runner or 'unknown runner'}; specgate.plants patches V1's)",
+            f"runner ({engine.runner or 'unknown runner'}; specgate.engines.plants patches V1's)",
             method=method.name,
             reason=f"plant {method.plant}: not plantable",
         )

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgate import enginelog
 from specgate.backend import Backend, BootEngine, ShutdownReport
+from specgate.engines import enginelog
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.profile import BASELINE, Method
 
@@ -164,7 +164,7 @@ class EngineHost:
             raise NotMeasurable(reason)
 
     def _endpoint(self, name: str) -> Backend:
-        from specgate.endpoint import Endpoint
+        from specgate.engines.endpoint import Endpoint
         from specgate.lifetime.watchdog import Watch
 
         if name not in self.endpoints:

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
 from specgate.backend import StreamingBackend
 from specgate.completions import Reply, collect, reply_of
+from specgate.engines.eventloop import EventLoopThread
 from specgate.errors import EngineStalled, SpecgateError
-from specgate.eventloop import EventLoopThread
 from specgate.lifetime.watchdog import Overdue, Watch, describe
 
 REQUEST_TIMEOUT_S = 600.0

@@ -20,7 +20,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from specgate import enginelog
+from specgate.engines import enginelog
 from specgate.errors import SpecgateError
 from specgate.lifetime.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
 
@@ -66,7 +66,7 @@ def serve_args(python: Path, kwargs: dict, port: int) -> list[str]:
 
 class Server:
     def __init__(self, python: Path, profile, method, root: Path, log: Path, name: str = ""):
-        from specgate.engine_args import engine_kwargs, vllm_deadline_env
+        from specgate.engines.engine_args import engine_kwargs, vllm_deadline_env
 
         self.name = name or method.name
         self.port = free_port()
