@@ -41,7 +41,7 @@ LAYERS = (
         "store.tolerances",
         "prompts",
         "prompts.inputs",
-        "scaleout",
+        "plugin.scaleout",
         "acceptance",
         "equivalence",
         "completions",
@@ -79,9 +79,9 @@ LAYERS = (
     # entry points: pytest, the `specgate` command and its release-to-release tools
     (
         "plugin",
-        "options",
-        "recorders",
-        "xdist_handover",
+        "plugin.options",
+        "plugin.recorders",
+        "plugin.xdist_handover",
         "hooks",
         "testing",
         "cli",

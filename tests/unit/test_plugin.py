@@ -318,7 +318,7 @@ def test_corrupt_baseline_fails_the_gate_by_name_and_is_left_untouched(gate_dir)
 def test_a_failed_judgement_is_recorded_as_its_message_not_pytests_traceback():
     from types import SimpleNamespace
 
-    from specgate.recorders import MESSAGE, OutcomeRecorder
+    from specgate.plugin.recorders import MESSAGE, OutcomeRecorder
 
     recorder = OutcomeRecorder()
     recorder.items["t::x"] = ("ngram", "memory", "overhead")

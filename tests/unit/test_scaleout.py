@@ -3,8 +3,8 @@
 import pytest
 
 from specgate.errors import SpecgateError
+from specgate.plugin.scaleout import gpus_per_engine, pin_worker, slice_devices
 from specgate.profile import find_profile, load_profile
-from specgate.scaleout import gpus_per_engine, pin_worker, slice_devices
 
 pytest_plugins = ["pytester"]
 
@@ -44,7 +44,7 @@ def test_nothing_is_pinned_outside_xdist_or_on_cpu(root, monkeypatch):
 
 
 def test_gate_test_ids_map_to_their_method():
-    from specgate.scaleout import method_of
+    from specgate.plugin.scaleout import method_of
 
     methods = ["baseline", "draft", "draft_model", "eagle3"]
     assert method_of("tests/gate/test_speedup.py::test_speedup_holds_per_concurrency[eagle3-C=4]", methods) == "eagle3"
@@ -64,7 +64,7 @@ def test_a_pytest_started_by_a_worker_is_no_worker_itself(root, monkeypatch):
     """It inherits PYTEST_XDIST_WORKER (the endpoint test's nested run); only xdist's workerinput makes a worker."""
     from types import SimpleNamespace
 
-    from specgate.scaleout import worker_id
+    from specgate.plugin.scaleout import worker_id
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
     nested, worker = SimpleNamespace(), SimpleNamespace(workerinput={"workerid": "gw1", "workercount": 2})

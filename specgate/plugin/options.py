@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import machine, scaleout
+from specgate import machine
 from specgate.errors import SpecgateError
+from specgate.plugin import scaleout
 from specgate.profile import BASELINE
 
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
@@ -92,7 +93,7 @@ def project_root(config: pytest.Config) -> Path:
     """The checkout that holds fixtures/profiles. pytest's rootdir is not always it: a path given as an
     option value outside the checkout (a profile in /tmp) moves rootdir to a common ancestor."""
     candidates = [Path(config.inipath).parent] if config.inipath else []
-    candidates += [Path(config.rootpath), Path.cwd(), Path(__file__).resolve().parents[1]]
+    candidates += [Path(config.rootpath), Path.cwd(), Path(__file__).resolve().parents[2]]
     for path in candidates:
         if (path / "fixtures" / "profiles").is_dir():
             return path

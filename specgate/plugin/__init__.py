@@ -1,4 +1,13 @@
-"""pytest wiring only: the `specgate` marker, parametrization, ordering, fixtures, the summary; the
+"""The pytest plugin (entry point `specgate.plugin`): the marker, ordering and fixtures (this module),
+the `--specgate-*` options (options), what a run records of each test (recorders), what an xdist worker
+hands the controller (xdist_handover) and how a run spreads over GPUs (scaleout). The hook
+specification a conftest.py implements is specgate.hooks, the fake engine specgate.testing (public
+modules beside this package).
+
+Neighbours: below are run/ (the session this wiring drives), engines/, checks/, store/ and profile/;
+above are release/ and cli/ only. Nothing below imports pytest wiring.
+
+pytest wiring only: the `specgate` marker, parametrization, ordering, fixtures, the summary; the
 options and the plan built from them are options.py's, what is recorded as the run goes recorders.py's,
 an xdist run's hand-over xdist_handover.py's (what each worker gives the controller).
 
@@ -19,12 +28,12 @@ from pathlib import Path
 
 import pytest
 
-from specgate import options, scaleout, xdist_handover
 from specgate.checks import GATES, Verdict, key_of
 from specgate.engines import logstream
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
+from specgate.plugin import options, scaleout, xdist_handover
+from specgate.plugin.recorders import CAUSE, MESSAGE, CorrectnessWatch, OutcomeRecorder, RunLife
 from specgate.profile import BASELINE
-from specgate.recorders import CAUSE, MESSAGE, CorrectnessWatch, OutcomeRecorder, RunLife
 from specgate.store.run_record import DIED, NO_BOOT
 
 _PLAN_KEY = pytest.StashKey["object"]()
