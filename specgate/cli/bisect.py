@@ -1,21 +1,22 @@
 """`specgate bisect --good A --bad B`: the first vLLM release (or wheel) between a good and a bad one that fails
-the gate (specgate.bisect)."""
+the gate (specgate.release.bisect)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from specgate.bisect.candidates import file_candidates, index_versions, package_of, releases_between
-from specgate.bisect.steps import CHASEABLE, RUN_GATES, BisectError
 from specgate.cli import add_methods, add_profile, add_root, chosen
+from specgate.release.bisect.candidates import file_candidates, index_versions, package_of, releases_between
+from specgate.release.bisect.steps import CHASEABLE, RUN_GATES, BisectError
 from specgate.store import revisions
 
 
 def main(args: argparse.Namespace) -> int:
-    """`specgate bisect ...`: the candidates and gates from the options, then the session (specgate.bisect.session)."""
-    from specgate.bisect.session import bisect
+    """`specgate bisect ...`: the candidates and gates from the options, then the session
+    (specgate.release.bisect.session)."""
     from specgate.profile import find_profile, load_profile
+    from specgate.release.bisect.session import bisect
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)

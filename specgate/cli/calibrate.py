@@ -1,4 +1,5 @@
-"""`specgate calibrate --profile P`: the speed gate's tolerances measured on this machine (specgate.calibrate)."""
+"""`specgate calibrate --profile P`: the speed gate's tolerances measured on this machine
+(specgate.release.calibrate)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import argparse
 import time
 from pathlib import Path
 
-from specgate import calibrate
 from specgate.cli import add_methods, add_profile, add_root, chosen
+from specgate.release import calibrate
 
 
 def main(args: argparse.Namespace) -> int:

@@ -1,5 +1,5 @@
 """`specgate download --profile P`: a profile's hub models fetched ahead of the gate, or pinned with --pin
-(specgate.download)."""
+(specgate.release.download)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 import os
 from pathlib import Path
 
-from specgate import download
 from specgate.cli import add_root
+from specgate.release import download
 
 
 def main(args: argparse.Namespace) -> int:

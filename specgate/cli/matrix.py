@@ -1,4 +1,4 @@
-"""`specgate matrix DIR`: the vLLM release matrix table of ci/vllm-matrix.sh's results (specgate.matrix)."""
+"""`specgate matrix DIR`: the vLLM release matrix table of ci/vllm-matrix.sh's results (specgate.release.matrix)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def add_parser(commands) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from specgate.matrix import markdown
+    from specgate.release.matrix import markdown
 
     print(markdown(args.matrix_dir), end="")
     return 0

@@ -1,4 +1,4 @@
-"""`specgate rehearse --from A --to B`: two vLLM releases side by side on this machine (specgate.rehearse)."""
+"""`specgate rehearse --from A --to B`: two vLLM releases side by side on this machine (specgate.release.rehearse)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from specgate.cli import add_methods, add_profile, add_root, chosen
 
 
 def main(args: argparse.Namespace) -> int:
-    from specgate import rehearse, venvs
     from specgate.profile import find_profile, load_profile
+    from specgate.release import rehearse, venvs
 
     root = Path(args.root).resolve()
     profile = load_profile(find_profile(args.profile, root), root)

@@ -51,7 +51,8 @@ LAYERS = (
         "engines.in_vllm_worker",
         "lifetime",
         "sampler",
-        "venvs",
+        "release",
+        "release.venvs",
     ),
     # what is stored: baseline files, their git history, a run's record
     ("store.baselines", "store.baseline_store", "store.history", "store.run_record"),
@@ -67,7 +68,7 @@ LAYERS = (
         "engines.host",
         "measurements",
         "scenarios",
-        "download",
+        "release.download",
     ),
     # judging: one check per gate
     ("checks",),
@@ -85,11 +86,11 @@ LAYERS = (
         "hooks",
         "testing",
         "cli",
-        "rehearse",
-        "rehearse_requests",
-        "bisect",
-        "calibrate",
-        "matrix",
+        "release.rehearse",
+        "release.rehearse_requests",
+        "release.bisect",
+        "release.calibrate",
+        "release.matrix",
     ),
 )
 

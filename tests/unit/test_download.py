@@ -7,9 +7,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from specgate import download
 from specgate.cli import download as cli_download
 from specgate.profile import find_profile, load_profile
+from specgate.release import download
 
 ROOT = Path(__file__).resolve().parents[2]
 GIB = 1024**3

@@ -3,7 +3,7 @@
 import pytest
 
 from specgate.errors import SpecgateError
-from specgate.matrix import markdown
+from specgate.release.matrix import markdown
 from specgate.store.run_record import GATE, Outcome, RunRecord
 
 JUNIT = '<testsuites><testsuite tests="{t}" failures="{f}" errors="0" skipped="{s}"/></testsuites>'

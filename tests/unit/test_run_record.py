@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate import bisect, cli, report
+from specgate import cli, report
 from specgate.errors import ResultsError
-from specgate.matrix import markdown
+from specgate.release import bisect
+from specgate.release.matrix import markdown
 from specgate.store.run_record import DIED, GATE, SCHEMA, Engine, Outcome, RunRecord, read
 
 DIVERGED = (

@@ -31,13 +31,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specgate import rehearse_requests, stats
+from specgate import stats
 from specgate.checks import paired
 from specgate.checks.paired import Change
 from specgate.engines import enginelog
 from specgate.errors import SpecgateError
 from specgate.formatting import num
 from specgate.profile import BASELINE
+from specgate.release import rehearse_requests
 from specgate.store.run_record import REHEARSAL, Engine, Outcome, RunRecord
 
 UNCHANGED, BETTER, WORSE = Change.UNCHANGED, Change.BETTER, Change.WORSE
@@ -169,7 +170,7 @@ class Rehearsal:
             )
 
     def _requests(self, method, old, new) -> None:
-        """The requests scenario on both releases (specgate.rehearse_requests); a failure the new release
+        """The requests scenario on both releases (specgate.release.rehearse_requests); a failure the new release
         has is worse, one the old release has too is unchanged."""
         judged = rehearse_requests.send(self, method, old, new)
         old_failed = bool(judged) and not judged[0][1].passed
@@ -242,7 +243,7 @@ class Rehearsal:
     def cannot_run(self, method, error: Exception | None = None) -> str | None:
         """Why `method` does not run on one of the two releases, as the gate would skip it: a method
         the release does not offer (before booting), or its `expected_boot_error` (after)."""
-        from specgate import venvs
+        from specgate.release import venvs
 
         if error is None:
             for release, python in (self.old, self.new):

@@ -8,8 +8,8 @@ import sys
 import time
 from pathlib import Path
 
-from specgate.bisect.runner import GateRunner
-from specgate.bisect.search import Bisection
+from specgate.release.bisect.runner import GateRunner
+from specgate.release.bisect.search import Bisection
 
 
 def _terminate_as_interrupt(signum, frame):  # SIGTERM (a CI cancel) tears down like Ctrl-C

@@ -8,9 +8,9 @@ import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from specgate.bisect.candidates import Candidate
-from specgate.bisect.steps import BAD, CHASEABLE, GOOD, RUN_GATES, SKIP, BisectError, Step, figure_name, moved
 from specgate.formatting import num
+from specgate.release.bisect.candidates import Candidate
+from specgate.release.bisect.steps import BAD, CHASEABLE, GOOD, RUN_GATES, SKIP, BisectError, Step, figure_name, moved
 from specgate.store.revisions import short
 
 STATE_VERSION = 1

@@ -27,7 +27,7 @@ cut short is run again). Exit codes: 0 a first bad release was found; 1 not foun
 passed, or only skips are left); 2 bad input; 130 interrupted.
 """
 
-from specgate.bisect.candidates import (
+from specgate.release.bisect.candidates import (
     Candidate,
     file_candidates,
     index_versions,
@@ -35,9 +35,9 @@ from specgate.bisect.candidates import (
     releases_between,
     venv_for,
 )
-from specgate.bisect.runner import GateRunner
-from specgate.bisect.search import STATE_VERSION, Bisection, next_candidate, verdict
-from specgate.bisect.steps import (
+from specgate.release.bisect.runner import GateRunner
+from specgate.release.bisect.search import STATE_VERSION, Bisection, next_candidate, verdict
+from specgate.release.bisect.steps import (
     BAD,
     CHASEABLE,
     GOOD,

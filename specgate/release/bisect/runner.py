@@ -13,9 +13,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from specgate.bisect.candidates import Candidate, package_of, venv_for
-from specgate.bisect.steps import BAD, GOOD, SKIP, Step, classify
 from specgate.errors import SpecgateError
+from specgate.release.bisect.candidates import Candidate, package_of, venv_for
+from specgate.release.bisect.steps import BAD, GOOD, SKIP, Step, classify
 
 
 class GateRunner:
@@ -38,7 +38,7 @@ class GateRunner:
         self.waited = 0.0
 
     def __call__(self, candidate: Candidate, reference: bool, chase: list[str] | None) -> Step:
-        from specgate import venvs
+        from specgate.release import venvs
 
         started, self.waited = time.time(), 0.0
         try:

@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from specgate.bisect.steps import BisectError
+from specgate.release.bisect.steps import BisectError
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def file_candidates(path: Path, package: str) -> list[Candidate]:
 def venv_for(root: Path, candidate: Candidate, hardware: str) -> Path:
     """A release's venv is the rehearsal's (this one, where it runs that release); any other candidate
     gets its own, named by what it installs."""
-    from specgate import venvs
+    from specgate.release import venvs
 
     if candidate.release:
         return venvs.release_venv(root, candidate.release, hardware)
