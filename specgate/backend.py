@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from specgate.acceptance import SpecCounters
-from specgate.equivalence import GreedyOutput
 from specgate.errors import NotMeasurable
-from specgate.load import LoadRun, closed_loop
+from specgate.figures.acceptance import SpecCounters
+from specgate.figures.equivalence import GreedyOutput
+from specgate.figures.load import LoadRun, closed_loop
 
 __all__ = ["Backend", "BatchResult", "RequestsResult", "ShutdownReport"]  # the public surface (specgate.PUBLIC)
 
@@ -46,7 +46,7 @@ class BatchResult:
 
 @dataclass(frozen=True)
 class RequestsResult:
-    replies: dict  # tag -> specgate.completions.Reply
+    replies: dict  # tag -> specgate.figures.completions.Reply
     counters: SpecCounters  # spec-decode counters of this batch alone
 
 
@@ -103,7 +103,7 @@ class Backend(Protocol):
         when given), submitted at once; per prompt the tokens each step emitted."""
 
     def kv_stats(self):
-        """specgate.kvstats.KvStats now: preemptions, prefix-cache queries and hits (counters), usage."""
+        """specgate.figures.kvstats.KvStats now: preemptions, prefix-cache queries and hits (counters), usage."""
 
     def reset_prefix_cache(self) -> None:
         """Empty the prefix cache (NotMeasurable when this engine cannot be told to)."""
@@ -117,7 +117,7 @@ class Backend(Protocol):
         """Run `work()` with timers around the target's forward pass and the drafter, if possible."""
 
     def memory_reading(self):
-        """specgate.memory.MemoryReading of the live engine (NotMeasurable when it cannot be seen)."""
+        """specgate.figures.memory.MemoryReading of the live engine (NotMeasurable when it cannot be seen)."""
 
     def shutdown(self) -> ShutdownReport | None:
         """Stop the engine; a report of what came back (None when there was nothing to stop)."""
@@ -222,7 +222,7 @@ class StreamingBackend:
         return BatchResult(outputs, steps, self.counters() - before, self.take_step_histograms(list(tokens)))
 
     async def complete(self, token_ids, params: dict, tag: str, stream: bool = True):
-        """One request with these SamplingParams keywords -> specgate.completions.Reply."""
+        """One request with these SamplingParams keywords -> specgate.figures.completions.Reply."""
         raise NotMeasurable(f"engine '{self.method_name}' cannot be sent requests with their own parameters")
 
     def run_requests(self, requests, what: str = "the requests scenario", limit: int | None = None) -> RequestsResult:

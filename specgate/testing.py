@@ -20,12 +20,12 @@ from pathlib import Path
 
 import pytest
 
-from specgate.acceptance import SpecCounters
 from specgate.backend import BatchResult, ShutdownReport
-from specgate.equivalence import GreedyOutput
 from specgate.errors import EngineBootError
-from specgate.load import LoadRun, RequestTrace
-from specgate.memory import MemoryReading
+from specgate.figures.acceptance import SpecCounters
+from specgate.figures.equivalence import GreedyOutput
+from specgate.figures.load import LoadRun, RequestTrace
+from specgate.figures.memory import MemoryReading
 
 __all__ = ["FakeBoot", "FakeEngine", "FakeScript", "fake_session"]  # the public surface (specgate.PUBLIC)
 
@@ -274,7 +274,7 @@ def fake_session(
 ):
     """A GateSession over fake engines, for testing verdicts and baseline policy without pytest or vLLM:
     `fake_session(profile, tmp_path).judge("acceptance", "ngram", "code")`."""
-    from specgate.session import GateSession, RunPlan, Selection
+    from specgate.run.session import GateSession, RunPlan, Selection
 
     plan = RunPlan(
         profile,

@@ -28,8 +28,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specgate import stats
-from specgate.load import trial_prompts
+from specgate.figures import stats
+from specgate.figures.load import trial_prompts
 from specgate.profile import BASELINE, find_profile, load_profile
 from specgate.prompts.inputs import PromptInputs
 

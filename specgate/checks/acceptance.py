@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgate import vllm_compat
-from specgate.acceptance import AcceptanceResult
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
 from specgate.checks.drift import DriftCheck
 from specgate.errors import NotMeasurable
+from specgate.figures.acceptance import AcceptanceResult
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,13 @@
 """Greedy equivalence: every speculative method reproduces the baseline engine's greedy tokens.
 
 Exact match is the rule; under `tie-aware` a divergence counts as numerical only when the baseline's
-own top-k logprobs at that position hold both tokens within the margin (specgate/equivalence.py).
+own top-k logprobs at that position hold both tokens within the margin (specgate/figures/equivalence.py).
 """
 
 from __future__ import annotations
 
 from specgate.checks import Judgement, Row, Verdict
-from specgate.equivalence import compare_all
+from specgate.figures.equivalence import compare_all
 from specgate.profile import BASELINE
 
 SHOW = 10  # divergences listed in a failure message

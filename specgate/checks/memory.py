@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgate import memory
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
 from specgate.checks.drift import DriftCheck
+from specgate.figures import memory
 from specgate.profile import BASELINE
 
 

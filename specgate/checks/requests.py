@@ -1,6 +1,6 @@
 """The requests scenario's check: requests as users send them must give what the plain engine gives.
 
-For each case of the matrix (specgate.request_matrix) the method's reply is held to
+For each case of the matrix (specgate.run.request_matrix) the method's reply is held to
   - itself (completions.inconsistencies): text vs ids under the stop rule, a logprob entry per token,
     the cap, usage, the finish reason, banned tokens; a streamed case against its final-only twin;
   - the baseline engine's reply to the same request: token ids, text, finish and stop reason, usage,
@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 from specgate.checks import Context, Judgement, Row, Verdict
 from specgate.checks.known import settle
-from specgate.completions import Completion, Reply, bad_word_tokens, inconsistencies
-from specgate.equivalence import first_divergence
+from specgate.figures.completions import Completion, Reply, bad_word_tokens, inconsistencies
+from specgate.figures.equivalence import first_divergence
+from specgate.figures.two_sample import differ
 from specgate.profile import BASELINE
-from specgate.two_sample import differ
 
 EQUAL, DIFFERS, INCONSISTENT, REFUSED, VACUOUS = "equal", "differs", "inconsistent", "refused", "vacuous"
 FAILING = (DIFFERS, INCONSISTENT, VACUOUS)
@@ -185,7 +185,7 @@ class RequestsCheck:
         if reply.first.token_ids == plain.first.token_ids:
             return (
                 f"it changes nothing on prompt {case.prompt_id}: the baseline engine's output equals its plain "
-                "request's, so the case tests nothing (choose stronger parameters in specgate/request_matrix.py)"
+                "request's, so the case tests nothing (choose stronger parameters in specgate/run/request_matrix.py)"
             )
         return ""
 

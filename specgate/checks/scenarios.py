@@ -12,17 +12,17 @@
                  cut by max_tokens) parse and validate against the schema; acceptance on these prompts
                  is stored and judged like a category of the acceptance gate
 
-Their measurements are taken by specgate.scenarios; every bound is here.
+Their measurements are taken by specgate.run.scenarios; every bound is here.
 """
 
 from __future__ import annotations
 
 import json
 
-from specgate.acceptance import AcceptanceResult, SpecCounters
 from specgate.checks import Context, Judgement, Row, Verdict
 from specgate.checks.acceptance import acceptance_floors
-from specgate.equivalence import compare_all
+from specgate.figures.acceptance import AcceptanceResult, SpecCounters
+from specgate.figures.equivalence import compare_all
 from specgate.profile import BASELINE
 
 SHOW = 5  # failing prompts listed in a message

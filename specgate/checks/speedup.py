@@ -12,8 +12,8 @@ coarse or not; another machine's is shown, never a ceiling.
 
 from __future__ import annotations
 
-from specgate import stats
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.figures import stats
 from specgate.profile import BASELINE
 
 COARSE = "coarse judgement: "  # how the reason for a coarse judgement is introduced in a message

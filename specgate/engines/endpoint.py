@@ -13,11 +13,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from specgate.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
 from specgate.backend import StreamingBackend
-from specgate.completions import Reply, collect, reply_of
 from specgate.engines.eventloop import EventLoopThread
 from specgate.errors import EngineStalled, SpecgateError
+from specgate.figures.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
+from specgate.figures.completions import Reply, collect, reply_of
 from specgate.lifetime.watchdog import Overdue, Watch, describe
 
 REQUEST_TIMEOUT_S = 600.0
@@ -260,7 +260,7 @@ class Endpoint(StreamingBackend):
         return super().run_batch(prompts, max_tokens, top_logprobs, temperature, seed, schema)
 
     def kv_stats(self):
-        from specgate import kvstats
+        from specgate.figures import kvstats
 
         return kvstats.from_prometheus(self.run(self._get("/metrics")))
 

@@ -21,19 +21,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from specgate import kvstats
 from specgate import vllm_compat as compat
-from specgate.acceptance import SpecCounters, counters_from_metrics
 from specgate.backend import ShutdownReport, StreamingBackend
-from specgate.completions import Reply, collect, reply_of
 from specgate.engines import enginelog, in_vllm_worker, logstream, plants
 from specgate.engines.engine_args import engine_kwargs, vllm_deadline_env
 from specgate.engines.eventloop import EventLoopThread
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
+from specgate.figures import kvstats
+from specgate.figures.acceptance import SpecCounters, counters_from_metrics
+from specgate.figures.completions import Reply, collect, reply_of
+from specgate.figures.memory import device_bytes
 from specgate.lifetime import processes as procs
 from specgate.lifetime import reaper
 from specgate.lifetime.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
-from specgate.memory import device_bytes
 from specgate.profile import Method, Profile
 
 
@@ -233,7 +233,7 @@ class Engine(StreamingBackend):
         """KV capacity, the engine processes' peak memory, and the drafter's own weights (measured in
         every worker: tensors the drafter does not share with the target, each counted once per
         distinct tensor-parallel shard: memory.drafter_weights)."""
-        from specgate.memory import MemoryReading, drafter_weights
+        from specgate.figures.memory import MemoryReading, drafter_weights
 
         pids = sorted(procs.children() - self.children_before_boot)
         try:

@@ -193,7 +193,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             recorder.items[item.nodeid] = (method, gate[0], key_of(gate[0], method, _param_of(item)))
             if gate[0] == "speedup":
                 levels.add(_param_of(item))
-    from specgate.session import GateSession, Selection
+    from specgate.run.session import GateSession, Selection
 
     selection = Selection(
         frozenset(g[0] for g in gates.values() if g), tuple(c for c in plan.profile.concurrency if c in levels)
@@ -257,7 +257,7 @@ def temperature() -> float:
 
 @pytest.fixture(scope="session")
 def gate(request: pytest.FixtureRequest):
-    """The run session (specgate.session.GateSession), built at collection for the collected tests."""
+    """The run session (specgate.run.session.GateSession), built at collection for the collected tests."""
     session = request.config.stash[_SESSION_KEY]
     if session is None:
         pytest.fail("no specgate session: this fixture serves tests marked @pytest.mark.specgate", pytrace=False)
@@ -351,14 +351,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config) -> None:
-    from specgate import results
+    from specgate.run import results
 
     handed = config.stash.get(_WORKERS_KEY, [])
     if handed:  # the controller of an xdist run
         terminalreporter.section("specgate")
         for line in xdist_handover.summary(handed):
             terminalreporter.write_line(line)
-        from specgate.session import GateSession
+        from specgate.run.session import GateSession
 
         _report_written(
             terminalreporter,

@@ -131,7 +131,7 @@ def plan(config: pytest.Config, out: Path):
     """The run's plan from the options: the profile (its dtype overridden, this machine's calibrated
     tolerances applied), the methods or endpoints, the flags; a problem with any is a UsageError."""
     from specgate.profile import find_profile, load_profile
-    from specgate.session import RunPlan
+    from specgate.run.session import RunPlan
     from specgate.store.revisions import refusal
 
     root = project_root(config)

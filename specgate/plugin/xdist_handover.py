@@ -10,7 +10,7 @@ from dataclasses import asdict
 
 def payload(session, outcomes, correctness_failures: list[str], worker: str) -> str:
     """A worker's hand-over (JSON): its engines are down and its baselines written (file lock) by now."""
-    from specgate.results import measurement_table, summary_lines
+    from specgate.run.results import measurement_table, summary_lines
 
     try:
         lines = summary_lines(session, outcomes)
@@ -40,7 +40,7 @@ def summary(workers: list[dict]) -> list[str]:
 def write_combined(session, workers: list[dict]) -> dict:
     """One results directory for the whole run, from every worker's outcomes, table and measurements
     (`session` gives the profile and paths; it boots nothing)."""
-    from specgate.results import write_combined as write
+    from specgate.run.results import write_combined as write
     from specgate.store.run_record import Outcome
 
     outcomes = [Outcome(**o) for w in workers for o in w["outcomes"]]

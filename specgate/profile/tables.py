@@ -165,7 +165,7 @@ class Structured:
 
 @dataclass(frozen=True)
 class Requests:
-    """The requests scenario (specgate.request_matrix): every method's engine is sent the profile's
+    """The requests scenario (specgate.run.request_matrix): every method's engine is sent the profile's
     prompts under a matrix of request parameters (stop strings at every offset inside an accepted
     draft, caps, min_tokens, penalties, logit processors, logprobs, streaming, seeded sampling) and each
     request is compared with the baseline engine's same request; plus `samples` seeded samples of

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specgate.errors import SpecgateError
-from specgate.memory import NOT_WEIGHTS
+from specgate.figures.memory import NOT_WEIGHTS
 from specgate.models import HUB_ID
 
 ALLOW = ("*.json", "*.safetensors", "*.model", "*.tiktoken", "*.txt", "tokenizer*", "*.jinja")

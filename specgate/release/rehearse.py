@@ -31,11 +31,11 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specgate import stats
 from specgate.checks import paired
 from specgate.checks.paired import Change
 from specgate.engines import enginelog
 from specgate.errors import SpecgateError
+from specgate.figures import stats
 from specgate.formatting import num
 from specgate.profile import BASELINE
 from specgate.release import rehearse_requests
@@ -95,8 +95,8 @@ class Rehearsal:
         return replace(self.profile, engine_kwargs={**self.profile.engine_kwargs, "gpu_memory_utilization": util})
 
     def _greedy(self, method, old, new) -> None:
-        from specgate.acceptance import AcceptanceResult
-        from specgate.equivalence import compare
+        from specgate.figures.acceptance import AcceptanceResult
+        from specgate.figures.equivalence import compare
 
         top = self.profile.equivalence.top_logprobs
         identical, changed = 0, []
@@ -139,7 +139,7 @@ class Rehearsal:
         self._judge(method.name, "equivalence", "greedy", "identical", identical, compared, verdict, message)
 
     def _speed(self, method, old, new) -> None:
-        from specgate.load import trial_prompts
+        from specgate.figures.load import trial_prompts
 
         cfg, prompts = self.profile.speedup, self.inputs.speedup_inputs().tokenized()  # the load's own set
         max_tokens = cfg.max_tokens or self.profile.max_tokens

@@ -18,7 +18,7 @@ from specgate.checks import Context
 from specgate.checks.known import PRESENT
 from specgate.checks.requests import RequestsCheck
 from specgate.profile import BASELINE
-from specgate.scenarios import ScenarioRuns
+from specgate.run.scenarios import ScenarioRuns
 
 
 class _NoBaselines:

@@ -13,9 +13,9 @@ from typing import Any
 
 from specgate import machine
 from specgate.errors import BaselineError
+from specgate.figures.stats import within_rtol
 from specgate.machine import detect_device, hardware_key, provenance
 from specgate.profile import BASELINE
-from specgate.stats import within_rtol
 from specgate.store.baselines import (
     BaselineFile,
     baseline_path,

@@ -51,7 +51,7 @@ def sampling_params(
 
 
 def request_params(params: dict, stream: bool = True):
-    """SamplingParams from the requests scenario's keywords (specgate.request_matrix): DELTA outputs when
+    """SamplingParams from the requests scenario's keywords (specgate.run.request_matrix): DELTA outputs when
     streamed, one final output otherwise. vLLM's own validation applies (a refused combination raises)."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind

@@ -73,7 +73,7 @@ INTERNALS = (
         "_num_draft_tokens, _num_accepted_tokens, _num_accepted_tokens_per_pos",
     ),
     Internal("vllm.v1.engine.exceptions:EngineDeadError", "the engine core died (its own cause is in the log)"),
-    # the scenarios (specgate.scenarios): a small KV cache, an emptied prefix cache, JSON-schema decoding
+    # the scenarios (specgate.run.scenarios): a small KV cache, an emptied prefix cache, JSON-schema decoding
     Internal(
         "vllm.engine.arg_utils:EngineArgs",
         "the preemption scenario's KV cache in blocks",
@@ -367,7 +367,7 @@ INTERNALS = (
             )
         ),
     ),
-    # the requests scenario (specgate.request_matrix, completions): requests as users send them
+    # the requests scenario (specgate.run.request_matrix, completions): requests as users send them
     Internal(
         "vllm.sampling_params:SamplingParams",
         "the requests scenario's parameters",
@@ -431,5 +431,5 @@ INTERNALS = (
     ),
 )
 # The spec-decode counters (vllm/v1/spec_decode/metrics.py), read by name from get_metrics_snapshot()
-# and from a server's /metrics: specgate.acceptance.COUNTER_NAMES and PER_POSITION.
+# and from a server's /metrics: specgate.figures.acceptance.COUNTER_NAMES and PER_POSITION.
 METRICS_SOURCE = "vllm/v1/spec_decode/metrics.py"

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from specgate import vllm_compat
-from specgate.acceptance import COUNTER_NAMES, PER_POSITION
+from specgate.figures.acceptance import COUNTER_NAMES, PER_POSITION
 from specgate.sampler import cuda_sources as vllm_source
 
 if os.environ.get("SPECGATE_VLLM_SOURCE"):
@@ -72,8 +72,8 @@ def test_the_spec_decode_counters_keep_their_names(source):
 
 
 def test_the_scheduler_counters_keep_their_names(source):
-    """Preemptions, prefix-cache queries and hits, KV usage: what the scenarios read (specgate.kvstats)."""
-    from specgate import kvstats
+    """Preemptions, prefix-cache queries and hits, KV usage: what the scenarios read (specgate.figures.kvstats)."""
+    from specgate.figures import kvstats
 
     root = source or Path(importlib.util.find_spec("vllm").submodule_search_locations[0]).parent
     text = (root / "vllm" / "v1" / "metrics" / "loggers.py").read_text(encoding="utf-8")

@@ -14,8 +14,8 @@ import pytest
 
 from specgate.engines.endpoint import Endpoint
 from specgate.engines.server import Server, ServerError
+from specgate.figures.load import trial_prompts
 from specgate.lifetime import reaper
-from specgate.load import trial_prompts
 
 pytestmark = pytest.mark.gpu
 SERVED_METHOD = "ngram"

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate.acceptance import SpecCounters
 from specgate.backend import BatchResult
-from specgate.equivalence import GreedyOutput
+from specgate.figures.acceptance import SpecCounters
+from specgate.figures.equivalence import GreedyOutput
 
 ROOT = Path(__file__).resolve().parents[2]
 TRUE_SPEEDUP = 1.25

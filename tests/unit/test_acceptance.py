@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from specgate.acceptance import SpecCounters, counters_from_metrics
+from specgate.figures.acceptance import SpecCounters, counters_from_metrics
 
 
 @dataclass
@@ -50,7 +50,7 @@ def test_rates_are_undefined_without_drafts():
 
 
 def test_vllms_per_request_histogram_is_taken_over_the_stream_whose_chunks_may_be_merged():
-    from specgate.acceptance import AcceptanceResult
+    from specgate.figures.acceptance import AcceptanceResult
 
     stream = {"a": [1, 2, 4, 7], "b": [1, 1, 3]}  # a chunk of 7 tokens at k = 3: several steps merged
     merged = AcceptanceResult.from_batch(SpecCounters(), stream, k=3)

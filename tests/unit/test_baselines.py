@@ -6,9 +6,9 @@ import re
 import pytest
 
 from specgate import machine
-from specgate.acceptance import AcceptanceResult, SpecCounters
 from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import BaselineError
+from specgate.figures.acceptance import AcceptanceResult, SpecCounters
 from specgate.store import baselines
 
 PROV = {

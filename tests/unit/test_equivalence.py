@@ -1,6 +1,6 @@
 """Greedy equivalence: a real divergence is caught, a stated near-tie is tolerated, nothing else is."""
 
-from specgate.equivalence import GreedyOutput, compare, first_divergence
+from specgate.figures.equivalence import GreedyOutput, compare, first_divergence
 from specgate.profile import Equivalence
 
 EXACT = Equivalence(mode="exact", top_logprobs=5)
@@ -64,7 +64,7 @@ def _prompts(n):
 def test_many_forgiven_near_ties_fail_though_each_looks_small():
     from dataclasses import replace
 
-    from specgate.equivalence import compare_all
+    from specgate.figures.equivalence import compare_all
 
     rule = replace(TIE_AWARE, max_forgiven_share=0.1)
     prompts = _prompts(10)

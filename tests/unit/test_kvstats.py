@@ -2,7 +2,7 @@
 
 from types import SimpleNamespace
 
-from specgate import kvstats
+from specgate.figures import kvstats
 
 PROMETHEUS = """\
 # HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.

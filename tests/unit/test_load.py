@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from specgate.load import LoadRun, RequestTrace, closed_loop, trial_prompts
+from specgate.figures.load import LoadRun, RequestTrace, closed_loop, trial_prompts
 
 
 @dataclass(frozen=True)

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate import memory, vllm_compat
+from specgate import vllm_compat
 from specgate.checks.memory import ceilings, consistency_problem
-from specgate.memory import MIB, MemoryReading
+from specgate.figures import memory
+from specgate.figures.memory import MIB, MemoryReading
 from specgate.profile import Tolerance, find_profile, load_profile
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,7 +130,7 @@ class _Nvml:
 def test_device_memory_falls_back_to_the_whole_device_when_nvml_cannot_see_our_pids(monkeypatch):
     import sys
 
-    from specgate.memory import device_bytes as _device_bytes
+    from specgate.figures.memory import device_bytes as _device_bytes
 
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     monkeypatch.setitem(sys.modules, "pynvml", _Nvml(host_pids=[4242]))

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from specgate import results
 from specgate.profile import load_profile
 from specgate.profile.prompt_sources import SPEED_BENCH_ENV
+from specgate.run import results
 from specgate.testing import fake_session
 
 ROOT = Path(__file__).resolve().parents[2]

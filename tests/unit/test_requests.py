@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from specgate import request_matrix
-from specgate.acceptance import SpecCounters
 from specgate.checks import Context, Judgement, Verdict
 from specgate.checks.known import GONE, PRESENT, settle
 from specgate.checks.requests import RequestsCheck
-from specgate.completions import Completion, Reply, inconsistencies, stop_at
+from specgate.figures.acceptance import SpecCounters
+from specgate.figures.completions import Completion, Reply, inconsistencies, stop_at
+from specgate.figures.two_sample import differ
 from specgate.profile import BASELINE, load_profile
 from specgate.profile.tables import KnownIssue
-from specgate.scenarios import RequestRun, Sampled
-from specgate.two_sample import differ
+from specgate.run import request_matrix
+from specgate.run.scenarios import RequestRun, Sampled
 
 ROOT = Path(__file__).resolve().parents[2]
 EOS = 1
@@ -39,7 +39,7 @@ def out(ids, params, finish="length", stop=None, **kw) -> Completion:
     text = kw.pop("text", None)
     if text is None:
         probe = Completion(ids, "", finish, stop)
-        from specgate.completions import expected_text
+        from specgate.figures.completions import expected_text
 
         text = expected_text(probe, params, decode)
     return Completion(ids, text, finish, stop, usage=kw.pop("usage", len(ids)), **kw)

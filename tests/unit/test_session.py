@@ -279,7 +279,8 @@ def test_the_speedup_summary_gates_the_geometric_mean_and_a_crossover_that_dropp
 def test_the_geometric_mean_fails_only_when_the_levels_upper_bounds_say_so(profile, tmp_path, monkeypatch):
     import dataclasses
 
-    from specgate import measurements, stats
+    from specgate.figures import stats
+    from specgate.run import measurements
 
     s = session(profile, tmp_path, "good", update=True)  # stored: 1.667 at both levels, floor 1.5
     for c in profile.concurrency:
@@ -343,7 +344,7 @@ def test_what_cannot_be_measured_or_compared_like_for_like_is_said_in_the_table(
 
 def test_every_speedup_row_names_its_runner_and_a_comparison_across_runners_is_marked_in_the_summary(profile, tmp_path):
     from specgate.report import headline
-    from specgate.results import measurement_table
+    from specgate.run.results import measurement_table
 
     s = session(profile, tmp_path, "good", "self", good={"runner": "v1"}, self={"runner": "v2"})
     for c in profile.concurrency:

@@ -6,7 +6,7 @@ import random
 import numpy as np
 import pytest
 
-from specgate import stats
+from specgate.figures import stats
 
 
 def test_median_and_percentile_match_numpy():

@@ -13,7 +13,7 @@ Boots the baseline engine, keeps it alive, and boots one method engine at a time
 - speed at concurrency 1: the wall time of the timing set (2 prompts per category, sent one at a
   time, `max_tokens` each), in `--rounds` pairs: a baseline round, then the method's round. The
   speedup is the median of the pairs' baseline time / method time with its 95 % bootstrap interval
-  (specgate.stats.ratio_estimate, as the speedup gate computes it).
+  (specgate.figures.stats.ratio_estimate, as the speedup gate computes it).
 Writes fixtures/zoo/measured.json and re-renders fixtures/zoo/MODEL_CARD.md. Took 37 min on 2 cores with 6
 rounds, 49 min with 15 (12-13 ms per baseline token).
 With --merge, only the methods measured are replaced in the existing measured.json (after retraining one
@@ -76,7 +76,7 @@ def looped_shares(outputs: dict, prompts: list) -> dict[str, float]:
 
 def _generate(engine, prompts: list, categories: list[str], max_tokens: int, k: int) -> tuple[dict, dict, dict]:
     """Greedy outputs of every prompt, one batch per category: (outputs, acceptance, per-position rates)."""
-    from specgate.acceptance import AcceptanceResult
+    from specgate.figures.acceptance import AcceptanceResult
 
     outputs, acceptance, per_position = {}, {}, {}
     for cat in categories:
@@ -93,11 +93,11 @@ def measure(root: Path, methods: list[str], rounds: int, log_dir: Path) -> dict:
     from transformers import AutoTokenizer
 
     from specgate.engines.engine import boot_engine
+    from specgate.figures.stats import ratio_estimate
     from specgate.machine import cpu_name, detect_device, hardware_key
     from specgate.profile import load_profile
     from specgate.prompts import load_prompts
     from specgate.prompts.inputs import tokenize
-    from specgate.stats import ratio_estimate
 
     profile = load_profile(root / PROFILE, root)
     tokenizer = AutoTokenizer.from_pretrained(zoo_dir(root) / "target")

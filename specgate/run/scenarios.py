@@ -1,6 +1,6 @@
 """The scenarios' measurements: where vLLM's own spec-decode bug reports came from, off the gate's plain
 path (each prompt sent once, ample KV cache, free text). Each is measured once per method and cached,
-like the plain gates' measurements (specgate.measurements), and judged in checks/scenarios.py.
+like the plain gates' measurements (specgate.run.measurements), and judged in checks/scenarios.py.
 
     preemption   the method's engine booted again with a KV cache holding `kv_share` of what the
                  profile's prompts need at once, all of them sent together: requests are preempted
@@ -8,7 +8,7 @@ like the plain gates' measurements (specgate.measurements), and judged in checks
     prefix_soak  the method's engine, prefix cache emptied, replays a few prompts of each category for
                  `rounds` rounds: acceptance and the prefix-cache hit rate per round
     structured   tool-call-shaped prompts decoded under a JSON schema (vLLM's structured outputs)
-    requests     the request matrix (specgate.request_matrix) sent at once, then the seeded repeats;
+    requests     the request matrix (specgate.run.request_matrix) sent at once, then the seeded repeats;
                  and many seeded samples at T > 0 per category, as the method's engine ships and, where
                  vllm#55005's probe fails, again with the sampler repaired in its worker
 """
@@ -20,13 +20,13 @@ import math
 import time
 from dataclasses import dataclass, field, replace
 
-from specgate import request_matrix
-from specgate.acceptance import SpecCounters
 from specgate.backend import BatchResult, ShutdownReport
-from specgate.completions import Reply
 from specgate.errors import NotMeasurable
-from specgate.kvstats import KvStats
+from specgate.figures.acceptance import SpecCounters
+from specgate.figures.completions import Reply
+from specgate.figures.kvstats import KvStats
 from specgate.profile import BASELINE
+from specgate.run import request_matrix
 
 # vLLM's default KV block size per platform, for sizing the preemption engine's cache (a profile's
 # engine kwargs may set another; the scenario fails as "not exercised" if the guess was wrong).

@@ -33,10 +33,10 @@ from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, Structur
 from specgate.checks.speedup import SpeedupCheck
 from specgate.engines.host import EngineHost
 from specgate.errors import SpecgateError
-from specgate.measurements import MeasurementStore
 from specgate.profile import BASELINE, SCENARIOS, Method, Profile
 from specgate.prompts.inputs import PromptInputs
-from specgate.scenarios import ScenarioRuns
+from specgate.run.measurements import MeasurementStore
+from specgate.run.scenarios import ScenarioRuns
 from specgate.store.baseline_store import BaselineStore
 from specgate.store.baselines import describe_move
 from specgate.store.history import History, read
@@ -287,6 +287,6 @@ class GateSession:
         return self.baselines.write(measured, set(self.plan.method_order), self.models_record(measured)) + note
 
     def summary_lines(self, outcomes=()) -> list[str]:
-        from specgate.results import summary_lines
+        from specgate.run.results import summary_lines
 
         return summary_lines(self, outcomes)

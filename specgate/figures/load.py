@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from specgate.stats import percentile
+from specgate.figures.stats import percentile
 
 
 class TokenStream(Protocol):

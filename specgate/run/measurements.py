@@ -15,12 +15,12 @@ import functools
 import math
 from dataclasses import dataclass, field
 
-from specgate import stats
-from specgate.acceptance import AcceptanceResult
 from specgate.backend import BatchResult
-from specgate.equivalence import GreedyOutput
 from specgate.errors import EngineDied, SpecgateError
-from specgate.load import trial_prompts
+from specgate.figures import stats
+from specgate.figures.acceptance import AcceptanceResult
+from specgate.figures.equivalence import GreedyOutput
+from specgate.figures.load import trial_prompts
 from specgate.profile import BASELINE
 
 
@@ -30,7 +30,7 @@ class LoadTrials:
     requests), the spec-decode counters they moved, and the worker's step timings if measured."""
 
     concurrency: int
-    runs: list = field(default_factory=list)  # specgate.load.LoadRun
+    runs: list = field(default_factory=list)  # specgate.figures.load.LoadRun
     counters: object = None  # SpecCounters over all trials
     step_times: dict | None = None
 
@@ -136,7 +136,7 @@ class MeasurementStore:
 
     def measuring(self, fn, *args, **kwargs):
         """Run a measurement; an engine that dies on the way is recorded with the host (for the scenarios'
-        measurements too: specgate.scenarios)."""
+        measurements too: specgate.run.scenarios)."""
         try:
             return fn(*args, **kwargs)
         except EngineDied as exc:
@@ -304,7 +304,7 @@ class MeasurementStore:
         return self._memory[name]
 
     def memory_overhead(self, name: str, root):
-        from specgate import memory
+        from specgate.figures import memory
 
         base = self._memory.get(BASELINE)
         if base is None:

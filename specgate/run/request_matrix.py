@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from specgate.completions import Decode, bad_word_tokens
+from specgate.figures.completions import Decode, bad_word_tokens
 
 CLASSES = (
     "plain",
