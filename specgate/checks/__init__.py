@@ -13,6 +13,10 @@ Bounds (floors and ceilings) are computed here and nowhere else. The shared poli
 `decide`: absolute floors hold in every run, comparisons with a stored baseline are what an update
 replaces, a missing baseline is a skip (a failure under --specgate-strict), and a canary passes
 only when the gate FAILS it against the method it mimics.
+
+Neighbours: below are store/ (the baselines and tolerances a bound is read from), figures/ (what a
+measurement says), profile/, machine and vllm_compat/; above are report/ (which reads the verdicts),
+run/ (the session composes the checks and passes the baselines' history in), plugin/ and release/.
 """
 
 from __future__ import annotations

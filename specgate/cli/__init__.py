@@ -15,6 +15,9 @@ Each command is one module with `add_parser(commands)` and `main(args) -> exit c
 Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
 `baselines diff` exits 0 whether or not values differ, like `diff --stat`; with `--exit-code` it
 exits 1 when they differ, like `git diff --exit-code`, for scripts that branch on it.
+
+Neighbours: every command is a thin layer over the package that does its work (report/, store/,
+release/, profile/); nothing imports cli/ but `python -m specgate.cli` and the `specgate` script.
 """
 
 from __future__ import annotations

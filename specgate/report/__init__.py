@@ -7,6 +7,10 @@
     history.py the history page of a baseline file (`specgate history`)
 
 Plots are saved under `plots/` and embedded in report.html as data URIs, so the HTML is one file.
+
+Neighbours: below are checks/ (the verdict vocabulary), store/ (run.json, the baselines' history)
+and profile/; above are run/ (results writes a run's files through here), release/ and cli/. Nothing
+here measures or judges.
 """
 
 from __future__ import annotations

@@ -16,6 +16,9 @@ tests/contract/ checks every entry against the installed vLLM before any engine 
     sampler.py     the rejection sampler: metadata, CPU kernels, the vllm#55005 probe and repair, V2
 
 Everything is reached as `vllm_compat.NAME`.
+
+Neighbours: it imports nothing of specgate's; above it, every package that touches vLLM
+(profile/, engines/, sampler/, checks/, run/, release/) reaches it through here.
 """
 
 from specgate.vllm_compat.engine import (

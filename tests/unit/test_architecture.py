@@ -1,10 +1,13 @@
 """The package's shape, read from its source with `ast` (nothing is imported): no import cycle and no
-upward arrow between its modules, lazy (function-level) imports included; no private name used across
+upward arrow between its packages, lazy (function-level) imports included; no private name used across
 modules; no module over 450 lines and no function over 80.
 
-The layers, lowest first. A module may import from its own layer and the layers below it, never from
-one above; a new module is placed here (the test fails naming a module no layer holds). A name covers
-the module and, for a package, everything in it.
+specgate/ is grouped by job into packages (and the few modules left at its top: the public ones and the
+vocabulary every package uses). LAYERS lists these units, lowest first: a unit may import a unit of a
+lower layer, never one of its own layer or above (two units in one layer know nothing of each other);
+inside a package, its modules import each other freely (the cycle test still holds them). A new
+package or top-level module is placed here (the test fails naming a unit no layer holds). Each package's
+__init__ docstring says its job and its neighbours.
 """
 
 import ast
@@ -16,84 +19,31 @@ PACKAGE = Path(__file__).resolve().parents[2] / "specgate"
 MAX_LINES = 450
 MAX_FUNCTION_LINES = 80
 LAYERS = (
-    # the vocabulary: errors, how numbers are written, what this machine is, statistics, vLLM's internals,
-    # processes; nothing here knows about profiles or runs
-    (
-        "errors",
-        "formatting",
-        "profile.schema",
-        "machine",
-        "figures",
-        "figures.stats",
-        "figures.two_sample",
-        "vllm_compat",
-        "engines",
-        "engines.logstream",
-        "figures.kvstats",
-        "engines.enginelog",
-        "models",
-    ),
-    # a run's inputs and the measurements' own arithmetic: the profile, the prompts, the samplers' adapters
-    (
-        "profile.prompt_sources",
-        "profile",
-        "store",
-        "store.revisions",
-        "store.tolerances",
-        "prompts",
-        "prompts.inputs",
-        "plugin.scaleout",
-        "figures.acceptance",
-        "figures.equivalence",
-        "figures.completions",
-        "run",
-        "run.request_matrix",
-        "figures.load",
-        "figures.memory",
-        "engines.in_vllm_worker",
-        "lifetime",
-        "sampler",
-        "release",
-        "release.venvs",
-    ),
-    # what is stored: baseline files, their git history, a run's record
-    ("store.baselines", "store.baseline_store", "store.history", "store.run_record"),
-    # engines: booting, driving and measuring them
-    (
-        "engines.eventloop",
-        "engines.engine_args",
-        "backend",
-        "engines.plants",
-        "engines.engine",
-        "engines.endpoint",
-        "engines.server",
-        "engines.host",
-        "run.measurements",
-        "run.scenarios",
-        "release.download",
-    ),
+    # the vocabulary: the exceptions, how numbers are written, what this machine is, every run ends
+    # (lifetime/), every vLLM internal (vllm_compat/); nothing here knows about profiles or runs
+    ("errors", "formatting", "machine", "lifetime", "vllm_compat"),
+    # model references (zoo: / paths / hub ids); the rejection samplers the properties drive
+    ("models", "sampler"),
+    # a run's inputs: the profile (parse, then resolve), then its prompt sets; the measurements' own arithmetic
+    ("profile",),
+    ("prompts", "figures"),
+    # what is stored: baseline files, their git history, a run's record, calibrated tolerances
+    ("store",),
+    # engines: the seam (public), then booting, driving and stopping them
+    ("backend",),
+    ("engines",),
     # judging: one check per gate
     ("checks",),
     # what a person reads
     ("report",),
-    # one run: its results and the session that composes the parts
-    ("run.results",),
-    ("run.session",),
-    # entry points: pytest, the `specgate` command and its release-to-release tools
-    (
-        "plugin",
-        "plugin.options",
-        "plugin.recorders",
-        "plugin.xdist_handover",
-        "hooks",
-        "testing",
-        "cli",
-        "release.rehearse",
-        "release.rehearse_requests",
-        "release.bisect",
-        "release.calibrate",
-        "release.matrix",
-    ),
+    # one run: the session that composes the parts, its measurements, scenarios and results
+    ("run",),
+    # entry points: pytest (the hook specification a conftest.py implements; the plugin, the fake engine),
+    # then release-to-release work, then the `specgate` command
+    ("hooks",),
+    ("plugin", "testing"),
+    ("release",),
+    ("cli",),
 )
 
 
@@ -220,14 +170,27 @@ def describe(path: list[str], edges) -> str:
     )
 
 
+def unit_of(module: str) -> str | None:
+    """The package or top-level module `module` belongs to ('specgate.store.history' -> 'store'); None for
+    specgate itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[0] == PACKAGE.name else None
+
+
 def layer_of(module: str) -> int | None:
-    name = module.removeprefix(PACKAGE.name + ".")
-    best = None
-    for i, names in enumerate(LAYERS):
-        for declared in names:
-            if (name == declared or name.startswith(declared + ".")) and (best is None or len(declared) > best[1]):
-                best = (i, len(declared))
-    return best[0] if best else None
+    unit = unit_of(module)
+    return next((i for i, names in enumerate(LAYERS) if unit in names), None)
+
+
+def upward(edges) -> list[str]:
+    """Each import of a unit of the importer's own layer or above (imports inside one package excepted)."""
+    return [
+        f"{a} ({unit_of(a)}, layer {layer_of(a)}) imports {b} ({unit_of(b)}, layer {layer_of(b)}) "
+        f"at line {line} ({how})"
+        for a, targets in sorted(edges.items())
+        for b, (line, how) in sorted(targets.items())
+        if a != PACKAGE.name and unit_of(b) != unit_of(a) and layer_of(b) >= layer_of(a)
+    ]
 
 
 def test_the_graph_sees_lazy_imports_and_tables_of_module_names(tmp_path):
@@ -248,24 +211,36 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not found, "import cycles in specgate/ (break each at its lowest arrow):\n" + "\n".join(found)
 
 
-def test_every_module_is_in_a_layer_and_imports_nothing_above_its_own():
+def test_every_unit_is_in_a_layer_and_imports_only_lower_ones():
     edges = graph()
-    unplaced = sorted(m for m in edges if m != PACKAGE.name and layer_of(m) is None)
-    assert not unplaced, f"modules in no layer of LAYERS (tests/unit/test_architecture.py): {', '.join(unplaced)}"
-    declared = {n for names in LAYERS for n in names}
-    stale = sorted(
-        n
-        for n in declared
-        if not any(m == f"{PACKAGE.name}.{n}" or m.startswith(f"{PACKAGE.name}.{n}.") for m in edges)
-    )
-    assert not stale, f"LAYERS names modules that do not exist: {', '.join(stale)}"
-    upward = [
-        f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)}) at line {line} ({how})"
-        for a, targets in sorted(edges.items())
-        for b, (line, how) in sorted(targets.items())
-        if a != PACKAGE.name and layer_of(b) > layer_of(a)
+    unplaced = sorted({unit_of(m) for m in edges if m != PACKAGE.name and layer_of(m) is None})
+    assert not unplaced, f"packages or modules in no layer of LAYERS (tests/unit/test_architecture.py): {unplaced}"
+    units = {unit_of(m) for m in edges}
+    stale = sorted(n for names in LAYERS for n in names if n not in units)
+    assert not stale, f"LAYERS names packages or modules that do not exist: {', '.join(stale)}"
+    found = upward(edges)
+    assert not found, "upward arrows (a package must not import one of its own layer or above):\n" + "\n".join(found)
+
+
+def test_the_layer_rule_sees_an_upward_import():
+    """The checker itself: store/ importing run/ (lazily), or figures/ importing prompts/ (one layer), is refused."""
+    edges = {
+        "specgate.store.history": {"specgate.run.session": (9, "lazy"), "specgate.figures.stats": (3, "top")},
+        "specgate.figures.memory": {"specgate.prompts": (5, "top"), "specgate.figures.stats": (2, "top")},
+    }
+    assert upward(edges) == [
+        "specgate.figures.memory (figures, layer 3) imports specgate.prompts (prompts, layer 3) at line 5 (top)",
+        "specgate.store.history (store, layer 4) imports specgate.run.session (run, layer 9) at line 9 (lazy)",
     ]
-    assert not upward, "upward arrows (a lower module must not import a higher one):\n" + "\n".join(upward)
+
+
+def test_every_package_says_its_job_and_neighbours():
+    missing = [
+        str(init.relative_to(PACKAGE.parent))
+        for init in sorted(PACKAGE.glob("*/__init__.py"))
+        if "Neighbours" not in (ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or "")
+    ]
+    assert not missing, f"package docstrings without their job and neighbours ('Neighbours: ...'): {missing}"
 
 
 def private_uses(name: str, path: Path, known) -> list[str]:
