@@ -1,6 +1,7 @@
 """The package's shape, read from its source with `ast` (nothing is imported): no import cycle and no
 upward arrow between its packages, lazy (function-level) imports included; no private name used across
-modules; no module over 450 lines and no function over 80.
+modules, and a package's private modules (`_name.py`) imported only inside it; no module over 450
+lines and no function over 80.
 
 specgate/ is grouped by job into packages (and the few modules left at its top: the public ones and the
 vocabulary every package uses). LAYERS lists these units, lowest first: a unit may import a unit of a
@@ -276,6 +277,38 @@ def test_no_private_name_is_used_across_modules():
     known = modules()
     found = [use for name, path in known.items() for use in private_uses(name, path, known)]
     assert not found, "private names used outside their module (make them public, or move them):\n" + "\n".join(found)
+
+
+def private_modules_imported_from_outside(edges) -> list[str]:
+    """Imports of a package's private module (`lifetime/_stacks.py`) by a module outside that package."""
+    found = []
+    for source, targets in edges.items():
+        for target, (line, how) in targets.items():
+            parts = target.split(".")
+            for i, part in enumerate(parts):
+                if part.startswith("_") and not part.startswith("__"):
+                    owner = ".".join(parts[:i])
+                    if not source.startswith(owner + "."):
+                        found.append(f"{source} line {line} ({how}) imports {target}, private to {owner}")
+                    break
+    return found
+
+
+def test_a_packages_private_modules_are_imported_only_inside_it():
+    found = private_modules_imported_from_outside(graph())
+    assert not found, "a package's internals used from outside it (make them public, or move them):\n" + "\n".join(
+        found
+    )
+
+
+def test_the_private_module_rule_sees_an_outside_import():
+    edges = {
+        "specgate.lifetime.reaper": {"specgate.lifetime._stacks": (3, "top")},
+        "specgate.engines.engine": {"specgate.lifetime._stacks": (9, "lazy")},
+    }
+    assert private_modules_imported_from_outside(edges) == [
+        "specgate.engines.engine line 9 (lazy) imports specgate.lifetime._stacks, private to specgate.lifetime"
+    ]
 
 
 @pytest.mark.parametrize("name", sorted(modules()))
