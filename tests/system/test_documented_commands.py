@@ -256,7 +256,7 @@ def test_bisect_over_two_local_wheels_names_the_planted_one(tmp_path):
 def test_history_of_the_committed_baselines(tmp_path):
     shallow = subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=ROOT, capture_output=True, text=True)
     if shallow.stdout.strip() != "false":
-        pytest.skip("a shallow clone (or no git): `specgate history` says so; tests/unit/test_drift.py covers that")
+        pytest.skip("a shallow clone (or no git): `specgate history` says so; unit/checks/test_drift.py covers that")
     done = sh(f"specgate history --out {tmp_path}/h", timeout_s=300)
     assert done.returncode == 0, said(done)
     assert f"history: {tmp_path}/h/history.md, {tmp_path}/h/history.html" in done.stdout

@@ -8,7 +8,7 @@ from specgate.checks import Verdict
 from specgate.profile import load_profile
 from specgate.testing import FakeScript, fake_session
 
-from .fakes import fake_profile
+from ..fakes import fake_profile
 
 pytestmark = (
     pytest.mark.needs_vllm

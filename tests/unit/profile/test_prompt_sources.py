@@ -15,7 +15,7 @@ from specgate.profile.prompt_sources import SPEED_BENCH_ENV
 from specgate.prompts import load_prompts
 from specgate.prompts.inputs import PromptInputs
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "unit" / "data"
 SPEED_BENCH = DATA / "speed_bench"
 GENERAL = "fixtures/prompts/general.jsonl"

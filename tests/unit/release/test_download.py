@@ -11,7 +11,7 @@ from specgate.cli import download as cli_download
 from specgate.profile import find_profile, load_profile
 from specgate.release import download
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GIB = 1024**3
 
 

@@ -1,4 +1,4 @@
-"""Fake vLLM workers for the drafter's weights over tensor-parallel ranks (tests/unit/test_memory.py).
+"""Fake vLLM workers for the drafter's weights over tensor-parallel ranks (tests/unit/figures/test_memory.py).
 Imports torch: only tests marked needs_vllm import this module."""
 
 import torch

@@ -8,7 +8,7 @@ from specgate.backend import RELEASE_SLACK_BYTES, ShutdownReport
 from specgate.engines import enginelog
 from specgate.profile import find_profile, load_profile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 # Shape of a real cpu-tiny boot failure: a harmless "Exception ignored" notice first, then the
 # worker's root cause, then the wrappers the engine core and this process raise.
@@ -44,7 +44,7 @@ def test_without_a_traceback_the_exception_and_plain_tail_are_used(tmp_path):
 
 # vLLM 0.31.0's server refusing mlp_speculator (engines/mlp_speculator-0.31.0.log of a real rehearsal): the
 # exception's header line says only "1 validation error"; the sentence is on the next line, 10,575 characters.
-SERVER_LOG = Path(__file__).parent / "data" / "mlp_speculator-server-0.31.0.log"
+SERVER_LOG = ROOT / "tests" / "unit" / "data" / "mlp_speculator-server-0.31.0.log"
 
 
 def test_the_root_cause_carries_the_sentence_after_a_header_only_exception_line():

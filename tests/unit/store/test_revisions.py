@@ -15,10 +15,10 @@ from specgate.models import ZOO_MODELS, zoo_dir
 from specgate.profile import find_profile, load_profile
 from specgate.store import revisions
 
-from .fakes import stand_in_hub
-from .test_profile import GOOD, load_text
+from ..fakes import stand_in_hub
+from ..profile.test_profile import GOOD, load_text
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SHA = "0123456789abcdef0123456789abcdef01234567"
 SHA2 = "fedcba9876543210fedcba9876543210fedcba98"
 HUB = """

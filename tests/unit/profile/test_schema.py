@@ -31,7 +31,7 @@ from specgate.store import history
 
 from .test_profile import GOOD
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TABLES = (
     Profile,
     Method,

@@ -17,7 +17,7 @@ from specgate.store import history
 from specgate.store.run_record import GATE, RunRecord
 from specgate.testing import FakeScript, fake_session
 
-from .fakes import fake_profile
+from ..fakes import fake_profile
 
 pytestmark = (
     pytest.mark.needs_vllm

@@ -11,7 +11,7 @@ from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.profile import load_profile
 from specgate.testing import FakeScript, fake_session
 
-from .fakes import fake_profile
+from ..fakes import fake_profile
 
 SOURCE = """
 MTPModelTypes = Literal["deepseek_mtp", "mtp"]

@@ -14,7 +14,7 @@ from specgate.profile import find_profile, load_profile
 from specgate.release import calibrate
 from specgate.store import tolerances
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_the_calibration_profile_adds_a_slower_canary_of_each_method(tmp_path):

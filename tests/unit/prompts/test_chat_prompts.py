@@ -20,7 +20,7 @@ from specgate.prompts.inputs import encode, fit
 
 pytestmark = pytest.mark.needs_vllm  # the target's transformers tokenizer (imports torch)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 DATA = ROOT / "tests" / "unit" / "data"
 QUALITATIVE = DATA / "speed_bench" / "qualitative.jsonl"
 THROUGHPUT = DATA / "speed_bench" / "throughput_2k.jsonl"

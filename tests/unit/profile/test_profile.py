@@ -8,7 +8,7 @@ import pytest
 from specgate.errors import ProfileError
 from specgate.profile import find_profile, load_profile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = """
 name = "t"
 hardware = "cpu"

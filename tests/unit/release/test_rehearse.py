@@ -8,7 +8,7 @@ from specgate.engines.endpoint import Endpoint
 from specgate.profile import find_profile, load_profile
 from specgate.release import rehearse
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_only_a_change_whose_whole_interval_is_past_the_tolerance_counts():

@@ -7,7 +7,7 @@ import pytest
 
 from specgate.store.run_record import DIED, read
 
-from .fakes import ROOT, fake_profile
+from ..fakes import ROOT, fake_profile
 
 pytest_plugins = ["pytester"]
 

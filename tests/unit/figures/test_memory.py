@@ -12,7 +12,7 @@ from specgate.figures import memory
 from specgate.figures.memory import MIB, MemoryReading
 from specgate.profile import Tolerance, find_profile, load_profile
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 TOL = Tolerance(memory_rtol=0.10, memory_slack_mib=0.25, process_slack_mib=64)
 
 
@@ -141,7 +141,7 @@ def test_device_memory_falls_back_to_the_whole_device_when_nvml_cannot_see_our_p
     assert memory.overhead(spec, base, 0, 0).device_bytes is None  # never a difference across two sources
 
 
-# -- the drafter's weights over tensor-parallel ranks, with fake workers (tests/unit/tp_workers.py) ----
+# -- the drafter's weights over tensor-parallel ranks, with fake workers (tests/unit/figures/tp_workers.py) ----
 
 
 @pytest.mark.needs_vllm  # torch
@@ -241,7 +241,7 @@ def test_measured_and_checkpoint_figures_agree_when_the_engine_shares_the_target
     from specgate.checks import Verdict
     from specgate.testing import FakeScript, fake_session
 
-    from .fakes import fake_profile
+    from ..fakes import fake_profile
 
     head = tmp_path / "eagle-head"
     head.mkdir()

@@ -2,7 +2,7 @@
 
 from specgate import cli, report
 from specgate.store import baselines
-from tests.unit.test_report import fabricated_run, fabricated_table
+from tests.unit.report.test_report import fabricated_run, fabricated_table
 
 PROV = {
     "vllm": "0.32.0",

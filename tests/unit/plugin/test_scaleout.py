@@ -56,7 +56,7 @@ def test_gate_test_ids_map_to_their_method():
         method_of("tests/gate/test_acceptance.py::test_acceptance_holds_per_category[draft-doc_prose]", methods)
         == "draft"
     )
-    assert method_of("tests/unit/test_stats.py::test_leviathan_model", methods) is None
+    assert method_of("tests/unit/figures/test_stats.py::test_leviathan_model", methods) is None
     assert method_of("tests/unit/test_x.py::test_y[other-1]", methods) is None
 
 
