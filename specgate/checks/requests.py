@@ -299,13 +299,19 @@ class RequestsCheck:
                 out[category] = round(length, 6)
         return out
 
-    def _held_acceptance(self, method: str, key: str, run, failing: dict[str, list[str]], rows: list[Row]):
+    def _held_acceptance(
+        self, method: str, key: str, run, failing: dict[str, list[str]], rows: list[Row], notes: list[str]
+    ):
         """The acceptance at T > 0 held to its stored floor: its rows appended, its failures noted; returns
-        the record an update stores."""
+        the record an update stores (None, said in `notes`, where the samples measure a broken sampler)."""
         profile = self.ctx.profile
         if run.repaired is None and SAMPLED in failing:
-            # samples of a sampler shown broken (the two-sample test) that nothing repaired (a server
-            # specgate did not start): their acceptance measures the bug, so it is neither judged nor stored
+            # samples of a sampler shown broken (the two-sample test) that nothing repaired: their acceptance
+            # measures the bug
+            notes.append(
+                "acceptance at T > 0 not judged nor stored: the samples failed the two-sample test and could not "
+                "be taken again with vllm#55005's repair (an endpoint specgate did not start)"
+            )
             return None
         acceptance = self._sampled_acceptance(method, run)
         # a baseline record is flat (field -> number): sampled_acceptance.<category> -> mean acceptance length
@@ -380,12 +386,7 @@ class RequestsCheck:
                 if n or status in STATUSES
             ),
         ]
-        record = self._held_acceptance(method, key, run, failing, rows) if base is not None else None
-        if base is not None and record is None:
-            notes.append(
-                "acceptance at T > 0 not judged nor stored: the samples failed the two-sample test and could not "
-                "be taken again with vllm#55005's repair (an endpoint specgate did not start)"
-            )
+        record = self._held_acceptance(method, key, run, failing, rows, notes) if base is not None else None
         j = Judgement(self.gate, method, key, Verdict.PASS, [], rows, record)
         release = self.ctx.release_of(method) if self.ctx.release_of else ""
         settle(profile.known_issues, j, failing, passing, release, str(profile.path))

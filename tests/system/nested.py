@@ -120,12 +120,24 @@ class NestedRun:
 
     def note(self) -> None:
         """Remember every process under the run (its reaper included)."""
+        self._note_under(self.proc.pid)
+
+    def _note_under(self, pid: int) -> None:
         try:
-            for p in psutil.Process(self.proc.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    self.seen.setdefault(p.pid, (p.create_time(), " ".join(p.cmdline())[:120] or p.name()))
+            children = psutil.Process(pid).children(recursive=True)
         except psutil.Error:
-            pass
+            return
+        for p in children:
+            with contextlib.suppress(psutil.Error):
+                self.seen.setdefault(p.pid, (p.create_time(), " ".join(p.cmdline())[:120] or p.name()))
+
+    def _still(self, pid: int) -> psutil.Process | None:
+        """The process `pid` seen under the run, when it is still that one (not a reused pid)."""
+        try:
+            p = psutil.Process(pid)
+            return p if abs(p.create_time() - self.seen[pid][0]) < 0.01 else None
+        except psutil.Error:
+            return None
 
     def phase(self) -> str:
         path = reaper.state_path(ROOT, self.proc.pid).with_suffix(".phase")
@@ -188,21 +200,13 @@ class NestedRun:
         A process started between the last note() and the run's end is found as the child of one seen
         (an engine core's helper started just before a SIGKILL), however its parent has died since."""
         for pid in list(self.seen):
-            with contextlib.suppress(psutil.Error):
-                p = psutil.Process(pid)
-                if abs(p.create_time() - self.seen[pid][0]) < 0.01:
-                    for child in p.children(recursive=True):
-                        with contextlib.suppress(psutil.Error):
-                            name = " ".join(child.cmdline())[:120] or child.name()
-                            self.seen.setdefault(child.pid, (child.create_time(), name))
+            if self._still(pid) is not None:
+                self._note_under(pid)
         out = []
-        for pid, (created, what) in self.seen.items():
-            try:
-                p = psutil.Process(pid)
-                if abs(p.create_time() - created) < 0.01 and p.status() != psutil.STATUS_ZOMBIE:
+        for pid, (_, what) in self.seen.items():
+            with contextlib.suppress(psutil.Error):
+                if (p := self._still(pid)) is not None and p.status() != psutil.STATUS_ZOMBIE:
                     out.append(f"{pid} {p.status()} {what}")
-            except psutil.Error:
-                pass
         return out
 
     def alive_after(self, seconds: float) -> list[str]:
