@@ -319,8 +319,14 @@ def pytest_testnodedown(node, error) -> None:
         node.config.stash[_WORKERS_KEY].append(json.loads(payload))
 
 
-def _ran(session) -> bool:
-    return session is not None and bool(session.host.engines_booted or session.plan.endpoints or session.interrupted)
+def _ran(session, config: pytest.Config) -> bool:
+    """Whether the run has something to report: an engine booted, an endpoint driven, an interrupt, or a
+    gate test that ran and was skipped before any engine could boot (a profile this CPU cannot run, a
+    method this vLLM does not offer): the summary then says why, in one line per method."""
+    if session is None:
+        return False
+    judged = bool(config.stash[_OUTCOMES_KEY].outcomes)
+    return bool(session.host.engines_booted or session.plan.endpoints or session.interrupted or judged)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -341,7 +347,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus) -> None:
     if not hasattr(config, "workeroutput"):
         return
     gs = config.stash.get(_SESSION_KEY, None)
-    if not _ran(gs):
+    if not _ran(gs, config):
         return
     gs.release_all()
     outcomes = list(config.stash[_OUTCOMES_KEY].outcomes.values())
@@ -369,7 +375,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config: pytest.Config)
     session = config.stash.get(_SESSION_KEY, None)
     if session is not None:
         session.interrupted = config.stash[_RUN_KEY].interrupted
-    if not _ran(session):
+    if not _ran(session, config):
         return
     session.release_all()
     terminalreporter.section("specgate")

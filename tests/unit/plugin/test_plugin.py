@@ -114,6 +114,22 @@ def test_bad_options_are_usage_errors_naming_the_option(gate_dir):
     result.stderr.fnmatch_lines(["*--specgate-profile: no profile named 'no-such-profile'*"])
 
 
+def test_a_run_whose_every_engine_is_skipped_before_booting_says_why_and_writes_its_results(gate_dir):
+    # a profile this CPU cannot run (cpu-tiny-bf16 on a CPU without native bf16): nothing boots, and the
+    # summary still says why in one line, under -q as a user runs it (pytest's -rs is not needed)
+    gate_dir.makefile(".toml", flags=PROFILE + '[engine]\ncpu_flags = ["no_such_flag_here"]\n')
+    result = gate_dir.runpytest_subprocess(
+        "-p", "specgate.testing", "-m", "gpu", "-q", "--specgate-profile", str(gate_dir.path / "flags.toml"),
+        "--specgate-methods", "good", "--specgate-out", str(gate_dir.path / "out"),
+    )  # fmt: skip
+    assert result.ret == pytest.ExitCode.OK and result.parseoutcomes().get("passed") is None, result.stdout.str()
+    result.stdout.fnmatch_lines(
+        ["*skipped, mostly (*): profile fake needs a CPU with no_such_flag_here ([[]engine] cpu_flags in *"]
+    )
+    result.stdout.fnmatch_lines(["engines booted: 0 *"])
+    assert "has none of the flags no_such_flag_here" in (gate_dir.path / "out" / "summary.md").read_text()
+
+
 def baseline_file(pytester):
     files = list((pytester.path / "baselines" / "fake").glob("*.json"))
     return files[0] if files else None
