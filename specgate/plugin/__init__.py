@@ -322,7 +322,7 @@ def pytest_testnodedown(node, error) -> None:
 def _ran(session, config: pytest.Config) -> bool:
     """Whether the run has something to report: an engine booted, an endpoint driven, an interrupt, or a
     gate test that ran and was skipped before any engine could boot (a profile this CPU cannot run, a
-    method this vLLM does not offer): the summary then says why, in one line per method."""
+    method this vLLM does not offer): the summary then says why."""
     if session is None:
         return False
     judged = bool(config.stash[_OUTCOMES_KEY].outcomes)

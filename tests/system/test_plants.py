@@ -86,6 +86,11 @@ def figures(table, method, gate):
     }
 
 
+def of(outcome, method, gate):
+    """The outcomes of one method's gate (a gate test per key)."""
+    return [o for (m, g, _), o in outcome.items() if (m, g) == (method, gate)]
+
+
 def failed(outcome, methods):
     return {(m, g) for (m, g, _), o in outcome.items() if m in methods and o["outcome"] in ("failed", "error")}
 
@@ -106,12 +111,7 @@ def test_the_run_fails_only_where_a_bug_was_planted(planted):
         "prefix_soak",
         "requests",
     }
-    assert (
-        outcome[("baseline", "requests", next(k for m, g, k in outcome if (m, g) == ("baseline", "requests")))][
-            "outcome"
-        ]
-        == "passed"
-    )
+    assert {o["outcome"] for o in of(outcome, "baseline", "requests")} == {"passed"}
     # the plain gate cannot tell the planted copies from ngram: the same greedy tokens, the same acceptance
     assert figures(table, "ngram", "acceptance"), "ngram measured no acceptance"
     for name in [*REQUESTS, *SCENARIOS]:
@@ -123,7 +123,7 @@ def test_the_run_fails_only_where_a_bug_was_planted(planted):
 def test_the_requests_scenario_fails_on_each_planted_request_bug_that_the_plain_gate_passes(planted):
     _, outcome, _, _, _ = planted
     for name, (plant, klass, says) in REQUESTS.items():
-        message = next(o["message"] for (m, g, _), o in outcome.items() if (m, g) == (name, "requests"))
+        message = of(outcome, name, "requests")[0]["message"]
         line = next((m for m in message.splitlines() if f"'{name}', {klass}: " in m), "")
         assert says in line, (plant, klass, message[:3000])
         print(f"{plant}: requests fails ({klass}): {line[:400]}")
@@ -132,7 +132,7 @@ def test_the_requests_scenario_fails_on_each_planted_request_bug_that_the_plain_
 def test_each_scenario_fails_on_its_plant_that_the_plain_gate_passes(planted):
     _, outcome, _, _, _ = planted
     for name, (plant, scenario, says) in SCENARIOS.items():
-        message = next(o["message"] for (m, g, _), o in outcome.items() if (m, g) == (name, scenario))
+        message = of(outcome, name, scenario)[0]["message"]
         assert says in message, (plant, message)
         print(f"{plant}: {scenario} fails: {message.splitlines()[0][:300]}")
 
