@@ -1,4 +1,7 @@
-"""Endpoint mode's parsing: the option and the server's Prometheus counters."""
+"""Endpoint mode's parsing (the option, the server's Prometheus counters) and its client."""
+
+import http.server
+import threading
 
 import pytest
 
@@ -43,3 +46,37 @@ def test_endpoint_option_parsing():
     for bad in (["http://127.0.0.1:8000"], ["eagle3=localhost:8000"], ["a=http://x", "a=http://y"]):
         with pytest.raises(EndpointError, match="--specgate-endpoint"):
             parse_endpoints(bad)
+
+
+class _Metrics(http.server.BaseHTTPRequestHandler):
+    """/metrics over HTTP/1.1 keep-alive, noting each request's client port (one per connection)."""
+
+    protocol_version = "HTTP/1.1"
+    ports: list[int] = []
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        self.ports.append(self.client_address[1])
+        body = METRICS.encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_one_client_serves_every_request_of_an_endpoint_over_kept_connections():
+    from specgate.engines.endpoint import Endpoint
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = Endpoint("ngram", f"http://127.0.0.1:{server.server_port}")
+    try:
+        readings = [endpoint.counters() for _ in range(10)]
+    finally:
+        endpoint.shutdown()
+        server.shutdown()
+    assert {r.num_drafts for r in readings} == {42}
+    assert len(_Metrics.ports) == 10 and len(set(_Metrics.ports)) == 1  # a client per request: 10 connections
+    assert endpoint._http is None  # closed with the endpoint
