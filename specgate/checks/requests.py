@@ -13,7 +13,8 @@ drafted; vLLM's per-request figures sum to the counters' deltas).
 
 At T > 0 the method's seeded samples and the baseline's must come from one distribution
 (two_sample.differ at the scenario's level): as shipped, and where vllm#55005's probe fails also with
-the repair in the worker, which must pass. Acceptance over the samples is stored per category and held
+the repair in the worker, which must pass (the shipped samples are then taken in two looks, each judged at
+half the level: run.scenarios.Sampled). Acceptance over the samples is stored per category and held
 to acceptance_rtol like the greedy pass's. The profile's [known_issues] settle what they explain
 (checks.known).
 
@@ -277,13 +278,15 @@ class RequestsCheck:
             if samples is None:
                 continue
             test = differ(samples.tokens, base.sampled.tokens, config.sampled_tokens, seed=self.ctx.profile.seed)
-            rows.append(Row(f"{klass}.p_value", test.p_value, bound=config.level, failing=test.rejects(config.level)))
-            if test.rejects(config.level):
+            level = samples.level(config.level)
+            rows.append(Row(f"{klass}.p_value", test.p_value, bound=level, failing=test.rejects(level)))
+            if test.rejects(level):
                 repaired = ", with vllm#55005's repair in the worker," if klass == REPAIRED else ""
+                look = f", the {samples.look} of two looks" if samples.look else ""
                 failing.setdefault(klass, []).append(
                     f"method '{method}', {klass}: its samples at T {config.temperature:g}{repaired} are not the plain "
                     f"engine's distribution (two-sample test over {test.samples[0]} + {test.samples[1]} samples, "
-                    f"{config.sampled_tokens} tokens each: p = {test.p_value:.2g} < level {config.level:g}); "
+                    f"{config.sampled_tokens} tokens each{look}: p = {test.p_value:.2g} < level {level:g}); "
                     f"most apart: {test.worst}"
                 )
             else:

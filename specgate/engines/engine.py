@@ -205,6 +205,10 @@ class Engine(StreamingBackend):
         """Call `fn(worker)` in every worker process (results in rank order)."""
         return self.run(self.client.collective_rpc(fn), f"a call into the workers ({getattr(fn, '__name__', 'rpc')})")
 
+    def sampling_broken(self) -> str:
+        """The probe's finding where this vLLM has vllm-project/vllm#55005 (sampling_repaired repairs it), or ''."""
+        return compat.sampled_verification_broken()
+
     @contextlib.contextmanager
     def sampling_repaired(self):
         """While active, where the probe shows vllm-project/vllm#55005, the workers' sampler carries the

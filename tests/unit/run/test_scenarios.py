@@ -1,0 +1,99 @@
+"""The requests scenario's samples at T > 0 (specgate.run.scenarios.ScenarioRuns._samples), on a scripted
+engine: in one go, or, where vllm#55005's probe fails, in two looks that stop when the first already fails."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from specgate.backend import RequestsResult
+from specgate.figures.acceptance import SpecCounters
+from specgate.figures.completions import Completion, Reply
+from specgate.profile import load_profile
+from specgate.run.scenarios import FIRST_LOOK_SHARE, SAMPLE_SEEDS, Sampled, ScenarioRuns
+
+ROOT = Path(__file__).resolve().parents[3]
+PROFILE = load_profile(ROOT / "fixtures" / "profiles" / "cpu-tiny.toml", ROOT)
+SAMPLES = PROFILE.scenarios.requests.samples
+
+
+@dataclass
+class Prompt:
+    id: str
+    category: str
+    token_ids: tuple
+
+
+class Inputs:
+    max_prompt_tokens = 100
+
+    def tokenized(self):
+        return [Prompt("a-1", "a", (1,) * 100), Prompt("b-1", "b", (2,) * 100)]
+
+
+class Store:
+    profile, inputs = PROFILE, Inputs()
+
+    def measuring(self, fn, *args):
+        return fn(*args)
+
+
+class Matrix:
+    window = 4
+
+
+class Scripted:
+    """Samples token 9 then the seed's parity (or token 7 throughout: another distribution)."""
+
+    def __init__(self, other=False):
+        self.other, self.seeds = other, []
+
+    def token_budget(self):
+        return 2048
+
+    def run_requests(self, requests, what, limit):
+        replies = {}
+        for tag, _, params, _ in requests:
+            self.seeds.append((tag.split("@")[1], params["seed"]))
+            ids = (7, 7, 7, 7) if self.other else (9, params["seed"] % 2, 9, 9)
+            replies[tag] = Reply((Completion(ids, "", "length", None),))
+        return RequestsResult(replies, SpecCounters(len(requests), 3 * len(requests), 2 * len(requests), ()))
+
+
+def runs():
+    runs = ScenarioRuns(Store())
+    runs._matrix = Matrix()
+    return runs
+
+
+def baseline():
+    return runs()._samples(Scripted(), "baseline")
+
+
+def test_samples_in_one_go_are_judged_at_the_scenarios_level():
+    engine = Scripted()
+    sampled = runs()._samples(engine, "ngram")
+    assert sampled.look == "" and sampled.level(0.001) == 0.001
+    assert {len(v) for v in sampled.tokens.values()} == {SAMPLES}
+    seed = SAMPLE_SEEDS[False]
+    assert sorted(engine.seeds) == sorted((p, seed + i) for p in ("a-1", "b-1") for i in range(SAMPLES))
+
+
+def test_a_sampler_that_fails_at_the_first_look_is_not_sampled_further():
+    engine = Scripted(other=True)
+    sampled = runs()._samples(engine, "ngram", baseline())
+    first = SAMPLES // FIRST_LOOK_SHARE
+    assert sampled.look == "first" and sampled.level(0.001) == 0.0005
+    assert {len(v) for v in sampled.tokens.values()} == {first} and len(engine.seeds) == 2 * first
+    assert sampled.counters["a"].num_drafts == first  # the scripted counters: one draft per request
+
+
+def test_a_sampler_that_passes_the_first_look_is_sampled_whole_in_seed_order():
+    engine = Scripted()
+    sampled = runs()._samples(engine, "ngram", baseline())
+    assert sampled.look == "second" and sampled.level(0.001) == 0.0005
+    assert sampled.tokens == runs()._samples(Scripted(), "ngram").tokens  # the same samples as in one go
+    assert len(engine.seeds) == len(set(engine.seeds)) == 2 * SAMPLES  # none taken twice
+    assert sampled.counters["a"].num_drafts == SAMPLES  # both looks' counters added
+
+
+def test_a_look_of_two_is_judged_at_half_the_level():
+    assert Sampled(look="first").level(0.002) == Sampled(look="second").level(0.002) == 0.001
