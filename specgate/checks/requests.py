@@ -313,7 +313,8 @@ class RequestsCheck:
             # measures the bug
             notes.append(
                 "acceptance at T > 0 not judged nor stored: the samples failed the two-sample test and could not "
-                "be taken again with vllm#55005's repair (an endpoint specgate did not start)"
+                "be taken again with vllm#55005's repair (an endpoint specgate did not start, or a worker that would "
+                "not take the repair)"
             )
             return None
         acceptance = self._sampled_acceptance(method, run)

@@ -86,7 +86,9 @@ class Endpoint(StreamingBackend):
         if self._http is None:
             self._http = httpx.AsyncClient(
                 timeout=httpx.Timeout(REQUEST_TIMEOUT_S, pool=None),  # a request waits for a connection
-                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64),
+                # idle connections dropped before vLLM's server drops them (VLLM_HTTP_TIMEOUT_KEEP_ALIVE, 5 s): a
+                # request sent on a socket the server is closing fails, and httpx does not retry it
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=64, keepalive_expiry=2.0),
             )
         return self._http
 

@@ -26,7 +26,7 @@ from specgate.errors import NotMeasurable
 from specgate.figures.acceptance import SpecCounters
 from specgate.figures.completions import Reply
 from specgate.figures.kvstats import KvStats
-from specgate.figures.two_sample import differ
+from specgate.figures.two_sample import PERMUTATIONS, differ
 from specgate.profile import BASELINE
 from specgate.run import request_matrix
 
@@ -277,6 +277,10 @@ class ScenarioRuns:
                         run.repaired, run.repair = self._samples(engine, name), why
                         run.repaired_replies = send(seeded_batches)[0]
                 run.seconds["repaired"] = time.monotonic() - started
+            if run.repaired is None and run.sampled.look == "first":  # the repair could not be put in after all
+                started = time.monotonic()
+                self._rest(engine, name, run.sampled)
+                run.seconds["samples"] += time.monotonic() - started
             return run
 
         return self._once("requests", name, self._requests, measure)
@@ -302,17 +306,21 @@ class ScenarioRuns:
         time, as many at a time as that category's prompts allow (seeded_limit). With the baseline's
         samples (`base`), in two looks: the first FIRST_LOOK_SHARE-th of each prompt's samples, and the rest
         only if those do not already fail the two-sample test at half the scenario's level."""
-        plans = self.sampled_plan()
-        if base is None:
+        plans, config = self.sampled_plan(), self.profile.scenarios.requests
+        # (a look can reject only at a level above the permutation test's smallest p-value)
+        if base is None or config.level / 2 <= 1 / (PERMUTATIONS + 1):
             return self._sample_range(engine, name, plans, 0, None, Sampled())
-        config = self.profile.scenarios.requests
-        first = max(1, config.samples // FIRST_LOOK_SHARE)
-        out = self._sample_range(engine, name, plans, 0, first, Sampled(look="first"))
+        out = self._sample_range(engine, name, plans, 0, self._first_look(), Sampled(look="first"))
         test = differ(out.tokens, base.tokens, config.sampled_tokens, seed=self.profile.seed)
-        if test.rejects(out.level(config.level)):
-            return out
+        return out if test.rejects(out.level(config.level)) else self._rest(engine, name, out)
+
+    def _first_look(self) -> int:
+        return max(1, self.profile.scenarios.requests.samples // FIRST_LOOK_SHARE)
+
+    def _rest(self, engine, name: str, out: Sampled) -> Sampled:
+        """The samples after the first look, added to it: all of them, judged as the second look."""
         out.look = "second"
-        return self._sample_range(engine, name, plans, first, None, out)
+        return self._sample_range(engine, name, self.sampled_plan(), self._first_look(), None, out)
 
     def _sample_range(self, engine, name: str, plans, start: int, stop: int | None, out: Sampled) -> Sampled:
         """Samples start..stop (None: all) of each plan, added to `out`."""

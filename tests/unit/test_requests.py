@@ -378,3 +378,18 @@ def test_acceptance_at_t_above_0_is_held_to_its_stored_floor_unless_its_samples_
     said = "\n".join(j.messages)
     assert "mean acceptance length" not in said and "acceptance at T > 0 not judged nor stored" in said, said
     assert j.record is None and not any(r.metric.startswith("sampled_acceptance.") for r in j.rows)
+
+
+def test_either_look_of_two_is_judged_at_half_the_scenarios_level(check):
+    rc, runs = check
+    broken = _run(runs.matrix)
+    runs.replies = {BASELINE: _run(runs.matrix), "ngram": broken}
+    level = rc.ctx.profile.scenarios.requests.level
+    for look in ("", "first", "second"):
+        broken.sampled = Sampled({"a-1": [(7, 7, 7, 7)] * 20}, broken.sampled.counters, look=look)
+        j = rc.judge("ngram", "sent")
+        row = next(r for r in j.rows if r.metric == "sampled.p_value")
+        assert row.bound == (level / 2 if look else level) and row.failing
+        said = "\n".join(j.messages)
+        assert f"< level {row.bound:g})" in said, said
+        assert (f"the {look} of two looks" in said) == bool(look)

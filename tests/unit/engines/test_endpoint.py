@@ -52,7 +52,7 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
     """/metrics over HTTP/1.1 keep-alive, noting each request's client port (one per connection)."""
 
     protocol_version = "HTTP/1.1"
-    ports: list[int] = []
+    ports: list[int]
 
     def do_GET(self):  # noqa: N802 (http.server's name)
         self.ports.append(self.client_address[1])
@@ -69,14 +69,16 @@ class _Metrics(http.server.BaseHTTPRequestHandler):
 def test_one_client_serves_every_request_of_an_endpoint_over_kept_connections():
     from specgate.engines.endpoint import Endpoint
 
+    _Metrics.ports = []
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     endpoint = Endpoint("ngram", f"http://127.0.0.1:{server.server_port}")
     try:
         readings = [endpoint.counters() for _ in range(10)]
+        client = endpoint._http
     finally:
         endpoint.shutdown()
         server.shutdown()
     assert {r.num_drafts for r in readings} == {42}
     assert len(_Metrics.ports) == 10 and len(set(_Metrics.ports)) == 1  # a client per request: 10 connections
-    assert endpoint._http is None  # closed with the endpoint
+    assert client.is_closed and endpoint._http is None  # closed with the endpoint

@@ -1,14 +1,15 @@
 """The requests scenario's samples at T > 0 (specgate.run.scenarios.ScenarioRuns._samples), on a scripted
 engine: in one go, or, where vllm#55005's probe fails, in two looks that stop when the first already fails."""
 
-from dataclasses import dataclass
+import contextlib
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from specgate.backend import RequestsResult
 from specgate.figures.acceptance import SpecCounters
 from specgate.figures.completions import Completion, Reply
-from specgate.profile import load_profile
-from specgate.run.scenarios import FIRST_LOOK_SHARE, SAMPLE_SEEDS, Sampled, ScenarioRuns
+from specgate.profile import BASELINE, load_profile
+from specgate.run.scenarios import FIRST_LOOK_SHARE, SAMPLE_SEEDS, RequestRun, Sampled, ScenarioRuns
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILE = load_profile(ROOT / "fixtures" / "profiles" / "cpu-tiny.toml", ROOT)
@@ -32,12 +33,18 @@ class Inputs:
 class Store:
     profile, inputs = PROFILE, Inputs()
 
+    def __init__(self, engine=None):
+        self.scripted = engine
+
     def measuring(self, fn, *args):
         return fn(*args)
 
+    def engine(self, name):
+        return self.scripted
+
 
 class Matrix:
-    window = 4
+    window, cases = 4, ()
 
 
 class Scripted:
@@ -58,8 +65,8 @@ class Scripted:
         return RequestsResult(replies, SpecCounters(len(requests), 3 * len(requests), 2 * len(requests), ()))
 
 
-def runs():
-    runs = ScenarioRuns(Store())
+def runs(engine=None):
+    runs = ScenarioRuns(Store(engine))
     runs._matrix = Matrix()
     return runs
 
@@ -97,3 +104,31 @@ def test_a_sampler_that_passes_the_first_look_is_sampled_whole_in_seed_order():
 
 def test_a_look_of_two_is_judged_at_half_the_level():
     assert Sampled(look="first").level(0.002) == Sampled(look="second").level(0.002) == 0.001
+
+
+def test_a_level_the_permutation_test_cannot_halve_takes_one_look():
+    low = ScenarioRuns(Store())
+    low._matrix = Matrix()
+    config = replace(PROFILE.scenarios.requests, level=0.0005)  # half of it: 1 / (3999 + 1), no p below it
+    low.store.profile = replace(PROFILE, scenarios=replace(PROFILE.scenarios, requests=config))
+    assert low._samples(Scripted(other=True), "ngram", baseline()).look == ""
+
+
+class Unrepairable(Scripted):
+    """A sampler the probe shows broken whose repair cannot be put in (the worker call failed)."""
+
+    def sampling_broken(self):
+        return "vllm#55005"
+
+    @contextlib.contextmanager
+    def sampling_repaired(self):
+        yield ""
+
+
+def test_shipped_samples_stopped_at_the_first_look_are_taken_whole_when_no_repair_follows():
+    engine = Unrepairable(other=True)
+    scenario = runs(engine)
+    scenario._requests[BASELINE] = RequestRun({}, SpecCounters(), baseline())
+    run = scenario.requests("ngram")
+    assert run.repaired is None and run.sampled.look == "second"  # judged as the second look, at half the level
+    assert {len(v) for v in run.sampled.tokens.values()} == {SAMPLES} and len(engine.seeds) == 2 * SAMPLES
