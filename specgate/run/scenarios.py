@@ -257,7 +257,10 @@ class ScenarioRuns:
                 return replies, counters
 
             seeded_batches = [
-                (seeded, "its seeded requests", self.seeded_limit(engine, cases=seeded)),
+                *(
+                    (group, "its seeded requests", self.seeded_limit(engine, cases=group))
+                    for group in by_samples(seeded)
+                ),
                 (again, "its repeats", self.seeded_limit(engine, cases=again)),
             ]
             started = time.monotonic()
@@ -352,6 +355,15 @@ class ScenarioRuns:
                     raise NotMeasurable(f"engine '{name}' refused a seeded sample at T > 0: {reply.refused}")
                 out.tokens.setdefault(pid, []).append(reply.first.token_ids if reply.first else ())
         return out
+
+
+def by_samples(cases) -> list[list]:
+    """`cases` grouped by how many samples each request asks for (`n`), fewest first: each group gets the
+    in-flight limit of its own widest request (seeded_limit), not that of the widest of all."""
+    groups: dict[int, list] = {}
+    for case in cases:
+        groups.setdefault(int(case.params.get("n") or 1), []).append(case)
+    return [groups[n] for n in sorted(groups)]
 
 
 def with_kv_blocks(method, blocks: int):

@@ -9,6 +9,7 @@ from specgate.backend import RequestsResult
 from specgate.figures.acceptance import SpecCounters
 from specgate.figures.completions import Completion, Reply
 from specgate.profile import BASELINE, load_profile
+from specgate.run.request_matrix import RequestCase
 from specgate.run.scenarios import FIRST_LOOK_SHARE, SAMPLE_SEEDS, RequestRun, Sampled, ScenarioRuns
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -132,3 +133,33 @@ def test_shipped_samples_stopped_at_the_first_look_are_taken_whole_when_no_repai
     run = scenario.requests("ngram")
     assert run.repaired is None and run.sampled.look == "second"  # judged as the second look, at half the level
     assert {len(v) for v in run.sampled.tokens.values()} == {SAMPLES} and len(engine.seeds) == 2 * SAMPLES
+
+
+class Limits(Scripted):
+    """Records each batch's requests per sample count (n) and the in-flight limit it was sent with."""
+
+    def __init__(self):
+        super().__init__()
+        self.batches = []
+
+    def run_requests(self, requests, what, limit):
+        self.batches.append((what, sorted({p.get("n", 1) for _, _, p, _ in requests}), limit))
+        if what.startswith("samples"):
+            return super().run_requests(requests, what, limit)
+        return RequestsResult({t: Reply((Completion((9,), "", "length", None),)) for t, *_ in requests}, SpecCounters())
+
+
+def test_seeded_requests_of_one_sample_are_not_held_to_the_limit_of_those_of_three():
+    seeded = {"temperature": 0.8, "seed": 1, "max_tokens": 4}
+    cases = (
+        RequestCase("seeded@a-1", "seeded", "a-1", {**seeded, "n": 3}),
+        RequestCase("min_p@a-1", "processors", "a-1", {**seeded, "min_p": 0.2}),
+        RequestCase("seeded@b-1", "seeded", "b-1", {**seeded, "n": 3}),
+    )
+    engine = Limits()
+    scenario = runs(engine)
+    scenario._matrix.cases = cases
+    scenario.requests(BASELINE)
+    sent = [(n, limit) for what, n, limit in engine.batches if what == "its seeded requests"]
+    # 2048 tokens a step over (100 prompt + 4 window + 1) tokens a sample: 19 requests of one, 6 of three
+    assert sent == [([1], 2048 // 105 - 1), ([3], 2048 // (105 * 3) - 1)]
