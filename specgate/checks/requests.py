@@ -117,7 +117,7 @@ class RequestsCheck:
             for seq in bad_word_tokens(case.params.get("bad_words") or (), self.runs.encode):
                 if _contains(out.token_ids, seq):
                     problems.append(f"bad word tokens {seq} emitted")
-        n = int(case.params.get("n") or 1)
+        n = case.samples
         if len(reply.outputs) != n:
             problems.append(f"{len(reply.outputs)} outputs for n = {n}")
         return problems

@@ -73,6 +73,11 @@ class RequestCase:
     # output against the plain request of their prompt: else they test nothing.
     must_change: bool = False
 
+    @property
+    def samples(self) -> int:
+        """How many samples the request asks for (its `n`, 1 when unset)."""
+        return int(self.params.get("n") or 1)
+
 
 @dataclass(frozen=True)
 class SampledPrompt:

@@ -301,7 +301,7 @@ class ScenarioRuns:
         ids = [c.prompt_id for c in cases] + list(prompt_ids)
         longest = max((lengths[i] for i in ids), default=self.store.inputs.max_prompt_tokens)
         width = self.request_matrix().window or 1
-        n = max((int(c.params.get("n") or 1) for c in cases), default=1)
+        n = max((c.samples for c in cases), default=1)
         return max(1, budget // ((longest + width + 1) * n) - 1)
 
     def _samples(self, engine, name: str, base: Sampled | None = None) -> Sampled:
@@ -362,7 +362,7 @@ def by_samples(cases) -> list[list]:
     in-flight limit of its own widest request (seeded_limit), not that of the widest of all."""
     groups: dict[int, list] = {}
     for case in cases:
-        groups.setdefault(int(case.params.get("n") or 1), []).append(case)
+        groups.setdefault(case.samples, []).append(case)
     return [groups[n] for n in sorted(groups)]
 
 

@@ -161,5 +161,5 @@ def test_seeded_requests_of_one_sample_are_not_held_to_the_limit_of_those_of_thr
     scenario._matrix.cases = cases
     scenario.requests(BASELINE)
     sent = [(n, limit) for what, n, limit in engine.batches if what == "its seeded requests"]
-    # 2048 tokens a step over (100 prompt + 4 window + 1) tokens a sample: 19 requests of one, 6 of three
+    # 2048 tokens a step over (100 prompt + 4 window + 1) tokens a sample: 18 in flight of one sample, 5 of three
     assert sent == [([1], 2048 // 105 - 1), ([3], 2048 // (105 * 3) - 1)]
