@@ -107,7 +107,15 @@ def read_groups(directory: str | None) -> dict[str, str]:
 
 def method_scheduler(config, log, methods: list[str], groups_dir: str | None = None):
     """xdist's load-scope scheduler with one scope per method, one per `xdist_group` (the groups the
-    workers recorded in `groups_dir`), and one scope each for the other tests."""
+    workers recorded in `groups_dir`), and one scope each for the other tests.
+
+    Two changes to how xdist hands the scopes out, so that workers running long tests end together:
+    - in collection order, where xdist puts the scopes with the most tests first: the session orders a gate's
+      methods, a suite can put its longest tests first (the project's own: tests/system/conftest.py);
+    - a worker is given its next scope only when it holds no other test besides the one it runs. A worker
+      starts a test once it holds the one after it (pytest's `nextitem`), so that keeps it busy; xdist tops a
+      worker up whenever it holds two or fewer, so a worker whose quick tests end in a row takes several
+      long scopes while the other worker, busy with one long test, gets none of them afterwards."""
     from xdist.scheduler import LoadScopeScheduling
 
     class MethodScopeScheduling(LoadScopeScheduling):
@@ -119,5 +127,18 @@ def method_scheduler(config, log, methods: list[str], groups_dir: str | None = N
             if self._groups is None:
                 self._groups = read_groups(groups_dir)
             return f"xdist-group:{self._groups[nodeid]}" if nodeid in self._groups else nodeid
+
+        def schedule(self) -> None:
+            option = self.config.option
+            reorder, option.loadscopereorder = getattr(option, "loadscopereorder", False), False
+            try:  # xdist reads the option only while it builds its queue of scopes, here
+                super().schedule()
+            finally:
+                option.loadscopereorder = reorder
+
+        def _reschedule(self, node) -> None:
+            if self.workqueue and not node.shutting_down and self._pending_of(self.assigned_work[node]) > 1:
+                return
+            super()._reschedule(node)
 
     return MethodScopeScheduling(config, log)

@@ -25,8 +25,32 @@ def vllm_cpu_build():
 
 @pytest.hookimpl(tryfirst=True)  # before -m selects on it
 def pytest_collection_modifyitems(items):
-    """Every test in this directory is a real run: marker `system` (a new file cannot forget it)."""
+    """Every test in this directory is a real run: marker `system` (a new file cannot forget it). The slow
+    ones go longest first: see `longest_first`."""
     here = Path(__file__).parent
     for item in items:
         if here in item.path.parents:
             item.add_marker(pytest.mark.system)
+    items[:] = longest_first(items)
+
+
+def longest_first(items: list) -> list:
+    """`items` with the slow tests first, longest first, by the wall time their marker states
+    (`slow(wall_s=...)`, measured: docs/ci-budget.md); the tests of one `xdist_group` count as one, as long as
+    its longest, and stay together. The others keep their order, after them. Under xdist the scheduler hands
+    the tests out in this order (specgate/plugin/scaleout.py), so the slow stage's two workers end together."""
+    first: dict[str, int] = {}
+    cost: dict[str, float] = {}
+    for index, item in enumerate(items):
+        scope = _scope(item)
+        first.setdefault(scope, index)
+        mark = item.get_closest_marker("slow")
+        cost[scope] = max(cost.get(scope, 0.0), float(mark.kwargs.get("wall_s", 0)) if mark else 0.0)
+    timed = [(index, item) for index, item in enumerate(items) if cost[_scope(item)]]
+    timed.sort(key=lambda pair: (-cost[_scope(pair[1])], first[_scope(pair[1])], pair[0]))
+    return [item for _, item in timed] + [item for item in items if not cost[_scope(item)]]
+
+
+def _scope(item) -> str:
+    group = item.get_closest_marker("xdist_group")
+    return f"group:{group.args[0]}" if group and group.args else item.nodeid

@@ -46,6 +46,7 @@ def test_without_native_bf16_the_run_says_which_flag_is_missing(tmp_path):
     assert "has none of the flags avx512_bf16, amx_bf16" in summary  # the whole reason (the line is cut at 240)
 
 
+@pytest.mark.slow(wall_s=170)
 @pytest.mark.skipif(
     missing_cpu_flags(("avx512_bf16", "amx_bf16")) is not None,
     reason=f"needs native bf16: {missing_cpu_flags(('avx512_bf16', 'amx_bf16'))}",

