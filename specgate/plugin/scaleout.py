@@ -77,16 +77,19 @@ def method_of(nodeid: str, methods: list[str]) -> str | None:
     return None
 
 
+def group_of(item) -> str | None:
+    """The name of the `xdist_group` a collected test carries (positional or `name=`), or None."""
+    mark = item.get_closest_marker("xdist_group")
+    name = (mark.args[0] if mark.args else mark.kwargs.get("name")) if mark is not None else None
+    return str(name) if name else None
+
+
 def record_groups(items, directory: str, worker: str) -> None:
     """In an xdist worker: {node id: its xdist_group name} of the collected tests that carry one, written to
     `directory`/<worker>.json (whole, then renamed: the scheduler never reads half a file)."""
     import json
 
-    groups = {}
-    for item in items:
-        mark = item.get_closest_marker("xdist_group")
-        if mark is not None and (name := mark.args[0] if mark.args else mark.kwargs.get("name")):
-            groups[item.nodeid] = str(name)
+    groups = {item.nodeid: name for item in items if (name := group_of(item))}
     path = os.path.join(directory, f"{worker}.json")
     with open(path + ".part", "w", encoding="utf-8") as fh:
         json.dump(groups, fh)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from specgate.plugin.scaleout import group_of
+
 from .nested import vllm_cpu_build_missing
 
 # Under pytest-xdist (.ci/run's slow stage runs on two workers) each worker's engines compute on a core
@@ -39,18 +41,15 @@ def longest_first(items: list) -> list:
     (`slow(wall_s=...)`, measured: docs/ci-budget.md); the tests of one `xdist_group` count as one, as long as
     its longest, and stay together. The others keep their order, after them. Under xdist the scheduler hands
     the tests out in this order (specgate/plugin/scaleout.py), so the slow stage's two workers end together."""
+    scopes = [f"group:{group}" if (group := group_of(item)) else item.nodeid for item in items]
     first: dict[str, int] = {}
     cost: dict[str, float] = {}
-    for index, item in enumerate(items):
-        scope = _scope(item)
+    for index, (item, scope) in enumerate(zip(items, scopes)):
         first.setdefault(scope, index)
         mark = item.get_closest_marker("slow")
         cost[scope] = max(cost.get(scope, 0.0), float(mark.kwargs.get("wall_s", 0)) if mark else 0.0)
-    timed = [(index, item) for index, item in enumerate(items) if cost[_scope(item)]]
-    timed.sort(key=lambda pair: (-cost[_scope(pair[1])], first[_scope(pair[1])], pair[0]))
-    return [item for _, item in timed] + [item for item in items if not cost[_scope(item)]]
-
-
-def _scope(item) -> str:
-    group = item.get_closest_marker("xdist_group")
-    return f"group:{group.args[0]}" if group and group.args else item.nodeid
+    timed = sorted(
+        (index for index, scope in enumerate(scopes) if cost[scope]),
+        key=lambda index: (-cost[scopes[index]], first[scopes[index]], index),
+    )
+    return [items[index] for index in timed] + [item for item, scope in zip(items, scopes) if not cost[scope]]
