@@ -77,10 +77,21 @@ def test_wait_returns_the_result_or_raises_when_nothing_moves():
         assert 0.6 < time.monotonic() - start < 0.6 + 2 * watchdog.POLL_S
 
 
-def _python(tmp_path, code: str, stacks=None) -> subprocess.Popen:
+def _python(tmp_path, code: str, then: str = "time.sleep(600)", stacks=None) -> subprocess.Popen:
+    """A Python process that runs `code`, marks itself ready, then runs `then`; returned once it is
+    ready. Polls for the mark, not a fixed sleep: on a loaded machine (CI runs other tests on both
+    cores) an interpreter can take seconds to start."""
     env = {**os.environ, **(watchdog.python_stacks_env(stacks) if stacks else {})}
-    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
-    time.sleep(1.0)  # let it start and register its handler
+    ready = tmp_path / f"ready-{time.monotonic_ns()}"
+    script = f"import time\n{code}\nopen({str(ready)!r}, 'w').close()\n{then}"
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env)
+    deadline = time.monotonic() + 60
+    while not ready.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            proc.wait()
+            pytest.fail(f"the test's process did not get ready in 60 s (exit {proc.returncode}): {code!r}")
+        time.sleep(0.05)
     return proc
 
 
@@ -88,7 +99,7 @@ def _python(tmp_path, code: str, stacks=None) -> subprocess.Popen:
 def test_without_py_spy_a_process_writes_its_own_stacks_through_the_registered_signal(tmp_path, monkeypatch, stopped):
     monkeypatch.setattr(watchdog, "_py_spy", lambda: None)
     stacks = tmp_path / "engine.stacks"
-    proc = _python(tmp_path, "import time\ndef deep_in_a_kernel():\n    time.sleep(60)\ndeep_in_a_kernel()", stacks)
+    proc = _python(tmp_path, "def deep_in_a_kernel():\n    time.sleep(60)", "deep_in_a_kernel()", stacks)
     try:
         if stopped:  # a SIGSTOP, as a wedged engine core looks from outside
             proc.send_signal(signal.SIGSTOP)
@@ -106,8 +117,7 @@ def test_without_py_spy_a_process_writes_its_own_stacks_through_the_registered_s
 def test_stop_tree_kills_a_stopped_process_that_ignores_sigterm_and_its_children(tmp_path):
     proc = _python(
         tmp_path,
-        "import signal, subprocess, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "subprocess.Popen(['sleep', '600'])\ntime.sleep(600)",
+        "import signal, subprocess\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nsubprocess.Popen(['sleep', '600'])",
     )
     child = psutil.Process(proc.pid).children()[0]
     proc.send_signal(signal.SIGSTOP)
@@ -122,8 +132,8 @@ def test_the_reaper_stops_what_a_killed_run_left_and_removes_its_state_file(tmp_
     # the "run": starts its reaper and an "engine" in a session of its own (as a server is), then is SIGKILLed
     owner = _python(
         tmp_path,
-        f"import subprocess, time\nfrom specgate.lifetime import reaper\nreaper.ensure({str(tmp_path)!r})\n"
-        "subprocess.Popen(['sleep', '600'], start_new_session=True)\ntime.sleep(600)",
+        f"import subprocess\nfrom specgate.lifetime import reaper\nreaper.ensure({str(tmp_path)!r})\n"
+        "subprocess.Popen(['sleep', '600'], start_new_session=True)",
     )
     state = reaper.state_path(tmp_path, owner.pid)
     try:
