@@ -313,3 +313,20 @@ def test_the_projects_ci_lints_first_with_the_ruff_the_dev_extra_installs():
     assert pyproject["tool"]["ruff"]["line-length"] == 120
     assert "'.[cpu,dev]'" in (ROOT / "ci" / "setup-cpu.sh").read_text()
     subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], check=True)
+
+
+def test_the_projects_ci_runs_the_no_engine_tests_beside_the_gate_off_its_engines_core():
+    """.ci/run starts the tests that boot no engine in the background just before the gate, on every core
+    but the first (where vLLM's CPU build binds the gate's engine threads), at nice 19; on one core, after it."""
+    script = (ROOT / ".ci" / "run").read_text()
+    stages = re.findall(r"^run_stage (\w+) ", script, re.M)
+    assert stages[:4] == ["lint", "slow", "system", "tests"] and stages[4] == "gate", stages
+    assert 'beside=(taskset -c "$spare" nice -n 19)' in script
+    assert re.search(r"^run_stage tests .*\\\n +\"\$\{beside\[@\]\}\" > \"\$tests_log\" 2>&1 &$", script, re.M)
+    spare = next(line for line in script.splitlines() if line.startswith("spare="))
+    python = spare.replace(".venv/bin/python", sys.executable)
+    for cores, want in (["0", ""], ["0,1", "1"]) if len(os.sched_getaffinity(0)) > 1 else (["0", ""],):
+        got = subprocess.run(
+            ["taskset", "-c", cores, "bash", "-c", python + '; echo "$spare"'], capture_output=True, text=True
+        )
+        assert got.returncode == 0 and got.stdout.strip() == want, (cores, got)
