@@ -330,3 +330,31 @@ def test_the_projects_ci_runs_the_no_engine_tests_beside_the_gate_off_its_engine
             ["taskset", "-c", cores, "bash", "-c", python + '; echo "$spare"'], capture_output=True, text=True
         )
         assert got.returncode == 0 and got.stdout.strip() == want, (cores, got)
+
+
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="reads the machine's CPU time from /proc/stat (Linux)")
+def test_the_projects_ci_says_which_instance_ran_it_and_what_each_stage_cost(tmp_path):
+    """.ci/run, run for real in a scratch checkout whose Quickstart lines burn a known amount of CPU: it names
+    the instance's CPU, times the import every engine boot repeats, and gives each stage's CPU-seconds and the
+    machine's, so a CI log says on which kind of instance its wall times were measured (docs/ci-budget.md)."""
+    (tmp_path / ".ci").mkdir()
+    shutil.copy(ROOT / ".ci" / "run", tmp_path / ".ci" / "run")
+    burn = "python3 -c 'import time; t = time.process_time(); exec(\"while time.process_time() - t < 1.5: pass\")'"
+    (tmp_path / "README.md").write_text(f"## Quickstart\n\n```bash\ntrue && {burn}\ntrue && echo tests\n```\n")
+    venv = tmp_path / ".venv" / "bin"
+    venv.mkdir(parents=True)
+    (venv / "python").write_text('#!/bin/sh\ncase "$*" in *vllm*) exit 1;; esac\nexec python3 "$@"\n')
+    (venv / "ruff").write_text("#!/bin/sh\nexit 0\n")
+    for tool in venv.iterdir():
+        tool.chmod(0o755)
+    done = subprocess.run(["bash", ".ci/run"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    said = done.stdout + done.stderr
+    assert done.returncode == 0, said
+    assert re.search(r"^=== ci: instance: .+, \d+ cores, avx512_bf16 (yes|no), amx_bf16 (yes|no)$", said, re.M), said
+    assert "=== ci: import vllm.v1.engine.core failed" in said  # this venv has no vLLM: said, not hidden
+    gate_cpu = re.search(r"^=== ci stage 'gate': exit 0, wall time \d+ s, (\d+) CPU-s$", said, re.M)
+    assert gate_cpu and int(gate_cpu.group(1)) >= 1, said  # the 1.5 CPU-s the gate's line burnt
+    assert re.search(r"^=== ci: stage times: lint \d+ s \(exit 0, \d+ CPU-s\), slow ", said, re.M), said
+    busy = re.search(r"^=== ci: the machine was busy (\d+) CPU-s over these \d+ s \(\d+ cores\)$", said, re.M)
+    assert busy and int(busy.group(1)) >= 1, said
+    assert said.rstrip().endswith(" s of 5400")
