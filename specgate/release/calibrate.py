@@ -9,9 +9,11 @@ never touched, whatever happens to the calibration), the next N are judged. From
 smallest speedup_rtol, geomean_rtol, draft_cost_tol and acceptance_rtol with no false alarm in the A/A runs
 whichever of them had stored the baselines (plus a margin), and how many of the slowed copy's runs each then
 catches, per level; for a tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs'
-honest near-ties. It ends with that table and the TOML of `baselines/<profile>/<hardware>.tolerance.toml`,
-which `--write` puts there: a run on this machine then holds the methods to it (specgate.store.tolerances). First
-week on a new runner: `pytest -m gpu --update-baselines`, `specgate calibrate --write`, commit both.
+honest near-ties. A level the machine disturbed in a judged run is dropped from that run; one no judged run
+measured, or a storing run without speed figures, stops it, writing nothing. It ends with that table and the
+TOML of `baselines/<profile>/<hardware>.tolerance.toml`, which `--write` puts there: a run on this machine then
+holds the methods to it (specgate.store.tolerances). First week on a new runner: `pytest -m gpu
+--update-baselines`, `specgate calibrate --write`, commit both.
 """
 
 from __future__ import annotations
@@ -105,6 +107,17 @@ def unstored(update: Path, methods: list[str]) -> list[str]:
     path = update / "baselines.json"
     stored = json.loads(path.read_text(encoding="utf-8")).get("methods", {}) if path.is_file() else {}
     return [m for m in methods if not stored.get(m, {}).get("speedup")]
+
+
+def unjudged(cells: dict[tuple[str, str], Cell]) -> dict[str, list[str]]:
+    """Per method, the levels with a stored speedup that no judged run measured: every judged run's trials
+    there were disturbed (not judged, not recorded: checks/speedup.py). A level some runs measured keeps
+    those (a disturbed cell is dropped); one none measured has no A/A figure to draw a tolerance from."""
+    out: dict[str, list[str]] = {}
+    for (method, key), cell in sorted(cells.items(), key=lambda item: (item[0][0], _level(item[0][1]))):
+        if key.startswith("C=") and cell.stored.get("speedup") and not any(r.get("speedup") for r in cell.runs):
+            out.setdefault(method, []).append(key)
+    return out
 
 
 def shortfall(stored: float | None, high: float | None) -> float:
@@ -350,6 +363,14 @@ def calibrate(
         judged.append(out / f"run-{i}")
         print(f"calibrate: run {i} of {runs} ({wall:.0f} s)", flush=True)
     cells = read_runs(out / "update", judged)
+    if missing := unjudged(cells):
+        where = "; ".join(f"{m} at {', '.join(levels)}" for m, levels in missing.items())
+        raise CalibrationError(
+            f"none of the {runs} judged runs ({out}/run-*) kept a speedup for {where}: the machine was disturbed "
+            "during every one's speedup trials there (each summary.md names the level and why), so there is no "
+            "A/A figure to draw speedup_rtol or draft_cost_tol from. Nothing was written; rerun calibrate when "
+            "nothing else runs here."
+        )
     suggested = suggest(cells, names, read_runs(out / "update", judged, "acceptance"))
     divergences = read_divergences(judged)
     rule = suggest_rule(divergences) if profile.equivalence.mode == "tie-aware" else {}

@@ -221,3 +221,32 @@ def test_a_storing_run_that_kept_no_speed_figures_stops_calibrate_before_the_jud
         cli_calibrate.main(args)
     assert "ngram_slowed" not in str(err.value).split("for ")[1].split(":")[0]
     assert gates == ["update"]  # no judged run was spent on it
+
+
+def test_a_level_no_judged_run_measured_stops_calibrate_saying_where(tmp_path, monkeypatch):
+    """A level with a stored speedup that no judged run measured (each run's trials there were disturbed: not
+    judged, not recorded) has no A/A figure: calibrate stops, naming the method and level, and writes no table
+    or tolerances (it once suggested speedup_rtol 0.02, the floor, from no figure). A level one judged run
+    measured keeps that run's figure (the disturbed cell is dropped, as docs/speedup-gate.md's calibrations)."""
+    gates = []
+
+    def gate(root, profile_path, methods, out, scratch, update):
+        gates.append(out.name)
+        if update:
+            run(out, [], {m: {"speedup": {"C=1": {"speedup": 1.2}, "C=4": {"speedup": 1.5}}} for m in methods})
+        else:  # C=1 measured in run 1 only; ngram's C=4 disturbed in both, its slowed copy's in run 2 only
+            rows = [r for m in methods for r in speed(m, "C=1", 1.2, 1.3, 0.02)] if out.name == "run-1" else []
+            run(out, rows + (speed("ngram_slowed", "C=4", 1, 1.1) if out.name == "run-1" else []))
+        return 1.0
+
+    monkeypatch.setattr(calibrate, "run_gate", gate)
+    args = argparse.Namespace(
+        root=ROOT, profile="cpu-tiny", methods="ngram", runs=2, slowdown=0.074, slowed=None, write=False, out=tmp_path
+    )
+    with pytest.raises(
+        calibrate.CalibrationError, match=r"none of the 2 judged runs .* kept a speedup for ngram at C=4: "
+    ) as err:
+        cli_calibrate.main(args)
+    assert "ngram_slowed" not in str(err.value) and "C=1" not in str(err.value)
+    assert gates == ["update", "run-1", "run-2"]
+    assert not (tmp_path / "calibration.md").exists()
