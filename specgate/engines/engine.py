@@ -24,16 +24,17 @@ from typing import Any
 from specgate import vllm_compat as compat
 from specgate.backend import ShutdownReport, StreamingBackend
 from specgate.engines import enginelog, in_vllm_worker, logstream, plants
-from specgate.engines.engine_args import engine_kwargs, vllm_deadline_env
+from specgate.engines.engine_args import engine_kwargs, vllm_env
 from specgate.engines.eventloop import EventLoopThread
 from specgate.errors import EngineBootError, EngineDied, EngineStalled
 from specgate.figures import kvstats
 from specgate.figures.acceptance import SpecCounters, counters_from_metrics
 from specgate.figures.completions import Reply, collect, reply_of
 from specgate.figures.memory import device_bytes
+from specgate.lifetime import ipc as ipc_dirs
 from specgate.lifetime import processes as procs
 from specgate.lifetime import reaper
-from specgate.lifetime.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
+from specgate.lifetime.watchdog import Overdue, Watch, stop_overdue
 from specgate.profile import Method, Profile
 
 
@@ -78,6 +79,7 @@ class Engine(StreamingBackend):
     watch: Watch | None = None  # the no-progress deadline (profile [engine] stall_timeout_s)
     profile_path: str = ""  # where the deadlines are set, for messages
     undo: Any = None  # what takes a plant's front-end patch out again at shutdown (specgate.engines.plants)
+    ipc_dir: Path | None = None  # where its ZeroMQ sockets are (specgate.lifetime.ipc), removed at shutdown
     _requests: int = 0
 
     @property
@@ -276,6 +278,7 @@ class Engine(StreamingBackend):
         leftover = procs.wait_for_exit(self.children_before_boot)
         if leftover:  # reported (the lifecycle gate fails on them), and stopped: nothing stays running
             procs.stop_tree(leftover)
+        ipc_dirs.remove(self.ipc_dir)
         stacks = self.log_path.with_suffix(".stacks")
         with contextlib.suppress(OSError):
             if stacks.exists() and not stacks.stat().st_size:
@@ -298,16 +301,10 @@ def _restore_env(saved: dict[str, str | None]) -> None:
         os.environ.pop(key, None)
 
 
-def engine_env(profile: Profile, stacks: Path) -> dict[str, str]:
+def engine_env(profile: Profile, stacks: Path, ipc: Path | None) -> dict[str, str]:
     """The variables an engine runs under. The memory reading's collective_rpc needs insecure serialization:
     the engine is ours and local, no input crosses a trust boundary."""
-    return {
-        "VLLM_ALLOW_INSECURE_SERIALIZATION": "1",
-        **logstream.ENV,
-        **python_stacks_env(stacks),
-        **vllm_deadline_env(profile),
-        **profile.engine_env,
-    }
+    return {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1", **logstream.ENV, **vllm_env(profile, stacks, ipc)}
 
 
 def _overlay_env(env: dict[str, str]) -> dict[str, str | None]:
@@ -324,7 +321,8 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     a line in its log): then its processes are stopped, saying what the boot was doing."""
     kwargs = engine_kwargs(profile, method, root)
     stacks = log_path.with_suffix(".stacks")
-    env_before = _overlay_env(engine_env(profile, stacks))  # before vLLM is imported
+    ipc = ipc_dirs.make()
+    env_before = _overlay_env(engine_env(profile, stacks, ipc))  # before vLLM is imported
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
     AsyncEngineArgs, AsyncLLM = compat.engine_classes()
     if method.speculative_config is not None and compat.PER_REQUEST_METRICS in compat.engine_arg_names():
@@ -350,6 +348,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         procs.stop_tree(list(procs.engine_processes(children_before)))
         loop.close(wait_s=5.0)
         _restore_env(env_before)
+        ipc_dirs.remove(ipc)
 
     try:
         with _output_to(log_path):
@@ -381,6 +380,7 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         processes=procs.engine_processes(children_before),
         watch=watch,
         profile_path=str(profile.path),
+        ipc_dir=ipc,
     )
     watch.boot_s = None  # booted: from here on only the no-progress deadline holds
     return _fitted(engine, method)

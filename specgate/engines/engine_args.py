@@ -1,12 +1,13 @@
 """What vLLM is given for one method's engine, in process (engine.py) or as a server (server.py): the
 engine arguments (the profile's, the method's, zoo references as local paths) and the environment
-that bounds vLLM's own start-up wait."""
+it starts under (`vllm_env`)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from specgate.lifetime.watchdog import python_stacks_env
 from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
 
@@ -53,3 +54,14 @@ def vllm_deadline_env(profile: Profile) -> dict[str, str]:
     core_client.py 0.33:762 vs v1/engine/utils.py 0.33:1392-1451), but where it applies it must not
     give up before boot_timeout_s does. Read when vLLM is imported: set before that."""
     return {"VLLM_ENGINE_READY_TIMEOUT_S": str(int(profile.boot_timeout_s))}
+
+
+def vllm_env(profile: Profile, stacks: Path, ipc: Path | None) -> dict[str, str]:
+    """The variables every engine and server starts under: where its Python stacks go on a deadline, vLLM's
+    start-up limit, where its sockets go, and the profile's own [engine] env (last: they win)."""
+    return {**python_stacks_env(stacks), **vllm_deadline_env(profile), **ipc_env(ipc), **profile.engine_env}
+
+
+def ipc_env(directory: Path | None) -> dict[str, str]:
+    """Where vLLM binds its ZeroMQ sockets: `directory` (specgate.lifetime.ipc), or vLLM's default."""
+    return {} if directory is None else {"VLLM_RPC_BASE_PATH": str(directory)}

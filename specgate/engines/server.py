@@ -22,7 +22,7 @@ from pathlib import Path
 
 from specgate.engines import enginelog
 from specgate.errors import SpecgateError
-from specgate.lifetime.watchdog import Overdue, Watch, python_stacks_env, stop_overdue
+from specgate.lifetime.watchdog import Overdue, Watch, stop_overdue
 
 STOP_GRACE_S = 10.0  # SIGTERM, then SIGKILL: a server that is stopped or wedged gets no longer
 
@@ -66,7 +66,7 @@ def serve_args(python: Path, kwargs: dict, port: int) -> list[str]:
 
 class Server:
     def __init__(self, python: Path, profile, method, root: Path, log: Path, name: str = ""):
-        from specgate.engines.engine_args import engine_kwargs, vllm_deadline_env
+        from specgate.engines.engine_args import engine_kwargs
 
         self.name = name or method.name
         self.port = free_port()
@@ -74,22 +74,25 @@ class Server:
         self.args = serve_args(Path(python), engine_kwargs(profile, method, root), self.port)
         self.log = Path(log)
         self.stacks = self.log.with_suffix(".stacks")
-        self.env = {**os.environ, **python_stacks_env(self.stacks), **vllm_deadline_env(profile), **profile.engine_env}
-        self.env.pop("VIRTUAL_ENV", None)
-        self.env.pop("VLLM_LOGGING_STREAM", None)  # the server logs to its own stdout: its log file
-        self.root, self.source = Path(root), str(profile.path)
+        self.profile, self.root, self.source = profile, Path(root), str(profile.path)
         self.watch = Watch(profile.stall_timeout_s, profile.boot_timeout_s, self.log)
         self.proc: subprocess.Popen | None = None
+        self.ipc_dir: Path | None = None  # its ZeroMQ sockets' (specgate.lifetime.ipc), removed when it stops
 
     def __enter__(self) -> Server:
-        from specgate.lifetime import reaper
+        from specgate.engines.engine_args import vllm_env
+        from specgate.lifetime import ipc, reaper
 
+        self.ipc_dir = ipc.make()
+        env = {**os.environ, **vllm_env(self.profile, self.stacks, self.ipc_dir)}
+        env.pop("VIRTUAL_ENV", None)
+        env.pop("VLLM_LOGGING_STREAM", None)  # the server logs to its own stdout: its log file
         self.log.parent.mkdir(parents=True, exist_ok=True)
         reaper.ensure(self.root)
         reaper.set_phase(f"booting server '{self.name}'")
         with open(self.log, "wb") as fh:
             self.proc = subprocess.Popen(
-                self.args, stdout=fh, stderr=subprocess.STDOUT, env=self.env, start_new_session=True
+                self.args, stdout=fh, stderr=subprocess.STDOUT, env=env, start_new_session=True
             )
         try:
             self._wait_healthy()
@@ -161,10 +164,11 @@ class Server:
 
     def stop(self) -> None:
         """Stop the server and everything under it (a stopped or wedged process included)."""
+        from specgate.lifetime import ipc
         from specgate.lifetime.processes import stop_tree
 
-        if self.proc is None:
-            return
-        stop_tree(list(self._processes()) or [self.proc.pid], STOP_GRACE_S)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
+        if self.proc is not None:
+            stop_tree(list(self._processes()) or [self.proc.pid], STOP_GRACE_S)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=5)
+        ipc.remove(self.ipc_dir)

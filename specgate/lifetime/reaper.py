@@ -5,7 +5,8 @@ a session of its own. Twice a second it notes every process under the run's proc
 cores, workers, servers, nested runs; with their start times, so a reused pid is never mistaken for
 one of them) and keeps the list in the STATE file (`results/.running/<owner pid>.json`). When the
 owner ends, however it ends (SIGKILL and a cancelled CI job included), the reaper stops what is left
-of those processes and their children, then removes the file and exits.
+of those processes and their children, removes their sockets' directories (specgate.lifetime.ipc), then
+removes the file and exits.
 
 A state file whose owner and reaper are both gone (the machine's OOM killer took both, say) still
 names the processes: the next run finds them (`stale_runs`) and says so, and stops them when asked
@@ -23,6 +24,8 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from specgate.lifetime import ipc
 
 POLL_S = 0.5
 STATE_DIR = Path("results") / ".running"  # under the project root
@@ -130,6 +133,7 @@ def watch(owner: int, path: Path) -> int:
                         _write(path, state)
         time.sleep(POLL_S)
     stopped = stop_listed(state["processes"])
+    ipc.remove_owned(owner)  # the sockets of engines the run could not stop itself
     for p in (path, phase_path):
         with contextlib.suppress(OSError):
             p.unlink()
@@ -197,11 +201,12 @@ def stale_runs(root: Path) -> list[StaleRun]:
 
 
 def stop_stale(run: StaleRun) -> list[int]:
-    """Stop a stale run's processes and forget it; the pids that would not die."""
+    """Stop a stale run's processes and forget it (its sockets' directories too); the pids that would not die."""
     from specgate.lifetime.processes import stop_tree
 
     left = stop_tree([p["pid"] for p in run.processes], grace_s=5.0)
     if not left:
+        ipc.remove_owned(run.owner)
         for p in (run.path, run.path.with_suffix(".phase")):
             with contextlib.suppress(OSError):
                 p.unlink()

@@ -1,13 +1,17 @@
 """Every run ends, and ends clean: a real `pytest -m gpu` of this checkout (cpu-tiny, ngram) is sent
 SIGINT, SIGTERM or SIGKILL in each phase, and afterwards none of its processes (engine cores,
-workers, servers, nested runs, its reaper) may be alive.
+workers, servers, nested runs, its reaper) may be alive, and none of the socket files vLLM binds in the
+temp directory may be left there (after SIGKILL the reaper removes them).
 
 Tests of the suite itself, not gates: they run with the suite's own tests (`-m "not gpu"`), on vLLM's
 CPU build, and boot cpu-tiny's engines (about 10 minutes on 2 cores).
 """
 
 import json
+import shutil
 import signal
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -38,15 +42,20 @@ CASES = [
 @pytest.mark.parametrize("sig,phase", CASES, ids=[f"{signal.Signals(s).name}-{p.replace(' ', '-')}" for s, p in CASES])
 def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phase):
     args, pattern, then_s = PHASES[phase]
+    # the run's temp directory, where vLLM binds its sockets unless told otherwise (short: a socket's path is
+    # at most 107 characters, and tmp_path's is long)
+    tmp = Path(tempfile.mkdtemp(prefix="sg-tmp-"))
     run = NestedRun(
         ["--specgate-profile", str(CPU_TINY), "--specgate-methods", "ngram", *args], tmp_path / "run"
-    ).start()
+    ).start(env={"TMPDIR": str(tmp)})
     try:
         run.wait_for(pattern, timeout_s=600, then_s=then_s)
         took = run.signal(sig)
         left = run.alive_after(CENSUS_S[sig])
     finally:
         run.kill_all()
+        sockets = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_socket()]
+        shutil.rmtree(tmp, ignore_errors=True)
     name = signal.Signals(sig).name
     took_s = "did not exit within 120 s" if took is None else f"exit {run.proc.returncode} after {took:.1f} s"
     print(
@@ -54,6 +63,7 @@ def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phas
     )  # shown with -rP
     assert not left, f"{name} in phase '{phase}': processes of the run still alive {CENSUS_S[sig]} s later: {left}"
     assert took is not None and took < EXIT_WITHIN_S, f"{name} in phase '{phase}': the run took {took} s to exit"
+    assert not sockets, f"{name} in phase '{phase}': {len(sockets)} socket files left in the temp directory: {sockets}"
     if sig == signal.SIGKILL:
         return
     assert run.proc.returncode != 0, run.output()[-3000:]
@@ -65,6 +75,8 @@ def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phas
 
 
 def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_request(tmp_path):
+    """The run and its reaper both killed: the next run names what they left, and --specgate-kill-stale
+    stops it and removes its sockets."""
     import os
     import subprocess
     import sys
@@ -72,7 +84,10 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
 
     from .nested import ROOT
 
-    run = NestedRun(["--specgate-profile", str(CPU_TINY), *PHASES["engine generating"][0]], tmp_path / "run").start()
+    tmp = Path(tempfile.mkdtemp(prefix="sg-tmp-"))  # the runs' temp directory: their sockets go under it
+    env = {**os.environ, "TMPDIR": str(tmp)}
+    run = NestedRun(["--specgate-profile", str(CPU_TINY), *PHASES["engine generating"][0]], tmp_path / "run")
+    run.start(env=env)
     try:
         run.wait_for(PHASES["engine generating"][1], timeout_s=600)
         reapers = [pid for pid, (_, what) in run.seen.items() if "specgate.lifetime.reaper" in what]
@@ -99,16 +114,19 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
             str(CPU_TINY),
             "tests/gate/test_equivalence.py",
         ]
-        said = subprocess.run(later, cwd=ROOT, capture_output=True, text=True, timeout=300).stdout
+        said = subprocess.run(later, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300).stdout
         assert f"of an earlier run (pid {run.proc.pid}: " in said and "are still alive: " in said, said
         listed = said.split("are still alive: ")[1].split(". They hold")[0]
         pids = {int(line.split()[0]) for line in orphans}
         assert listed and all(int(p.split(")")[0]) in pids for p in listed.split("(pid ")[1:]), (orphans, said)
         assert "Stop them with --specgate-kill-stale" in said
         said = subprocess.run(
-            [*later, "--specgate-kill-stale"], cwd=ROOT, capture_output=True, text=True, timeout=300
+            [*later, "--specgate-kill-stale"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
         ).stdout
         assert "process(es) left by an earlier run (pid" in said and "would not die" not in said, said
         assert run.alive() == []
+        sockets = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_socket()]
+        assert not sockets, f"socket files of the killed run left in the temp directory: {sockets}"
     finally:
         run.kill_all()
+        shutil.rmtree(tmp, ignore_errors=True)
