@@ -1,16 +1,18 @@
 """A real `pytest -m gpu` run of this checkout in a child process, for tests of how runs end: start it,
 wait until it is in a given phase (the phase file its reaper keeps, specgate.lifetime.reaper.set_phase), do
-something to it (a signal, SIGSTOP to its engine core), and count the processes it left behind.
+something to it (a signal, SIGSTOP to its engine core), and count the processes and sockets it left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +23,21 @@ from specgate.lifetime import reaper
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_TINY = ROOT / "fixtures" / "profiles" / "cpu-tiny.toml"
+
+
+def own_tmpdir() -> tuple[Path, dict[str, str]]:
+    """A temp directory for nested runs of a test (short: a socket's path under it must fit 107 characters)
+    and the environment that gives it to them. torch's compile cache stays where it was: it lives in the temp
+    directory by default, and a cold one would have every engine recompile its kernels."""
+    inductor = os.environ.get("TORCHINDUCTOR_CACHE_DIR") or os.path.join(
+        tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}"
+    )
+    tmp = Path(tempfile.mkdtemp(prefix="sg-tmp-"))
+    return tmp, {"TMPDIR": str(tmp), "TORCHINDUCTOR_CACHE_DIR": inductor}
+
+
+def sockets_under(directory: Path) -> list[str]:
+    return [str(p.relative_to(directory)) for p in directory.rglob("*") if p.is_socket()]
 
 
 def quick_profile(directory: Path) -> Path:

@@ -33,6 +33,13 @@ def with_deadlines(tmp_path, boot_s: int, stall_s: int):
     return profile
 
 
+def stalled_for(message: str, what: str) -> bool:
+    """The message says how long nothing moved (the watch's own reading: STALL_S, or a second or two more
+    when its check comes late on a busy machine) and what was waiting."""
+    said = re.search(rf"no progress for (\d+) s while {re.escape(what)}", message)
+    return said is not None and STALL_S <= int(said.group(1)) < STALL_S + 30
+
+
 def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_method_runs(tmp_path):
     profile = with_deadlines(tmp_path, BOOT_S, STALL_S)
     run = NestedRun(
@@ -72,15 +79,13 @@ def test_a_hung_boot_and_a_stalled_engine_are_stopped_in_time_and_the_next_metho
     outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[ngram]"]
     assert (
         outcome == "error"
-        and f"no progress for {STALL_S} s while booting engine 'ngram' (stall_timeout_s {STALL_S} in "
-        f"{profile}); the log's last line: "
-        in message
+        and stalled_for(message, f"booting engine 'ngram' (stall_timeout_s {STALL_S} in {profile}); the log's last")
         and f"stacks in {out}/engines/ngram.stacks" in message
     ), message
     outcome, message = outcomes["test_method_reproduces_baseline_greedy_output[eagle]"]
     assert (
         outcome == "failed"
-        and f"no progress for {STALL_S} s while generating a batch of 12 prompts (engine 'eagle')" in message
+        and stalled_for(message, "generating a batch of 12 prompts (engine 'eagle')")
         and f"stacks in {out}/engines/eagle.stacks" in message
     ), message
     assert outcomes["test_method_reproduces_baseline_greedy_output[eagle3]"][0] == "passed"

