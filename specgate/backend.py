@@ -181,10 +181,10 @@ class StreamingBackend:
         return None
 
     async def stream_tokens(self, token_ids, max_tokens: int, tag: str, temperature: float = 0.0):
-        """For the load generator: how many new tokens each streamed step brought."""
+        """For the load generator: the new token ids each streamed step brought."""
         async for new, _ in self.steps(token_ids, max_tokens, tag, temperature=temperature):
             if new:
-                yield len(new)
+                yield new
 
     def run_batch(
         self,
@@ -247,8 +247,8 @@ class StreamingBackend:
         """One closed-loop trial and the spec-decode counters it moved."""
 
         async def stream(token_ids, max_new, tag):
-            async for n in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
-                yield n
+            async for new in self.stream_tokens(token_ids, max_new, tag, temperature=temperature):
+                yield new
 
         before = self.counters()
         run = self.run(closed_loop(stream, prompts, concurrency, max_tokens), f"a closed-loop trial at C={concurrency}")

@@ -7,8 +7,9 @@
 As a pytest plugin (`pytest -p specgate.testing`) it answers `pytest_specgate_boot_engine` with fake
 engines scripted by the JSON in $SPECGATE_FAKE, so a whole gate run (ordering, verdicts, baselines,
 reports) can be exercised in a second of CPU. Defaults: every engine emits tokens 10..14 for every
-prompt, two tokens per speculative step; a plain step takes 10 ms of virtual time, a speculative
-step `step_cost` (1.2) plain steps, so a healthy method's speedup is 2 / 1.2 = 1.67.
+prompt (up to max_tokens: 10..14 again and again), two tokens per speculative step; a plain step takes
+10 ms of virtual time, a speculative step `step_cost` (1.2) plain steps, so a healthy method's speedup is
+2 / 1.2 = 1.67.
 """
 
 from __future__ import annotations
@@ -54,6 +55,11 @@ class FakeMethod:
     # Stops producing at its first batch or trial: its "engine core" (a real, idle child process) never
     # answers, so the watchdog's deadline (the profile's stall_timeout_s) has to end the wait.
     stalls: bool = False
+    # In closed-loop trials at this concurrency and above (0: never), a bug only large batches meet: outputs
+    # wrong at `large_diverge_at` and/or `large_accepted` drafts accepted per step instead of `accepted`.
+    large_from: int = 0
+    large_diverge_at: int | None = None
+    large_accepted: float | None = None
 
 
 @dataclass(frozen=True)
@@ -145,11 +151,19 @@ class FakeEngine:
     def counters(self) -> SpecCounters:
         return SpecCounters()
 
-    def _counters(self, steps: int) -> SpecCounters:
+    def _counters(self, steps: int, accepted: float | None = None) -> SpecCounters:
         """Every step drafts k tokens and accepts `accepted` of them, front first."""
         drafts = steps if self.k else 0
-        per_pos = tuple(round(drafts * min(1.0, max(0.0, self.behaviour.accepted - i))) for i in range(self.k))
+        accepted = self.behaviour.accepted if accepted is None else accepted
+        per_pos = tuple(round(drafts * min(1.0, max(0.0, accepted - i))) for i in range(self.k))
         return SpecCounters(drafts, drafts * self.k, sum(per_pos), per_pos)
+
+    def _output(self, max_tokens: int, diverge_at: int | None) -> list[int]:
+        """The tokens every prompt gets: 10..14 over and over, up to max_tokens (at least the five)."""
+        ids = [TOKENS[i % len(TOKENS)] for i in range(max(max_tokens, len(TOKENS)))]
+        if diverge_at is not None and diverge_at < len(ids):
+            ids[diverge_at] = self.behaviour.wrong_token
+        return ids
 
     def run_batch(
         self,
@@ -164,9 +178,7 @@ class FakeEngine:
             self._stall(f"generating a batch of {len(prompts)} prompts (engine '{self.method.name}')")
         out, steps = {}, {}
         for p in prompts:
-            ids = list(TOKENS)
-            if self.behaviour.diverge_at is not None:
-                ids[self.behaviour.diverge_at] = self.behaviour.wrong_token
+            ids = self._output(max_tokens, self.behaviour.diverge_at)
             tops = tuple({t: -0.1, 98: -3.0} for t in ids) if top_logprobs else ()
             out[p.id] = GreedyOutput(tuple(ids), tops)
             steps[p.id] = [1, 2, 2]
@@ -180,6 +192,10 @@ class FakeEngine:
         step = machine.step_s * (self.behaviour.step_cost if self.k else 1.0) / machine.speed
         if machine.disturbed and not self.k and len(self.boots) > 1:
             step *= 2
+        b = self.behaviour
+        large = bool(b.large_from) and concurrency >= b.large_from
+        diverge_at = b.large_diverge_at if large and b.large_diverge_at is not None else b.diverge_at
+        output = self._output(max_tokens, diverge_at)[:max_tokens]
         lanes, traces, steps = [0.0] * concurrency, [], 0
         for i, p in enumerate(prompts):
             lane = min(range(concurrency), key=lambda j: lanes[j])
@@ -187,14 +203,16 @@ class FakeEngine:
             trace = RequestTrace(i, p.id, t)
             emitted = 0
             while emitted < max_tokens:
-                t += step * self.behaviour.chunk_steps
-                n = min(per_step * self.behaviour.chunk_steps, max_tokens - emitted)
+                t += step * b.chunk_steps
+                n = min(per_step * b.chunk_steps, max_tokens - emitted)
                 trace.arrivals.append((t, n))
+                trace.token_ids.extend(output[emitted : emitted + n])
                 emitted += n
-                steps += self.behaviour.chunk_steps
+                steps += b.chunk_steps
             lanes[lane] = t
             traces.append(trace)
-        return LoadRun(concurrency, traces, 0.0, max(lanes)), self._counters(steps)
+        accepted = b.large_accepted if large else None
+        return LoadRun(concurrency, traces, 0.0, max(lanes)), self._counters(steps, accepted)
 
     def run_requests(self, requests, what: str = ""):
         from specgate.errors import NotMeasurable

@@ -78,14 +78,22 @@ GATES = (
     "equivalence",
     "acceptance",
     "speedup",
+    "load",
     "memory",
     "lifecycle",
     "structured",
     "prefix_soak",
     "preemption",
     "requests",
+    "edges",
 )
-SCENARIO_KEYS = {"structured": "constrained", "prefix_soak": "replayed", "preemption": "preempted", "requests": "sent"}
+SCENARIO_KEYS = {
+    "structured": "constrained",
+    "prefix_soak": "replayed",
+    "preemption": "preempted",
+    "requests": "sent",
+    "edges": "classes",
+}
 
 
 def worst(verdicts) -> str:
@@ -297,6 +305,8 @@ def key_of(gate: str, method: str, param: Any = None) -> str:
         return str(category) if not temperature else f"{category}@T{temperature:g}"
     if gate == "speedup":  # a concurrency level, or none: the summary over the levels
         return "summary" if param is None else f"C={param}"
+    if gate == "load":  # a concurrency level
+        return f"C={param}"
     if gate == "memory":
         return "engine" if method == BASELINE else "overhead"
     return {"equivalence": "greedy", **SCENARIO_KEYS}.get(gate, gate)

@@ -247,8 +247,8 @@ class RequestsCheck:
         spec = [s for reply in run.replies.values() for s in reply.spec_counts]
         if spec and len(spec) == sum(len(reply.outputs) for reply in run.replies.values()):
             rows += [
-                Row("counters.per_request_drafted", float(sum(d for _, d in spec)), float(c.num_draft_tokens)),
-                Row("counters.per_request_accepted", float(sum(a for a, _ in spec)), float(c.num_accepted_tokens)),
+                Row("counters.per_request_drafted", float(sum(s[1] for s in spec)), float(c.num_draft_tokens)),
+                Row("counters.per_request_accepted", float(sum(s[0] for s in spec)), float(c.num_accepted_tokens)),
             ]
         return rows
 
@@ -263,7 +263,7 @@ class RequestsCheck:
         spec = [s for reply in run.replies.values() for s in reply.spec_counts]
         outputs = sum(len(reply.outputs) for reply in run.replies.values())
         if spec and len(spec) == outputs:
-            accepted, drafted = sum(a for a, _ in spec), sum(d for _, d in spec)
+            accepted, drafted = sum(s[0] for s in spec), sum(s[1] for s in spec)
             if (accepted, drafted) != (c.num_accepted_tokens, c.num_draft_tokens):
                 problems.append(
                     f"vLLM's per-request figures sum to {accepted} accepted of {drafted} drafted, its counters moved "

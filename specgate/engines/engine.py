@@ -92,9 +92,11 @@ class Engine(StreamingBackend):
     def kv_stats(self) -> kvstats.KvStats:
         return kvstats.from_metrics(compat.metrics_snapshot())
 
-    def token_budget(self) -> int | None:
-        """The scheduler's tokens per step (max_num_batched_tokens), as this engine was configured."""
+    def token_budget(self) -> int | None:  # the scheduler's tokens per step (max_num_batched_tokens), as configured
         return compat.token_budget(self.client)
+
+    def kv_block_size(self) -> int | None:  # tokens per KV-cache block, as this engine was configured
+        return compat.kv_block_size(self.client)
 
     def reset_prefix_cache(self) -> None:
         self.run(compat.reset_prefix_cache(self.client), "emptying the prefix cache")

@@ -43,8 +43,9 @@ class Reply:
 
     outputs: tuple[Completion, ...] = ()
     refused: str = ""
-    # vLLM's per-request spec-decode figures of each output, where it gives them: accepted, drafted
-    spec_counts: tuple[tuple[int, int], ...] = field(default_factory=tuple)
+    # vLLM's per-request spec-decode figures of each output, where it gives them: (accepted, drafted,
+    # verification steps)
+    spec_counts: tuple[tuple[int, int, int], ...] = field(default_factory=tuple)
 
     @property
     def first(self) -> Completion | None:

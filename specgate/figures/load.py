@@ -1,8 +1,9 @@
 """Closed-loop load: exactly C requests in flight, each streamed; per-request and per-run latencies.
 
-A `TokenStream` is anything that, given a prompt's token ids, yields how many new tokens each
-streamed step brought (backend.StreamingBackend.stream_tokens: the in-process engine or an
-OpenAI-compatible server). The same driver measures both.
+A `TokenStream` is anything that, given a prompt's token ids, yields the new token ids each streamed
+step brought (backend.StreamingBackend.stream_tokens: the in-process engine or an OpenAI-compatible
+server). The same driver measures both, and keeps each request's tokens: the load gate compares them
+with the baseline engine's at every concurrency level (checks/load.py), at no cost to the trial.
 
 Closed loop: C workers each send a request, wait for its last token and send the next, until the
 trial's requests are used up. Throughput is counted over the steady window only: from the C-th
@@ -23,7 +24,7 @@ from specgate.figures.stats import percentile
 
 
 class TokenStream(Protocol):
-    def __call__(self, token_ids: Sequence[int], max_tokens: int, tag: str) -> AsyncIterator[int]: ...
+    def __call__(self, token_ids: Sequence[int], max_tokens: int, tag: str) -> AsyncIterator[Sequence[int]]: ...
 
 
 @dataclass
@@ -34,6 +35,7 @@ class RequestTrace:
     prompt_id: str
     submitted: float
     arrivals: list[tuple[float, int]] = field(default_factory=list)  # (time, tokens in this chunk)
+    token_ids: list[int] = field(default_factory=list)  # what it emitted, in order
 
     @property
     def output_tokens(self) -> int:
@@ -155,8 +157,9 @@ async def closed_loop(
         for index, prompt in pending:  # one shared iterator: each worker takes the next request
             trace = RequestTrace(index, prompt.id, clock())
             traces.append(trace)
-            async for n in stream(prompt.token_ids, max_tokens, f"load-{prompt.id}"):
-                trace.arrivals.append((clock(), n))
+            async for new in stream(prompt.token_ids, max_tokens, f"load-{prompt.id}"):
+                trace.arrivals.append((clock(), len(new)))
+                trace.token_ids.extend(new)
 
     started = clock()
     await asyncio.gather(*(worker() for _ in range(concurrency)))

@@ -191,7 +191,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if gate:
             method = method_of(item)
             recorder.items[item.nodeid] = (method, gate[0], key_of(gate[0], method, _param_of(item)))
-            if gate[0] == "speedup":
+            if gate[0] in ("speedup", "load") and _param_of(item) is not None:
                 levels.add(_param_of(item))
     from specgate.run.session import GateSession, Selection
 

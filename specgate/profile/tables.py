@@ -9,7 +9,7 @@ from pathlib import Path
 from specgate.profile.prompt_sources import PromptSource, parse_sources
 from specgate.profile.schema import held_as_float, non_negative, one_of, positive, relative, rule, setting, share
 
-SCENARIOS = ("preemption", "prefix_soak", "structured", "requests")
+SCENARIOS = ("preemption", "prefix_soak", "structured", "requests", "edges")
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,12 @@ class Tolerance:
     position_rtol: float = setting(0.10, float, bound=relative, doc="each per-position acceptance rate, relative")
     sampled_acceptance_rtol: float = setting(
         0.05, float, bound=relative, doc="mean acceptance length per category at T > 0 (the requests scenario)"
+    )
+    # The load gate (checks/load.py): the mean acceptance length the speedup trials moved at each concurrency
+    # level. 0 = acceptance_rtol, where A/A runs show the figure deterministic (float32 CPU); elsewhere (bf16,
+    # a batch-dependent drafter) the A/A spread `specgate calibrate` suggests.
+    load_acceptance_rtol: float = setting(
+        0.0, float, bound=relative, doc="mean acceptance length per concurrency level (0: acceptance_rtol)"
     )
     speedup_rtol: float = setting(0.15, float, bound=relative, doc="speedup per concurrency level, relative")
     memory_rtol: float = setting(0.10, float, bound=relative, doc="each memory figure, relative")
@@ -193,6 +199,40 @@ class Requests:
 
 
 @dataclass(frozen=True)
+class Edges:
+    """The traffic-edges scenario (specgate.run.edges): every method's engine and the baseline's get requests at
+    the shapes production sends and the plain gate does not: prompts of `block_multiples` x the KV block size
+    and one token either side; requests that run to max_model_len, their outputs `edge_tokens` + 0..k long so
+    the edge falls at every offset of a draft window; long prompts sent together past the scheduler's token
+    budget (split prefills); outputs that end at EOS (or, where no greedy output does, at a stop token) at
+    each offset of a draft window for `eos_prompts` prompts. Each request is compared with the baseline
+    engine's, its counters with its output, and each class's acceptance is stored and judged."""
+
+    block_multiples: tuple[int, ...] = setting(
+        (1, 2),
+        list,
+        doc="prompt lengths at these multiples of the KV block size, and one token either side",
+        parse=lambda check, key, value, _: _positive_ints(check, key, value),
+    )
+    edge_tokens: int = setting(
+        8, int, bound=positive, doc="the shortest output of a request run to max_model_len (then + 1 .. + k)"
+    )
+    eos_prompts: int = setting(2, int, bound=non_negative, doc="prompts whose output ends at EOS (0: none)")
+    max_tokens: int = setting(
+        0, int, bound=non_negative, doc="output tokens of the block and split classes (0: the profile's)"
+    )
+    logprob_atol: float = setting(
+        0.0, float, bound=non_negative, doc="the context-edge requests' logprob values may differ by this much"
+    )
+
+
+def _positive_ints(check, key: str, value) -> tuple[int, ...]:
+    if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise check.fail(key, f"must be a non-empty list of integers >= 1, got {value!r}.")
+    return tuple(value)
+
+
+@dataclass(frozen=True)
 class KnownIssue:
     """A bug the gate finds in a released vLLM, recorded so that its failure is reported as known, not as
     this build's regression: `[known_issues."vllm#55005"]` with the check (a gate) and the cases (its
@@ -217,6 +257,9 @@ class Scenarios:
     prefix_soak: PrefixSoak | None = setting(None, dict, table=PrefixSoak, doc="prefix-cache reuse over rounds")
     structured: Structured | None = setting(None, dict, table=Structured, doc="output under a JSON schema")
     requests: Requests | None = setting(None, dict, table=Requests, doc="requests as users send them")
+    edges: Edges | None = setting(
+        None, dict, table=Edges, doc="traffic at the edges: blocks, max_model_len, splits, EOS"
+    )
 
     @property
     def enabled(self) -> tuple[str, ...]:

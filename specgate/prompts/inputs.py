@@ -211,6 +211,10 @@ class PromptInputs:
     def decode(self, token_id: int) -> str:
         return self.tokenizer().decode([token_id])
 
+    def category_of(self, prompt_id: str) -> str:
+        """The category of a tokenized prompt ('' for an id these inputs do not hold)."""
+        return next((p.category for p in self.tokenized() if p.id == prompt_id), "")
+
     def speedup_inputs(self) -> PromptInputs:
         """The speedup load's prompts: `[speedup] prompts` with room for `[speedup] max_tokens`, else these."""
         speedup = self.profile.speedup

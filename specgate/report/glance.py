@@ -25,6 +25,12 @@ COMPACT = {
         ("expected_speedup", "expected"),
         ("geomean_speedup", "geometric mean [CI]"),
     ],
+    "load": [
+        ("requests", "requests"),
+        ("identical", "identical"),
+        ("diverged", "prompts diverged"),
+        ("mean_acceptance_length", "mean acceptance length"),
+    ],
     "memory": [
         ("static_mib_measured", "drafter MiB"),
         ("kv_tokens_lost", "KV tokens lost"),
@@ -42,6 +48,7 @@ COMPACT = {
         ("mean_acceptance_length", "acceptance length"),
     ],
     "requests": [("cases", "cases"), ("sampled.p_value", "T > 0 p-value")],
+    "edges": [("cases", "cases")],
 }
 # What a bounded figure's check is called, and whether its bound is a ceiling (else a floor).
 CHECKS = {
@@ -67,11 +74,17 @@ CHECKS = {
     "drift": ("drift floor", False),
     "sampled.p_value": ("two-sample test at T > 0", False),
     "sampled_repaired.p_value": ("two-sample test, sampler repaired", False),
+    "counted_past_end": ("counters within the output", True),
 }
 
 
+def _check(metric: str) -> tuple[str, bool] | None:
+    """CHECKS of a metric, or of its last part (`block.counted_past_end`: a class's figure)."""
+    return CHECKS.get(metric) or CHECKS.get(metric.rpartition(".")[2])
+
+
 def is_ceiling(metric: str, gate: str) -> bool:
-    return CHECKS.get(metric, ("", gate == "memory"))[1]
+    return (_check(metric) or ("", gate == "memory"))[1]
 
 
 def cell(row: dict[str, Any]) -> str:
@@ -86,7 +99,7 @@ def cell(row: dict[str, Any]) -> str:
 
 def moved_words(row: dict[str, Any]) -> str:
     """'speedup floor: 1.22 → 0.89 (-27.0 %), floor 1.04': what a failing figure did."""
-    name, ceiling = CHECKS.get(row["metric"], (row["metric"].replace("_", " "), is_ceiling(row["metric"], row["gate"])))
+    name, ceiling = _check(row["metric"]) or (row["metric"].replace("_", " "), is_ceiling(row["metric"], row["gate"]))
     what = f"{fmt(row['value'])}"
     if present(row["baseline"]) and present(row["value"]):
         change = f" ({(row['value'] - row['baseline']) / row['baseline']:+.1%})" if row["baseline"] else ""
@@ -107,7 +120,7 @@ def decided(group: list[dict], verdict: str) -> str:
         return "not judged: see below"
     if catch := caught(group):  # a canary's figures broke their bounds, as they must
         return f"caught: {moved}" if moved else one_line(catch.get("message") or "")
-    held = list(dict.fromkeys(CHECKS.get(r["metric"], (r["metric"],))[0] for r in group if present(r["bound"])))
+    held = list(dict.fromkeys((_check(r["metric"]) or (r["metric"],))[0] for r in group if present(r["bound"])))
     return ", ".join(held) if held else "–"
 
 

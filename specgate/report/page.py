@@ -12,6 +12,7 @@ import pandas as pd
 
 from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt
+from specgate.report import edges as edges_section
 from specgate.report import glance, plots
 from specgate.report import requests as requests_section
 from specgate.report.data import normalized
@@ -180,6 +181,11 @@ def _the_rest(table: pd.DataFrame, run: RunRecord) -> list[str]:
     parts: list[str] = []
     for method, verdict, header, body, lines in requests_section.sections(table):
         parts.append(f"<h2>Requests as users send them: {esc(method)} ({esc(verdict or 'not judged')})</h2>")
+        parts.append(_table(header, [("", row) for row in body]))
+        if lines:
+            parts.append("<ul class='notes'>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")
+    for method, verdict, header, body, lines in edges_section.sections(table):
+        parts.append(f"<h2>Traffic at the edges: {esc(method)} ({esc(verdict or 'not judged')})</h2>")
         parts.append(_table(header, [("", row) for row in body]))
         if lines:
             parts.append("<ul class='notes'>" + "".join(f"<li>{esc(line)}</li>" for line in lines) + "</ul>")

@@ -12,6 +12,7 @@ import pandas as pd
 
 from specgate.checks import FAILED, GATES, TOLD, Verdict, worst
 from specgate.formatting import fmt, present
+from specgate.report import edges as edges_section
 from specgate.report import glance
 from specgate.report import requests as requests_section
 from specgate.report.data import (
@@ -42,6 +43,14 @@ _HEADLINES = {
         ("itl_p99_ms", "ITL p99 ms"),
         ("e2e_p50_ms", "E2E p50 ms"),
     ],
+    "load": [
+        ("requests", "requests"),
+        ("identical", "identical"),
+        ("diverged", "prompts diverged"),
+        ("forgiven", "prompts forgiven"),
+        ("mean_acceptance_length", "mean acceptance length"),
+        ("acceptance_rate", "acceptance rate"),
+    ],
     "memory": [
         ("static_mib_measured", "drafter weights MiB"),
         ("kv_tokens_lost", "KV tokens lost"),
@@ -67,6 +76,7 @@ _HEADLINES = {
         ("mean_acceptance_length", "acceptance length"),
         ("kv_usage_after", "KV in use after"),
     ],
+    "edges": [("cases", "cases")],
     "requests": [
         ("cases", "cases"),
         ("sampled.p_value", "T > 0 p-value"),
@@ -121,7 +131,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
     metrics += [
         m
         for m in ordered(rows["metric"], first="")
-        if m not in known and m not in _PER_ITEM and not (gate == "requests" and "." in m)  # its own section
+        if m not in known and m not in _PER_ITEM and not (gate in ("requests", "edges") and "." in m)  # own section
     ]
     has_positions = "position_rate" in set(rows["metric"])
     out.header = ["method", "key", "verdict"] + [_label(rows, m, labels) for m in metrics]
@@ -309,6 +319,7 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
         if gate_notes:
             lines.append("")
     lines += requests_section.markdown(table)
+    lines += edges_section.markdown(table)
     for family, header, body in sweeps(table):
         lines += [
             f"## draft-length sweep: {family}",

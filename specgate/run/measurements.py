@@ -2,7 +2,10 @@
 
 Several gate tests of one method share one engine and one generation pass: the greedy pass (one
 batch per prompt category) gives both the equivalence outputs and, from counter deltas, each
-category's acceptance; the closed-loop trials give the speedup; the memory reading is taken once.
+category's acceptance; the closed-loop trials give the speedup and, from the tokens each request
+streamed and the counters they moved, each level's outputs and acceptance (the load gate); the
+baseline engine's warm-up before its first trial is the load's reference pass (every prompt the
+trials send, once, with top-k logprobs); the memory reading is taken once.
 Before any method's engine boots, `prepare_reference` makes sure the baseline engine's side of every
 comparison the selected gates will make is measured (an xdist worker that did not get the
 baseline's own tests measures it here, on its own devices).
@@ -20,7 +23,7 @@ from specgate.errors import EngineDied, SpecgateError
 from specgate.figures import stats
 from specgate.figures.acceptance import AcceptanceResult
 from specgate.figures.equivalence import GreedyOutput
-from specgate.figures.load import trial_prompts
+from specgate.figures.load import LoadRun, trial_prompts
 from specgate.profile import BASELINE
 
 
@@ -123,6 +126,7 @@ class MeasurementStore:
         self._load: dict[str, dict[int, LoadTrials]] = {}  # method -> concurrency -> trials
         self._paired: dict[tuple[str, int], LoadTrials] = {}  # (method, C) -> interleaved baseline trials
         self._warmed: set[str] = set()
+        self._reference: dict[str, GreedyOutput] | None = None  # the baseline engine's load reference pass
         self.before_methods: list = []  # more of the baseline engine's side, measured in prepare_reference
 
     def engine(self, name: str):
@@ -130,7 +134,7 @@ class MeasurementStore:
         if name != BASELINE:
             self.prepare_reference()
         self.inputs.tokenized()  # fail on bad prompts before paying for a boot
-        if "speedup" in self.gates:
+        if "speedup" in self.gates or "load" in self.gates:
             self.load_inputs.tokenized()
         return self.host.engine(name)
 
@@ -148,7 +152,7 @@ class MeasurementStore:
             return
         if "equivalence" in self.gates:
             self.category_runs(BASELINE)
-        if "speedup" in self.gates:
+        if "speedup" in self.gates or "load" in self.gates:
             for level in self.levels:
                 self.load_trials(BASELINE, level)
         if "memory" in self.gates:
@@ -201,10 +205,7 @@ class MeasurementStore:
         cfg = self.profile.speedup
         engine = self.engine(name)
         if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
-            top = max(self.profile.concurrency)
-            warm = trial_prompts(self.load_inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
-            self.measuring(engine.closed_loop, warm, top, self._max_tokens, cfg.temperature)
-            self._warmed.add(name)
+            self._warm(name, engine)
         result = LoadTrials(concurrency)
         self._trials(name, result, cfg.trials, repeat)
         if cfg.measure_step_costs:
@@ -214,6 +215,38 @@ class MeasurementStore:
             )
         cached[concurrency] = result
         return result
+
+    def _warm(self, name: str, engine) -> None:
+        """The engine's first requests, untimed. The baseline engine's (greedy load) are the load's reference
+        pass: every prompt the trials send at any level, once, all at once, with the top-k logprobs the
+        tie-aware rule reads; another engine's, a closed loop at the top level."""
+        cfg = self.profile.speedup
+        if name == BASELINE and not cfg.temperature:
+            top = self.profile.equivalence.top_logprobs
+            batch = self.measuring(engine.run_batch, self.load_prompts(), self._max_tokens, top)
+            self._reference = dict(batch.outputs)
+        else:
+            top = max(self.profile.concurrency)
+            warm = trial_prompts(self.load_inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
+            self.measuring(engine.closed_loop, warm, top, self._max_tokens, cfg.temperature)
+        self._warmed.add(name)
+
+    def load_prompts(self) -> list:
+        """Every prompt the trials send at some level of the profile, once each, in the order first sent."""
+        seen: dict[str, object] = {}
+        for level in self.profile.concurrency:
+            for p in self._batch(level):
+                seen.setdefault(p.id, p)
+        return list(seen.values())
+
+    def load_reference(self) -> dict[str, GreedyOutput] | None:
+        """The baseline engine's output for every prompt of the load (its warm-up), None where the load samples
+        (T > 0: nothing to compare) or the baseline engine's trials were not run here."""
+        return self._reference
+
+    def load_runs(self, name: str, concurrency: int) -> list[LoadRun]:
+        """Every timed trial `name`'s engine ran at this level, with the tokens each request streamed."""
+        return list(self.load_trials(name, concurrency).runs)
 
     def more_trials(self, name: str, concurrency: int, n: int) -> None:
         """`n` more paired trials for a cell whose decision is still open (sequential trials)."""

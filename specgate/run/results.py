@@ -100,7 +100,7 @@ def time_lines(session) -> list[str]:
     if not session.spent:
         return []
     total = time.monotonic() - session.started
-    order = ["boots", "equivalence", "acceptance", "speedup", "memory", "lifecycle"]
+    order = ["boots", "equivalence", "acceptance", "speedup", "load", "memory", "lifecycle"]
     parts = sorted(session.spent.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
     rest = total - sum(session.spent.values())
     return [
@@ -271,6 +271,9 @@ def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]
     if accepted := kinds.get("acceptance", {}):
         lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in accepted.items())
         lines.append(f"{pad} mean acceptance length: {lengths}")
+    if load := kinds.get("load", {}):
+        lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in load.items())
+        lines.append(f"{pad} mean acceptance length under load: {lengths}")
     if overhead := kinds.get("memory", {}).get("overhead"):
         lines.append(
             f"{pad} memory: drafter {overhead.get('static_mib_measured', float('nan')):.2f} MiB"

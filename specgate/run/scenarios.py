@@ -8,6 +8,8 @@ like the plain gates' measurements (specgate.run.measurements), and judged in ch
     prefix_soak  the method's engine, prefix cache emptied, replays a few prompts of each category for
                  `rounds` rounds: acceptance and the prefix-cache hit rate per round
     structured   tool-call-shaped prompts decoded under a JSON schema (vLLM's structured outputs)
+    edges        traffic at the edges (specgate.run.edges): KV-block-sized prompts, requests run to max_model_len,
+                 prefills split across steps, outputs ending at EOS; one batch per class (its own counters)
     requests     the request matrix (specgate.run.request_matrix) sent at once, then the seeded repeats;
                  and many seeded samples at T > 0 per category, as the method's engine ships and, where
                  vllm#55005's probe fails, again with the sampler repaired in its worker (the shipped samples
@@ -28,6 +30,7 @@ from specgate.figures.completions import Reply
 from specgate.figures.kvstats import KvStats
 from specgate.figures.two_sample import PERMUTATIONS, differ
 from specgate.profile import BASELINE
+from specgate.run import edges as edge_cases
 from specgate.run import request_matrix
 
 # vLLM's default KV block size per platform, for sizing the preemption engine's cache (a profile's
@@ -48,6 +51,13 @@ class PreemptionRun:
 class SoakRound:
     batch: BatchResult
     stats: KvStats
+
+
+@dataclass
+class EdgeRun:
+    replies: dict[str, Reply]  # case id -> what the engine answered
+    counters: dict[str, SpecCounters]  # class -> the counters its batch moved
+    seconds: dict[str, float] = field(default_factory=dict)  # class -> its batch's wall time
 
 
 @dataclass
@@ -95,6 +105,8 @@ class ScenarioRuns:
     _structured: dict[str, BatchResult] = field(default_factory=dict)
     _requests: dict[str, RequestRun] = field(default_factory=dict)
     _matrix: request_matrix.Matrix | None = None
+    _edges: dict[str, EdgeRun] = field(default_factory=dict)
+    _edge_plan: edge_cases.EdgePlan | None = None
     _failed: dict[tuple[str, str], Exception] = field(default_factory=dict)
 
     @property
@@ -188,6 +200,66 @@ class ScenarioRuns:
             )
 
         return self._once("structured", name, self._structured, measure)
+
+    # -- traffic at the edges ----------------------------------------------------------------------------
+    def edge_plan(self, engine=None) -> edge_cases.EdgePlan:
+        """The edges' requests, built once (from the first engine that asks: the baseline's) for the largest
+        draft length of the run's methods, its KV block size and its scheduler's token budget."""
+        if self._edge_plan is None:
+            inputs = self.store.inputs
+            greedy = {pid: out.token_ids for pid, out in self.store.greedy_outputs(BASELINE).items()}
+            k = max(
+                (m.num_speculative_tokens for m in self.store.host.by_name.values() if m.name != BASELINE), default=1
+            )
+            block = (getattr(engine, "kv_block_size", None) or (lambda: None))() or int(
+                self.profile.engine_kwargs.get("block_size") or DEFAULT_BLOCK_SIZE[self.profile.hardware]
+            )
+            budget = (getattr(engine, "token_budget", None) or (lambda: None))()
+            config = self.profile.scenarios.edges
+            self._edge_plan = edge_cases.build(
+                inputs.tokenized(),
+                greedy,
+                self.eos(),
+                k,
+                config,
+                self.profile.max_model_len,
+                config.max_tokens or self.profile.max_tokens,
+                block,
+                budget,
+            )
+        return self._edge_plan
+
+    def edges(self, name: str) -> EdgeRun:
+        """Each class of the plan as one batch on `name`'s engine, streamed (each reply keeps its chunks and
+        vLLM's per-request figures); the baseline engine's also keep the top-k logprobs of each token (the
+        tie-aware rule's reference)."""
+
+        def measure() -> EdgeRun:
+            engine = self.store.engine(name)
+            plan = self.edge_plan(engine)
+            top = self.profile.equivalence.top_logprobs if name == BASELINE else 0
+            replies, counters, seconds = {}, {}, {}
+            for klass in edge_cases.CLASSES:
+                cases = plan.of(klass)
+                if not cases:
+                    continue
+                sent = [
+                    (
+                        c.id,
+                        list(c.token_ids),
+                        {**c.params, **({"logprobs": max(top, c.params.get("logprobs") or 0)} if top else {})},
+                        True,
+                    )
+                    for c in cases
+                ]
+                started = time.monotonic()
+                done = self.store.measuring(engine.run_requests, sent, f"the edges scenario's {klass} requests")
+                seconds[klass] = time.monotonic() - started
+                replies.update(done.replies)
+                counters[klass] = done.counters
+            return EdgeRun(replies, counters, seconds)
+
+        return self._once("edges", name, self._edges, measure)
 
     # -- requests as users send them -----------------------------------------------------------------
     def request_matrix(self) -> request_matrix.Matrix:

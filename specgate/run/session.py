@@ -25,8 +25,10 @@ from specgate.backend import BootEngine
 from specgate.checks import GATES, Context, Judgement, Verdict, key_of
 from specgate.checks.acceptance import AcceptanceCheck
 from specgate.checks.drift import DRIFTING
+from specgate.checks.edges import EdgesCheck
 from specgate.checks.equivalence import EquivalenceCheck
 from specgate.checks.lifecycle import LifecycleCheck
+from specgate.checks.load import LoadCheck
 from specgate.checks.memory import MemoryCheck
 from specgate.checks.requests import RequestsCheck
 from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
@@ -72,12 +74,15 @@ class RunPlan:
         is a canary for, its absolute floors' acceptance, and equivalence and lifecycle as every engine does:
         its other gates would judge a configuration nobody serves. A scenario runs where the profile has its
         `[scenarios.<gate>]` table, for the methods (the baseline engine too for the structured and requests
-        scenarios, whose reference it is and whose own outputs must agree with themselves)."""
+        scenarios, whose reference it is and whose own outputs must agree with themselves). The load gate runs
+        wherever the speedup trials run: it judges their outputs and acceptance."""
         spec = self.profile.methods.get(method)
+        if gate == "load":
+            return self.runs_here("speedup", method)
         if gate in SCENARIOS:
             if gate not in self.profile.scenarios.enabled:
                 return False
-            return gate in ("structured", "requests") if method == BASELINE else not spec.canary_of
+            return gate in ("structured", "requests", "edges") if method == BASELINE else not spec.canary_of
         if spec is None or not spec.canary_of:
             return True
         return gate in ("equivalence", "lifecycle", *spec.canary_of) or (gate == "acceptance" and bool(spec.floors))
@@ -86,7 +91,7 @@ class RunPlan:
 @dataclass(frozen=True)
 class Selection:
     gates: frozenset[str] = frozenset(GATES)
-    levels: tuple[int, ...] = ()  # concurrency levels the speedup tests ask for
+    levels: tuple[int, ...] = ()  # concurrency levels the speedup and load tests ask for
 
 
 class GateSession:
@@ -114,6 +119,7 @@ class GateSession:
             "equivalence": EquivalenceCheck(ctx, self.store, plan.inputs),
             "acceptance": AcceptanceCheck(ctx, self.store),
             "speedup": SpeedupCheck(ctx, self.store),
+            "load": LoadCheck(ctx, self.store),
             "memory": MemoryCheck(ctx, self.store, self.host, plan.root),
             "lifecycle": LifecycleCheck(self.host),
         }
@@ -124,11 +130,14 @@ class GateSession:
                 "prefix_soak": PrefixSoakCheck(ctx, self.scenarios, self.store, plan.inputs),
                 "preemption": PreemptionCheck(ctx, self.store, self.scenarios, plan.inputs),
                 "requests": RequestsCheck(ctx, self.scenarios, self.store),
+                "edges": EdgesCheck(ctx, self.scenarios),
             }
         )
+        # the baseline engine's side of every request, before a method's engine takes its place
         if "requests" in selection.gates and "requests" in plan.profile.scenarios.enabled:
-            # the baseline engine's side of every request, before a method's engine takes its place
             self.store.before_methods.append(lambda: self.scenarios.requests(BASELINE))
+        if "edges" in selection.gates and "edges" in plan.profile.scenarios.enabled:
+            self.store.before_methods.append(lambda: self.scenarios.edges(BASELINE))
         self.judgements: dict[tuple[str, str, str], Judgement] = {}
         self.spent: dict[str, float] = {}  # where the run's time went: boots, each gate, scenarios, canaries
         self.started, self.started_wall = time.monotonic(), time.time()

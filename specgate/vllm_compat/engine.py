@@ -83,7 +83,11 @@ def completion_fields(completion) -> dict:
     spec = None
     if metrics is not None and getattr(metrics, "histogram", None) is not None:
         histogram = list(metrics.histogram)
-        spec = (sum(i * n for i, n in enumerate(histogram)), int(getattr(metrics, "num_draft_tokens", 0) or 0))
+        spec = (
+            sum(i * n for i, n in enumerate(histogram)),  # accepted
+            int(getattr(metrics, "num_draft_tokens", 0) or 0),  # drafted
+            sum(histogram),  # verification steps
+        )
     return {
         "index": int(completion.index),
         "text": completion.text,
@@ -126,6 +130,13 @@ def kv_capacity_tokens(client) -> int | None:
     if cache.num_gpu_blocks is None:
         return None
     return int(cache.num_gpu_blocks) * int(cache.block_size)
+
+
+def kv_block_size(client) -> int | None:
+    """Tokens per KV-cache block, as the engine was configured (None when it does not say)."""
+    cache = getattr(getattr(client, "vllm_config", None), "cache_config", None)
+    value = getattr(cache, "block_size", None)
+    return int(value) if value else None
 
 
 def token_budget(client) -> int | None:

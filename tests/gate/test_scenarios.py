@@ -1,6 +1,7 @@
 """Scenarios where vLLM's spec-decode regressions were filed, off the plain path: requests preempted and
 resumed mid-speculation, prefix-cache reuse over rounds, grammar-constrained output
-(specgate/checks/scenarios.py), and requests as users send them (specgate/checks/requests.py). A profile
+(specgate/checks/scenarios.py), requests as users send them (specgate/checks/requests.py) and traffic at the
+edges: KV-block-sized prompts, max_model_len, split prefills, EOS (specgate/checks/edges.py). A profile
 enables each with its `[scenarios.<name>]` table; the others are deselected."""
 
 import pytest
@@ -25,6 +26,13 @@ def test_prefix_soak_keeps_acceptance_and_outputs(judge, method):
 # after memory (its thousands of requests would move the engine's peak memory), before the shutdown
 @pytest.mark.specgate(gate="requests", stage=95)
 def test_requests_give_what_the_plain_engine_gives(judge, engine_method):
+    verdict = judge(engine_method)
+    assert verdict.passed, verdict.message
+
+
+# after the requests scenario (its long prompts last on the method's engine), before the shutdown
+@pytest.mark.specgate(gate="edges", stage=96)
+def test_edges_give_what_the_plain_engine_gives(judge, engine_method):
     verdict = judge(engine_method)
     assert verdict.passed, verdict.message
 

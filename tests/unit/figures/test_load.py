@@ -36,7 +36,7 @@ def fake_engine(clock, step_s=0.01, tokens=6, per_step=2):
             for _ in range(min(tokens, max_tokens) // per_step):
                 clock.now += step_s
                 await asyncio.sleep(0)
-                yield per_step
+                yield [7] * per_step
         finally:
             in_flight.remove(tag)
 

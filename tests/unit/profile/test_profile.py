@@ -169,6 +169,7 @@ def test_scenarios_are_enabled_by_their_tables(tmp_path):
         "prefix_soak",
         "structured",
         "requests",
+        "edges",
     )
 
 
