@@ -30,9 +30,15 @@ def install(worker, name: str) -> bool:
     if name in FRONTEND and name != "logit_bias_bonus_only":
         return True  # the front end's alone
     if strength is not None:
-        return {"verify_temperature_scaled": _verify_temperature_scaled}[name](runner, strength)
+        return {
+            "verify_temperature_scaled": _verify_temperature_scaled,
+            "verify_emits_draft_in_large_batches": _verify_emits_draft,
+            "accept_less_in_large_batches": _accept_less_in_large_batches,
+        }[name](runner, strength)
     return {
         "verify_emits_draft": _verify_emits_draft,
+        "corrupt_near_max_model_len": _corrupt_near_max_model_len,
+        "accept_less_after_split_prefill": _accept_less_after_split_prefill,
         "accept_one_less_every_10th": _accept_one_less,
         "resume_corrupts_last_token": _resume_corrupts_last_token,
         "ngram_late_after_cached_prefix": _ngram_late_after_cached_prefix,
@@ -124,12 +130,16 @@ def _lift_logit_bias_refusal():
     return undo
 
 
-def _verify_emits_draft(runner) -> bool:
+def _verify_emits_draft(runner, rows: float = 0) -> bool:
+    """At the first rejected position the draft token is emitted, not the target's: in every batch, or (`rows`)
+    only in batches of at least that many requests."""
     sampler = runner.rejection_sampler
     forward = sampler.forward
 
     def planted(metadata, draft_probs, logits, sampling_metadata):
         out = forward(metadata, draft_probs, logits, sampling_metadata)
+        if len(metadata.num_draft_tokens) < rows:
+            return out
         tokens = out.sampled_token_ids
         drafts = metadata.draft_token_ids.tolist()
         start = 0
@@ -161,6 +171,84 @@ def _accept_one_less(runner) -> bool:
         return out
 
     sampler.forward = planted
+    return True
+
+
+def _accept_less_in_large_batches(runner, rows: float) -> bool:
+    """In batches of at least `rows` requests, every other verified request-step keeps one token less than it
+    accepted (emitted again by the next step): the outputs stay, acceptance drops where the batch is large."""
+    sampler = runner.rejection_sampler
+    forward, seen = sampler.forward, [0]
+
+    def planted(metadata, draft_probs, logits, sampling_metadata):
+        out = forward(metadata, draft_probs, logits, sampling_metadata)
+        if len(metadata.num_draft_tokens) < rows:
+            return out
+        tokens = out.sampled_token_ids
+        for row in range(tokens.shape[0]):
+            emitted = int((tokens[row] >= 0).sum())
+            seen[0] += 1
+            if emitted >= 2 and seen[0] % 2 == 0:
+                tokens[row, emitted - 1] = -1
+        return out
+
+    sampler.forward = planted
+    return True
+
+
+def _near_edge(runner, req_id: str) -> bool:
+    """Whether the request's next draft window reaches max_model_len."""
+    state = runner.requests.get(req_id)
+    k = getattr(getattr(runner, "speculative_config", None), "num_speculative_tokens", 0) or 0
+    return state is not None and state.num_tokens + k + 1 >= runner.max_model_len
+
+
+def _corrupt_near_max_model_len(runner) -> bool:
+    """A request within a draft window of max_model_len gets the wrong token (the one after the target's) from
+    every verification step there (vLLM #53812's neighbourhood): nowhere else."""
+    sampler = runner.rejection_sampler
+    forward, vocab = sampler.forward, runner.model_config.get_vocab_size()
+
+    def planted(metadata, draft_probs, logits, sampling_metadata):
+        out = forward(metadata, draft_probs, logits, sampling_metadata)
+        tokens = out.sampled_token_ids
+        for row, req_id in enumerate(runner.input_batch.req_ids[: tokens.shape[0]]):
+            if _near_edge(runner, req_id) and int(tokens[row, 0]) >= 0:
+                tokens[row, 0] = (int(tokens[row, 0]) + 1) % vocab
+        return out
+
+    sampler.forward = planted
+    return True
+
+
+SPLIT_PROMPT_TOKENS = 512  # the plant's long prompts: cpu-tiny's plain prompts are shorter
+
+
+def _accept_less_after_split_prefill(runner) -> bool:
+    """A long prompt (>= SPLIT_PROMPT_TOKENS) whose prefill the scheduler split across steps keeps only one token of
+    each verification step after (the accepted drafts are emitted again by the next step): its outputs stay, its
+    acceptance collapses; a prompt prefilled whole is untouched."""
+    update, sampler = runner._update_states, runner.rejection_sampler
+    forward, split = sampler.forward, set()
+
+    def remember(scheduler_output):
+        for new in scheduler_output.scheduled_new_reqs:
+            prompt = len(new.prompt_token_ids or ())
+            scheduled = scheduler_output.num_scheduled_tokens.get(new.req_id, 0)
+            if prompt >= SPLIT_PROMPT_TOKENS and new.num_computed_tokens + scheduled < prompt:
+                split.add(new.req_id)
+        split.difference_update(scheduler_output.finished_req_ids)
+        return update(scheduler_output)
+
+    def planted(metadata, draft_probs, logits, sampling_metadata):
+        out = forward(metadata, draft_probs, logits, sampling_metadata)
+        tokens = out.sampled_token_ids
+        for row, req_id in enumerate(runner.input_batch.req_ids[: tokens.shape[0]]):
+            if req_id in split:
+                tokens[row, 1:] = -1
+        return out
+
+    runner._update_states, sampler.forward = remember, planted
     return True
 
 

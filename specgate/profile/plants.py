@@ -62,12 +62,39 @@ PLANTS = {
         "each returned logprob entry is the previous position's (vllm-project/vllm#34497's shape)",
         "the requests scenario's logprobs class: the plain gate compares tokens only",
     ),
+    # the traffic shapes' (tests/system/test_plants.py): each a class of bugs filed at production's shapes
+    "verify_emits_draft_in_large_batches": (
+        "in batches of at least N requests (`verify_emits_draft_in_large_batches:N`) verification emits the draft "
+        "token at the first rejected position (llama.cpp #26741's shape: garbled output with many slots)",
+        "the load gate at the levels whose batches are that large: the greedy pass sends 12 prompts at a time",
+    ),
+    "accept_less_in_large_batches": (
+        "in batches of at least N requests (`accept_less_in_large_batches:N`) every other verified request-step "
+        "keeps one token less than it accepted: outputs unchanged, acceptance lower only there (vLLM #27379's shape)",
+        "the load gate's acceptance at the levels whose batches are that large",
+    ),
+    "corrupt_near_max_model_len": (
+        "a request within a draft window of max_model_len gets the wrong token at every verification step there "
+        "(vLLM #53812, #44185's neighbourhood)",
+        "the edges scenario's context_edge class: no other request gets there",
+    ),
+    "accept_less_after_split_prefill": (
+        "a long prompt whose prefill the scheduler split across steps keeps one token of every verification step "
+        "after (drafters that lose track with context length: vLLM #52873's shape): outputs unchanged",
+        "the edges scenario's acceptance of its split and context_edge classes: the plain prompts are prefilled whole",
+    ),
     "verify_temperature_scaled": (
         "sampled verification holds the drafts to the target at temperature T x (1 + s) "
         "(`verify_temperature_scaled:s`; vllm#55005 is this with a garbage factor): the emitted tokens' "
         "distribution is no longer the target's",
         "the requests scenario's two-sample test at T > 0 (its power: docs/requests.md)",
     ),
+}
+# the plants that take a strength (`name:value`): whether a value holds, and what it must be
+STRENGTHS = {
+    "verify_temperature_scaled": (lambda v: 0 < v <= 4, "a factor in (0, 4] (verify_temperature_scaled:0.2)"),
+    "verify_emits_draft_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
+    "accept_less_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
 }
 FRONTEND = ("stop_trims_text_not_ids", "stream_counts_whole_run", "logit_bias_bonus_only", "logprobs_one_late")
 

@@ -74,7 +74,7 @@ def _method(check: Checker, method: Method, root: Path) -> Method:
         if key in kwargs:
             kwargs[key] = model_ref(check, prefix + "engine.kwargs." + key, kwargs[key], root)
     if method.plant:
-        from specgate.profile.plants import PLANTS, split
+        from specgate.profile.plants import PLANTS, STRENGTHS, split
 
         try:
             name, strength = split(method.plant)
@@ -85,13 +85,13 @@ def _method(check: Checker, method: Method, root: Path) -> Method:
                 prefix + "plant",
                 f"is not a known plant{did_you_mean(name, PLANTS)}; known: {', '.join(PLANTS)}.",
             )
-        if (strength is not None) != (name == "verify_temperature_scaled") or not (
-            strength is None or 0 < strength <= 4
-        ):
+        rule = STRENGTHS.get(name)
+        if (strength is not None) != (rule is not None) or (rule is not None and not rule[0](strength)):
             raise check.fail(
                 prefix + "plant",
-                f"{method.plant!r}: verify_temperature_scaled takes a factor in (0, 4] "
-                "(verify_temperature_scaled:0.2), the other plants none.",
+                f"{method.plant!r}: "
+                + "; ".join(f"{plant} takes {says}" for plant, (_, says) in STRENGTHS.items())
+                + ", the other plants none.",
             )
     return replace(method, speculative_config=sc, engine_kwargs=kwargs)
 

@@ -6,7 +6,8 @@ Repeated gate runs (speedup, equivalence, lifecycle) of the profile's methods ne
 copy of each (every drafting call also sleeps `--slowdown` of a step, `canary_of = { speedup = ... }`): the
 first run stores baselines in a scratch directory (SPECGATE_BASELINES_DIR: the checkout's baselines are
 never touched, whatever happens to the calibration), the next N are judged. From them, per method: the
-smallest speedup_rtol, geomean_rtol, draft_cost_tol and acceptance_rtol with no false alarm in the A/A runs
+smallest speedup_rtol, geomean_rtol, draft_cost_tol, acceptance_rtol and load_acceptance_rtol with no false
+alarm in the A/A runs
 whichever of them had stored the baselines (plus a margin), and how many of the slowed copy's runs each then
 catches, per level; for a tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs'
 honest near-ties. A level the machine disturbed in a judged run is dropped from that run; one no judged run
@@ -36,9 +37,11 @@ from specgate.store.baselines import BASELINES_DIR_ENV, baseline_path, baselines
 
 SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
 # the speed tests, the engines' lifecycle, greedy equivalence (its honest near-ties set the tie-aware rule)
-# and acceptance (its A/A spread sets acceptance_rtol; the same greedy pass, no extra engine time)
+# and acceptance (its A/A spread sets acceptance_rtol; the same greedy pass, no extra engine time), and the
+# load gate (each level's acceptance: its A/A spread sets load_acceptance_rtol; the same trials)
 CALIBRATED_TESTS = (
-    "speedup or lifecycle or test_method_reproduces or test_baseline_engine_produces or test_acceptance_holds"
+    "speedup or lifecycle or test_method_reproduces or test_baseline_engine_produces or test_acceptance_holds "
+    "or test_outputs_and_acceptance_hold_at_each_concurrency"
 )
 
 
@@ -181,10 +184,13 @@ def worst_shortfall(cell: Cell, metric: str) -> float:
     return shortfall(max(points), min(highs)) if points and highs else 0.0
 
 
-def suggest(cells: dict, names: list[str], acceptance: dict | None = None) -> dict[str, dict[str, float]]:
+def suggest(
+    cells: dict, names: list[str], acceptance: dict | None = None, load: dict | None = None
+) -> dict[str, dict[str, float]]:
     """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs, such
-    that none of them would have failed whichever run had stored the baselines, and acceptance_rtol from
-    the largest drop of a category's mean acceptance length below its stored value."""
+    that none of them would have failed whichever run had stored the baselines, acceptance_rtol from the
+    largest drop of a category's mean acceptance length below its stored value, and load_acceptance_rtol from
+    the largest drop of a level's (the load gate's cells)."""
     out = {}
     for name in names:
         levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
@@ -204,6 +210,16 @@ def suggest(cells: dict, names: list[str], acceptance: dict | None = None) -> di
         ]
         if drops:
             values["acceptance_rtol"] = tolerances.suggest_relative(max(drops), margin=0.005, step=0.005, floor=0.01)
+        level_drops = [
+            shortfall(c.stored.get("mean_acceptance_length"), r.get("mean_acceptance_length"))
+            for (m, _), c in (load or {}).items()
+            if m == name
+            for r in c.runs
+        ]
+        if level_drops:
+            values["load_acceptance_rtol"] = tolerances.suggest_relative(
+                max(level_drops), margin=0.005, step=0.005, floor=0.01
+            )
         out[name] = values
     return out
 
@@ -371,7 +387,9 @@ def calibrate(
             "A/A figure to draw speedup_rtol or draft_cost_tol from. Nothing was written; rerun calibrate when "
             "nothing else runs here."
         )
-    suggested = suggest(cells, names, read_runs(out / "update", judged, "acceptance"))
+    suggested = suggest(
+        cells, names, read_runs(out / "update", judged, "acceptance"), read_runs(out / "update", judged, "load")
+    )
     divergences = read_divergences(judged)
     rule = suggest_rule(divergences) if profile.equivalence.mode == "tie-aware" else {}
     hardware = hardware_key(*detect_device(profile.hardware))

@@ -86,5 +86,9 @@ def test_gate_in_endpoint_mode_reads_acceptance_from_metrics(specgate_plan, serv
     assert by_gate["acceptance"] <= {"passed", "skipped"} and by_gate["acceptance"], by_gate
     assert by_gate["memory"] == {"skipped"}
     table = json.loads((out / "measurements.json").read_text())
-    lengths = [r["value"] for r in table if r["method"] == SERVED_METHOD and r["metric"] == "mean_acceptance_length"]
+    lengths = [
+        r["value"]
+        for r in table
+        if r["method"] == SERVED_METHOD and r["gate"] == "acceptance" and r["metric"] == "mean_acceptance_length"
+    ]
     assert len(lengths) == len(specgate_plan.inputs.categories()) and all(1.0 < x <= 4.0 for x in lengths), lengths

@@ -227,6 +227,7 @@ def test_a_plants_strength_is_for_the_plant_that_takes_one(tmp_path):
         ("penalty_skips_drafts:0.5", "the other plants none"),
         ("verify_temperature_scaled:x", "a strength is a number"),
         ("verify_temperature_scaled:9", "takes a factor in (0, 4]"),
+        ("accept_less_in_large_batches:1.5", "accept_less_in_large_batches takes a batch size >= 2"),
     ):
         text = GOOD.replace("[methods.eagle]", f'plant = "{plant}"\n[methods.eagle]')
         with pytest.raises(ProfileError, match=r"key 'methods\.ngram\.plant'") as failed:
