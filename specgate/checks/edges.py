@@ -13,8 +13,8 @@ Per request of each class (block, context_edge, split, eos):
     what was counted past the end, never a false alarm). vLLM counts the drafts a step accepted before the
     stop check trims what follows an EOS, a stop token or the cap (vllm-project/vllm#56101): the case
     `counted_past_end`, which the profile's [known_issues] may explain.
-Per class, the batch's counters: accepted <= drafted, and the mean acceptance length stored and held to the
-method's acceptance_rtol (the steps right after a split prefill are the split class's).
+Per class, the batch's counters: accepted <= drafted, and the mean acceptance length stored and held to
+[scenarios.edges] acceptance_rtol (the steps right after a split prefill are the split class's).
 
 Verdict per class: equal / differs / inconsistent (rows `<class>.<status>`, `<class>.counted_past_end`); the
 first difference of each failing class is quoted with its case, position and both tokens.
@@ -178,7 +178,7 @@ class EdgesCheck:
         update stores (flat: `<class>.mean_acceptance_length`)."""
         found = self.ctx.lookup(method, self.gate, key)
         stored = (found.values or {}) if found else {}
-        rtol = self.ctx.tolerance(method).acceptance_rtol
+        rtol = self.ctx.profile.scenarios.edges.acceptance_rtol
         record = {}
         for klass, counters in run.counters.items():
             now = counters.mean_acceptance_length
@@ -192,7 +192,7 @@ class EdgesCheck:
             if low and not self.ctx.update:
                 failing.setdefault(f"{klass}_acceptance", []).append(
                     f"method '{method}', {klass}: mean acceptance length {now:.4g} against {then:.4g} stored (floor "
-                    f"{floor:.4g}, acceptance_rtol {rtol}; {found.source})"
+                    f"{floor:.4g}, [scenarios.edges] acceptance_rtol {rtol}; {found.source})"
                 )
         if not stored and self.ctx.strict and not self.ctx.update:
             failing.setdefault("acceptance", []).append(

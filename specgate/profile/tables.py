@@ -224,6 +224,11 @@ class Edges:
     logprob_atol: float = setting(
         0.0, float, bound=non_negative, doc="the context-edge requests' logprob values may differ by this much"
     )
+    # A class is a few requests of a few steps: where the scheduler splits a prefill or starts a request's decode
+    # one step earlier, a step more or less drafts, and the class's mean acceptance length moves with it.
+    acceptance_rtol: float = setting(
+        0.15, float, bound=relative, doc="each class's mean acceptance length below its stored figure, relative"
+    )
 
 
 def _positive_ints(check, key: str, value) -> tuple[int, ...]:

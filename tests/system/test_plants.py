@@ -13,7 +13,8 @@ its results):
 - acceptance on a drop smaller than vLLM's own +-5 % band: EAGLE-3 keeping one token less in every 10th
   verified request-step (greedy output unchanged) is the size of vllm-project/vllm#26191 (acceptance
   length 3.53 -> 3.40, -3.7 %), judged against cpu-tiny's stored eagle3 figures with acceptance_rtol.
-Left out for time: the speedup gate (no plant slows a step) and the endpoint tests.
+Left out for time: the speedup gate (no plant slows a step), the load gate and the edges scenario (their plants:
+test_traffic_plants.py) and the endpoint tests.
 """
 
 import json
@@ -56,7 +57,7 @@ PLAIN = ("equivalence", "acceptance", "memory", "lifecycle")
 # preemption for its plant's copy; eagle3 the plain gates. (-k matches names and ids as substrings: hence the
 # prefixes, and the structured scenario by its test's name, not the acceptance category structured_output.)
 SELECT = (
-    "not speedup and not endpoint and not (requests and (sc_ or eagle3)) "
+    "not speedup and not outputs_and_acceptance and not edges and not endpoint and not (requests and (sc_ or eagle3)) "
     "and not ((structured_output_matches or prefix_soak) and (rq_ or eagle3)) and (not preemption or sc_resumed)"
 )
 

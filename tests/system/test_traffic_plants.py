@@ -1,5 +1,6 @@
 """The traffic-shape checks fail on each planted bug the rest of the gate passes, on real engines, in one
-`pytest -m gpu` run of cpu-tiny (its name: judged against cpu-tiny's stored figures; concurrency 1 and 16):
+`pytest -m gpu` run of cpu-tiny (its name: judged against cpu-tiny's stored figures; concurrency 1 and 16, two
+trials each):
 - the load gate (specgate/checks/load.py), on bugs only large batches meet (batches of 13 or more requests:
   the greedy pass sends 12 at a time, the closed loop at C = 16 keeps 16 in flight): ngram keeping one token
   less in every other verified step there (acceptance at C = 16 fails, its outputs hold), medusa emitting the
@@ -49,10 +50,13 @@ SELECT = (
 
 
 def planted_profile(path):
-    """cpu-tiny with the plants in its own methods, concurrency 1 and 16, eagle3 out of vllm#56101's entry."""
+    """cpu-tiny with the plants in its own methods, concurrency 1 and 16 with two trials each, eagle3 out of
+    vllm#56101's entry."""
     text = CPU_TINY.read_text()
     assert "concurrency = [1, 4, 16]" in text, "cpu-tiny.toml's concurrency line changed: update planted_profile"
     text = text.replace("concurrency = [1, 4, 16]", "concurrency = [1, 16]", 1)
+    assert "\ntrials = 4\n" in text, "cpu-tiny.toml's [speedup] trials line changed: update planted_profile"
+    text = text.replace("\ntrials = 4\n", "\ntrials = 2\n", 1)  # the load gate reads the trials' counters: two do
     for name, plant in [(m, p) for m, (p, _) in LOAD.items()] + [(m, p) for m, (p, _, _) in EDGES.items() if p]:
         head = f"[methods.{name}]\n"
         text = text.replace(head, f'{head}plant = "{plant}"\n', 1)

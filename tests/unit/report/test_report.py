@@ -560,3 +560,45 @@ def test_speedup_markers_follow_the_verdicts_not_the_median_against_the_floor():
     )
     assert "failed its check (see the message)" in labels and "below floor" not in labels
     report.plots.pyplot().close(fig)
+
+
+def test_the_load_table_and_the_edges_section_show_each_level_and_class():
+    rows = [
+        row("eagle3", "load", "C=16", "requests", 192, concurrency=16),
+        row("eagle3", "load", "C=16", "identical", 188, concurrency=16),
+        row(
+            "eagle3",
+            "load",
+            "C=16",
+            "diverged",
+            1,
+            bound=0,
+            concurrency=16,
+            verdict="fail",
+            message="method 'eagle3', C=16: 4 of 192 requests (1 prompts) diverge from the baseline engine's output",
+            headline=True,
+        ),
+        row("eagle3", "load", "C=16", "mean_acceptance_length", 1.73, baseline=1.73, bound=1.71, concurrency=16),
+        row(
+            "eagle3",
+            "edges",
+            "classes",
+            "cases",
+            20,
+            verdict="fail",
+            message="1 differs of 4 cases; the first: "
+            "method 'eagle3', context_edge: case context_edge@11 differs from the baseline engine's: at token 3",
+        ),
+        row("eagle3", "edges", "classes", "context_edge.equal", 3),
+        row("eagle3", "edges", "classes", "context_edge.differs", 1),
+        row("eagle3", "edges", "classes", "context_edge.inconsistent", 0),
+        row("eagle3", "edges", "classes", "context_edge.counted_past_end", 0, bound=0),
+        row("eagle3", "edges", "classes", "context_edge.mean_acceptance_length", 1.07, baseline=1.08, bound=1.06),
+    ]
+    text = report.summary_markdown(report.normalize(pd.DataFrame(rows)), fabricated_run(outcomes=[]))
+    load = text.split("## load")[1].split("## ")[0]
+    assert "| eagle3 | C=16 | **fail** | 192 | 188 | 1 ≤ 0 | 1.73 ≥ 1.71 |" in load
+    assert max(len(line.split(" | ")) for line in load.splitlines() if line.startswith("| ")) <= 8
+    edges = text.split("## edges: eagle3 (fail)")[1]
+    assert "| context_edge | 3 | 1 | 0 | 0 | 1.07 (1.08) |" in edges
+    assert "case context_edge@11 differs from the baseline engine's: at token 3" in edges
