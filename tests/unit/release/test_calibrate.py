@@ -202,6 +202,22 @@ def test_acceptance_rtol_comes_from_the_largest_aa_drop_of_a_category(tmp_path):
     assert calibrate.suggest({}, ["suffix"], deterministic)["suffix"]["acceptance_rtol"] == 0.01  # the floor
 
 
+def test_load_acceptance_rtol_comes_from_the_largest_aa_drop_of_a_level(tmp_path):
+    stored = {"suffix": {"load": {"C=1": {"mean_acceptance_length": 3.6}, "C=16": {"mean_acceptance_length": 3.3}}}}
+    update = run(tmp_path / "update", [], stored)
+
+    def level(key, value):
+        return {"gate": "load", "method": "suffix", "key": key, "metric": "mean_acceptance_length", "value": value}
+
+    judged = [
+        run(tmp_path / "r1", [level("C=1", 3.6), level("C=16", 3.1)]),  # 6.1 % below its stored figure
+        run(tmp_path / "r2", [level("C=1", 3.55), level("C=16", 3.3)]),
+    ]
+    suggested = calibrate.suggest({}, ["suffix"], None, calibrate.read_runs(update, judged, "load"))["suffix"]
+    assert suggested == {"speedup_rtol": suggested["speedup_rtol"], "load_acceptance_rtol": 0.07}  # 6.1 % + 0.5 %
+    assert "test_outputs_and_acceptance_hold_at_each_concurrency" in calibrate.CALIBRATED_TESTS  # no extra engine time
+
+
 def test_a_storing_run_that_kept_no_speed_figures_stops_calibrate_before_the_judged_runs(tmp_path, monkeypatch):
     gates = []
 
