@@ -251,5 +251,7 @@ class StreamingBackend:
                 yield new
 
         before = self.counters()
-        run = self.run(closed_loop(stream, prompts, concurrency, max_tokens), f"a closed-loop trial at C={concurrency}")
+        self.last_traces: list = []  # what the trial streamed, kept should the engine stop on the way
+        trial = closed_loop(stream, prompts, concurrency, max_tokens, traces=self.last_traces)
+        run = self.run(trial, f"a closed-loop trial at C={concurrency}")
         return run, self.counters() - before

@@ -55,6 +55,8 @@ class FakeMethod:
     # Stops producing at its first batch or trial: its "engine core" (a real, idle child process) never
     # answers, so the watchdog's deadline (the profile's stall_timeout_s) has to end the wait.
     stalls: bool = False
+    # > 0: closed loops after this many (the warm-up is the first) stop producing half-way, as `stalls` does
+    stalls_after: int = 0
     # In closed-loop trials at this concurrency and above (0: never), a bug only large batches meet: outputs
     # wrong at `large_diverge_at` and/or `large_accepted` drafts accepted per step instead of `accepted`.
     large_from: int = 0
@@ -98,7 +100,8 @@ class FakeEngine:
         self.k = method.num_speculative_tokens
         self.runner = self.behaviour.runner
         self.profile, self.log_path = profile, log_path
-        self.core = self._start_core() if self.behaviour.stalls else None
+        self.core = self._start_core() if self.behaviour.stalls or self.behaviour.stalls_after else None
+        self.loops = 0  # closed loops run
 
     def _start_core(self):
         """A real process standing in for the engine core that stops answering."""
@@ -174,7 +177,7 @@ class FakeEngine:
         seed: int | None = None,
         schema: dict | None = None,
     ) -> BatchResult:
-        if self.core is not None:
+        if self.behaviour.stalls:
             self._stall(f"generating a batch of {len(prompts)} prompts (engine '{self.method.name}')")
         out, steps = {}, {}
         for p in prompts:
@@ -185,7 +188,7 @@ class FakeEngine:
         return BatchResult(out, steps, self._counters(2 * len(prompts)))
 
     def closed_loop(self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0):
-        if self.core is not None:
+        if self.behaviour.stalls:
             self._stall(f"a closed-loop trial at C={concurrency} (engine '{self.method.name}')")
         machine = self.script.machine
         per_step = 2 if self.k else 1
@@ -211,6 +214,10 @@ class FakeEngine:
                 steps += b.chunk_steps
             lanes[lane] = t
             traces.append(trace)
+        self.loops += 1
+        if b.stalls_after and self.loops > b.stalls_after:
+            self.last_traces = traces[: len(traces) // 2]  # what it streamed before it stopped
+            self._stall(f"a closed-loop trial at C={concurrency} (engine '{self.method.name}')")
         accepted = b.large_accepted if large else None
         return LoadRun(concurrency, traces, 0.0, max(lanes)), self._counters(steps, accepted)
 

@@ -10,9 +10,12 @@ already produced (no extra request; what the timed trials measure is untouched).
                 load_acceptance_rtol (0: the method's acceptance_rtol, for profiles whose A/A runs show the
                 figure deterministic)
 
-At T > 0 (`[speedup] temperature`) the outputs are samples: only acceptance is judged, and the judgement
-says so. The baseline engine's own trial outputs are held to its reference pass the same way (a batch-size
-dependence of the target's own path shows there).
+At the top level a method engine's warm-up (a closed loop there, untimed) is held to the reference too. When
+the engine stops during a level's trials (dies, or makes no progress), what they streamed until then is still
+compared: a bug that writes wrong tokens in large batches and then wedges the engine reads as the tokens it
+wrote (level, prompt, position), not only as a stall. At T > 0 (`[speedup] temperature`) the outputs are
+samples: only acceptance is judged, and the judgement says so. The baseline engine's own trial outputs are
+held to its reference pass the same way (a batch-size dependence of the target's own path shows there).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from dataclasses import dataclass, field
 
 from specgate.checks import Context, Judgement, Row, Verdict
 from specgate.checks.acceptance import acceptance_floors
+from specgate.errors import EngineDied
 from specgate.figures.acceptance import AcceptanceResult
 from specgate.figures.equivalence import Divergence, GreedyOutput, compare
 from specgate.profile import BASELINE, Equivalence
@@ -44,7 +48,8 @@ class LevelOutputs:
 
 
 def held_to(reference: dict[str, GreedyOutput], runs, rule: Equivalence) -> LevelOutputs:
-    """Each request's streamed tokens (figures.load.RequestTrace.token_ids) against the reference for its prompt."""
+    """Each request's streamed tokens (figures.load.RequestTrace.token_ids) against the reference for its prompt;
+    a request of an interrupted run (a trial the engine did not finish) only as far as it got."""
     out = LevelOutputs()
     sent: dict[str, int] = {}
     for trial, run in enumerate(runs, start=1):
@@ -55,6 +60,9 @@ def held_to(reference: dict[str, GreedyOutput], runs, rule: Equivalence) -> Leve
                 continue
             out.requests += 1
             sent[request.prompt_id] = sent.get(request.prompt_id, 0) + 1
+            if run.interrupted:
+                got = len(request.token_ids)
+                ref = GreedyOutput(ref.token_ids[:got], ref.top_logprobs[:got])
             found = compare(ref, request.token_ids, rule)
             if found is None:
                 out.identical += 1
@@ -72,9 +80,12 @@ class LoadCheck:
 
     def judge(self, method: str, key: str, **_) -> Judgement:
         concurrency = int(key.split("=", 1)[1])
-        runs = self.store.load_runs(method, concurrency)
+        try:
+            runs = self.store.load_runs(method, concurrency)
+        except EngineDied as stopped:
+            return self._stopped(method, concurrency, stopped)
         j = Judgement(self.gate, method, key, Verdict.PASS)
-        always, rows = self._outputs(method, concurrency, runs)
+        always, rows = self._outputs(method, concurrency, [*runs, *self._warmup(method, concurrency)])
         if method == BASELINE:  # the reference engine: its outputs only
             j.rows = rows
             if always:
@@ -128,6 +139,26 @@ class LoadCheck:
             )
         j.rows = rows
         return ctx.decide(j, stored, always, against)
+
+    def _warmup(self, method: str, concurrency: int) -> list:
+        """At the top level, a method engine's warm-up too: its requests ran at that concurrency, untimed."""
+        warm = self.store.warmup_run(method) if method != BASELINE else None
+        return [warm] if warm is not None and concurrency == max(self.ctx.profile.concurrency) else []
+
+    def _stopped(self, method: str, concurrency: int, stopped: EngineDied) -> Judgement:
+        """The engine stopped (died, or made no progress) during this level's trials: what they streamed until
+        then is still held to the reference, so a bug that wrote wrong tokens and then wedged the engine reads
+        as the outputs it wrote; with nothing wrong in them, the stop stands."""
+        runs = self.store.interrupted_runs(method, concurrency)
+        warm = self._warmup(method, concurrency)
+        problems, rows = self._outputs(method, concurrency, [*runs, *warm])
+        if not problems:
+            raise stopped
+        problems.append(
+            f"method '{method}', C={concurrency}: then the engine stopped ({stopped.reason}): the level's acceptance "
+            "is not judged"
+        )
+        return Judgement(self.gate, method, f"C={concurrency}", Verdict.FAIL, problems, rows)
 
     def _outputs(self, method: str, concurrency: int, runs) -> tuple[list[str], list[Row]]:
         """(failures, rows) of the level's outputs against the baseline engine's reference pass."""

@@ -75,6 +75,7 @@ class LoadRun:
     requests: list[RequestTrace]
     started: float
     ended: float
+    interrupted: bool = False  # the engine stopped before the trial ended: its requests possibly cut short
 
     @property
     def window(self) -> tuple[float, float]:
@@ -146,12 +147,14 @@ async def closed_loop(
     concurrency: int,
     max_tokens: int,
     clock: Callable[[], float] = time.perf_counter,
+    traces: list[RequestTrace] | None = None,
 ) -> LoadRun:
-    """Send `prompts` (objects with .id and .token_ids) keeping exactly `concurrency` in flight."""
+    """Send `prompts` (objects with .id and .token_ids) keeping exactly `concurrency` in flight. `traces`, when
+    given, is filled as the requests go: what an interrupted trial streamed stays with the caller."""
     if concurrency < 1:
         raise ValueError(f"concurrency must be >= 1, got {concurrency}")
     pending = iter(enumerate(prompts))
-    traces: list[RequestTrace] = []
+    traces = [] if traces is None else traces
 
     async def worker() -> None:
         for index, prompt in pending:  # one shared iterator: each worker takes the next request

@@ -63,9 +63,10 @@ PLANTS = {
         "the requests scenario's logprobs class: the plain gate compares tokens only",
     ),
     # the traffic shapes' (tests/system/test_plants.py): each a class of bugs filed at production's shapes
-    "verify_emits_draft_in_large_batches": (
-        "in batches of at least N requests (`verify_emits_draft_in_large_batches:N`) verification emits the draft "
-        "token at the first rejected position (llama.cpp #26741's shape: garbled output with many slots)",
+    "wrong_token_in_large_batches": (
+        "in batches of at least N requests (`wrong_token_in_large_batches:N`) verification emits a wrong token (the "
+        "one after the target's) at the first rejected position (llama.cpp #26741's shape: garbled output with many "
+        "slots)",
         "the load gate at the levels whose batches are that large: the greedy pass sends 12 prompts at a time",
     ),
     "accept_less_in_large_batches": (
@@ -93,7 +94,7 @@ PLANTS = {
 # the plants that take a strength (`name:value`): whether a value holds, and what it must be
 STRENGTHS = {
     "verify_temperature_scaled": (lambda v: 0 < v <= 4, "a factor in (0, 4] (verify_temperature_scaled:0.2)"),
-    "verify_emits_draft_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
+    "wrong_token_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
     "accept_less_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
 }
 FRONTEND = ("stop_trims_text_not_ids", "stream_counts_whole_run", "logit_bias_bonus_only", "logprobs_one_late")

@@ -36,6 +36,7 @@ class LoadTrials:
     runs: list = field(default_factory=list)  # specgate.figures.load.LoadRun
     counters: object = None  # SpecCounters over all trials
     step_times: dict | None = None
+    interrupted: LoadRun | None = None  # what a trial the engine did not finish streamed until it stopped
 
     @property
     def throughputs(self) -> list[float]:
@@ -127,6 +128,8 @@ class MeasurementStore:
         self._paired: dict[tuple[str, int], LoadTrials] = {}  # (method, C) -> interleaved baseline trials
         self._warmed: set[str] = set()
         self._reference: dict[str, GreedyOutput] | None = None  # the baseline engine's load reference pass
+        self._warmups: dict[str, LoadRun] = {}  # a method engine's warm-up at the top level (untimed)
+        self._pending: dict[tuple[str, int], LoadTrials] = {}  # a level whose trials have not all finished
         self.before_methods: list = []  # more of the baseline engine's side, measured in prepare_reference
 
     def engine(self, name: str):
@@ -206,7 +209,7 @@ class MeasurementStore:
         engine = self.engine(name)
         if name not in self._warmed:  # first requests after boot pay for lazy initialisation (JIT, caches)
             self._warm(name, engine)
-        result = LoadTrials(concurrency)
+        result = self._pending.setdefault((name, concurrency), LoadTrials(concurrency))
         self._trials(name, result, cfg.trials, repeat)
         if cfg.measure_step_costs:
             batch = self._batch(concurrency)
@@ -214,6 +217,7 @@ class MeasurementStore:
                 engine.timed_steps, lambda: engine.closed_loop(batch, concurrency, self._max_tokens, cfg.temperature)
             )
         cached[concurrency] = result
+        self._pending.pop((name, concurrency), None)
         return result
 
     def _warm(self, name: str, engine) -> None:
@@ -227,17 +231,25 @@ class MeasurementStore:
             self._reference = dict(batch.outputs)
         else:
             top = max(self.profile.concurrency)
-            warm = trial_prompts(self.load_inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
-            self.measuring(engine.closed_loop, warm, top, self._max_tokens, cfg.temperature)
+            try:
+                run, _ = self.measuring(engine.closed_loop, self._warm_batch(), top, self._max_tokens, cfg.temperature)
+                self._warmups[name] = run
+            except EngineDied:  # kept, its requests possibly cut short
+                self._warmups[name] = LoadRun(top, list(getattr(engine, "last_traces", ())), 0.0, 0.0, interrupted=True)
+                raise
         self._warmed.add(name)
 
     def load_prompts(self) -> list:
-        """Every prompt the trials send at some level of the profile, once each, in the order first sent."""
+        """Every prompt the trials send at some level of the profile, and a method engine's warm-up, once each."""
         seen: dict[str, object] = {}
-        for level in self.profile.concurrency:
-            for p in self._batch(level):
+        for batch in (*(self._batch(level) for level in self.profile.concurrency), self._warm_batch()):
+            for p in batch:
                 seen.setdefault(p.id, p)
         return list(seen.values())
+
+    def _warm_batch(self) -> list:
+        top = max(self.profile.concurrency)
+        return trial_prompts(self.load_inputs.tokenized(), top, 2 * top, self.profile.seed + 1)
 
     def load_reference(self) -> dict[str, GreedyOutput] | None:
         """The baseline engine's output for every prompt of the load (its warm-up), None where the load samples
@@ -247,6 +259,18 @@ class MeasurementStore:
     def load_runs(self, name: str, concurrency: int) -> list[LoadRun]:
         """Every timed trial `name`'s engine ran at this level, with the tokens each request streamed."""
         return list(self.load_trials(name, concurrency).runs)
+
+    def warmup_run(self, name: str) -> LoadRun | None:
+        """A method engine's warm-up (a closed loop at the top level, untimed), as far as it went."""
+        return self._warmups.get(name)
+
+    def interrupted_runs(self, name: str, concurrency: int) -> list[LoadRun]:
+        """What this level's trials streamed before the engine stopped: the finished trials, then the one it did
+        not finish (marked interrupted: its requests possibly cut short)."""
+        pending = self._pending.get((name, concurrency))
+        if pending is None:
+            return []
+        return [*pending.runs, *([pending.interrupted] if pending.interrupted is not None else [])]
 
     def more_trials(self, name: str, concurrency: int, n: int) -> None:
         """`n` more paired trials for a cell whose decision is still open (sequential trials)."""
@@ -277,7 +301,13 @@ class MeasurementStore:
             counters.append(moved)
             return run
 
-        self.measuring(repeat or _repeat, one_trial, n)
+        try:
+            self.measuring(repeat or _repeat, one_trial, n)
+        except EngineDied:
+            done = {id(t) for run in result.runs for t in run.requests}  # (the paired engine's stop leaves none)
+            cut = [t for t in getattr(engine, "last_traces", ()) if id(t) not in done]
+            result.interrupted = LoadRun(concurrency, cut, 0.0, 0.0, interrupted=True) if cut else None
+            raise
         result.counters = functools.reduce(lambda a, b: a + b, counters)
 
     def baseline_alone(self, concurrency: int) -> float:

@@ -3,9 +3,9 @@
 trials each):
 - the load gate (specgate/checks/load.py), on bugs only large batches meet (batches of 13 or more requests:
   the greedy pass sends 12 at a time, the closed loop at C = 16 keeps 16 in flight): ngram keeping one token
-  less in every other verified step there (acceptance at C = 16 fails, its outputs hold), medusa emitting the
-  draft at the first rejection there (C = 16 fails naming the level, the prompt and the position: an output,
-  not a stall);
+  less in every other verified step there (acceptance at C = 16 fails, its outputs hold), medusa emitting a
+  wrong token at the first rejection there (C = 16 fails naming the level, the prompt and the position: an
+  output, not a stall);
 - the edges scenario (specgate/checks/edges.py): eagle giving the wrong token within a draft window of
   max_model_len (the context_edge class differs), draft_model keeping one token a step after a split prefill
   (the split class's acceptance), and eagle3, whose real counters count accepted drafts past an EOS, a stop
@@ -33,7 +33,7 @@ pytestmark = [
 LOAD = {  # method -> (plant, what its C = 16 failure says)
     "ngram": ("accept_less_in_large_batches:13", "C=16: mean acceptance length: measured"),
     "medusa": (
-        "verify_emits_draft_in_large_batches:13",
+        "wrong_token_in_large_batches:13",
         "diverge from the baseline engine's output for the same prompt",
     ),
 }

@@ -89,3 +89,15 @@ def test_a_sampled_load_is_judged_on_acceptance_only_and_says_so(tmp_path):
     assert j.verdict is Verdict.PASS  # outputs are samples: not compared
     said = {r.metric: r.unit for r in j.rows}
     assert said["identical"].startswith("not compared: the load samples at T 0.7")
+
+
+def test_outputs_written_before_the_engine_wedged_read_as_outputs_not_only_as_a_stall(tmp_path):
+    stored(tmp_path)
+    wedging = PROFILE + "[engine]\nstall_timeout_s = 1\n"
+    # wrong tokens at C = 4, then the second closed loop there (the first trial) stops half-way
+    s = session(tmp_path, wedging, good={"large_from": 4, "large_diverge_at": 5, "stalls_after": 1})
+    s.judge("load", "baseline", 4)
+    j = s.judge("load", "good", 4)
+    assert j.verdict is Verdict.FAIL, j.message
+    assert "C=4:" in j.message and "at token 5:" in j.message and "prompt " in j.message
+    assert "then the engine stopped (no progress for" in j.message
