@@ -10,9 +10,10 @@ The classes (CLASSES), each sent as one batch so the counters it moved are its o
     context_edge  prompts of max_model_len - n tokens with max_tokens n and ignore_eos, for n = edge_tokens ..
                   edge_tokens + k: every request runs to max_model_len (finish reason 'length'), the edge at each
                   offset of a draft window (vLLM #53812, #44185); logprobs 1, compared too
-    split         long prompts (max_model_len - max_tokens tokens) sent together, more of them than the
-                  scheduler's token budget (max_num_batched_tokens) holds in one step: their prefills are split
-                  across steps (chunked prefill), and the acceptance of the steps after is this class's
+    split         long prompts (max_model_len - max_tokens tokens) sent together, 2 x (budget // length) + 2 of them
+                  against the scheduler's token budget (max_num_batched_tokens): all but the first budget // length
+                  have their prefills split across steps (chunked prefill); the acceptance of the steps after is
+                  this class's
     eos           prompts whose baseline greedy output ends at EOS, the same requests again; where no greedy
                   output does (the embedded zoo never emits EOS), stop_token_ids stand in for it: a token of the
                   output that first occurs at each position of a draft window (the same stop path in the
@@ -102,7 +103,7 @@ def build(
     if budget is None:
         plan.notes["split"] = "not sent: the engine does not say its token budget per step (max_num_batched_tokens)"
     else:
-        count = budget // long + 2
+        count = 2 * (budget // long) + 2  # those past the first budget // long are split: two thirds of them here
         for i in range(count):
             ids = _cut(stream, starts, next(cut), long)
             plan.cases.append(EdgeCase(f"split@{i}", "split", ids, {"temperature": 0.0, "max_tokens": max_tokens}))

@@ -38,7 +38,8 @@ def test_context_edge_requests_end_at_max_model_len_at_every_offset_of_a_draft_w
 def test_split_prompts_together_exceed_the_token_budget_and_no_two_cases_share_a_first_block():
     p = plan(budget=2048)
     split = p.of("split")
-    assert sum(len(c.token_ids) for c in split) > 2048 + len(split[0].token_ids)
+    fit = 2048 // len(split[0].token_ids)  # prefilled whole in the first step; the rest are split
+    assert len(split) - fit >= 2 * len(split) / 3
     firsts = [c.token_ids[:128] for c in p.cases if c.klass != "eos"]
     assert len(set(firsts)) == len(firsts)
     assert "not sent" in plan(budget=None).notes["split"] and not plan(budget=None).of("split")
