@@ -156,6 +156,7 @@ class EdgesCheck:
                     f"method '{method}', {klass}: the counters say {counters.num_accepted_tokens} tokens accepted of "
                     f"{counters.num_draft_tokens} drafted"
                 )
+        split_notes = self._split_whole(method, plan, run, failing, counts, firsts) if run.whole else []
         passing = {klass for klass in counts if klass not in failing}
         if not first_past and counts:
             passing.add(PAST_END)
@@ -166,12 +167,42 @@ class EdgesCheck:
         record = None
         if method != BASELINE:
             record = self._acceptance(method, key, run, failing, rows)
-        notes = [f"{klass}: {note}" for klass, note in plan.notes.items()]
+        notes = [f"{klass}: {note}" for klass, note in plan.notes.items()] + split_notes
         j = Judgement(self.gate, method, key, Verdict.PASS, [], rows, record)
         release = self.ctx.release_of(method) if self.ctx.release_of else ""
         settle(self.ctx.profile.known_issues, j, failing, passing, release, str(self.ctx.profile.path))
         j.messages += notes + ["time: " + ", ".join(f"{klass} {s:.1f} s" for klass, s in run.seconds.items())]
         return j
+
+    def _split_whole(self, method: str, plan, run, failing: dict[str, list[str]], counts, firsts) -> list[str]:
+        """The split class against its own prompts sent one at a time first (prefilled whole): the same tokens, and
+        as many draft tokens accepted after the split prefills, within [scenarios.edges] acceptance_rtol."""
+        split = [c for c in plan.cases if c.klass == "split"]
+        for case in split:
+            mine, whole = run.replies.get(case.id), run.whole.get(case.id)
+            if mine is None or whole is None or mine.first is None or whole.first is None:
+                continue
+            i = first_divergence(whole.first.token_ids, mine.first.token_ids)
+            if i is not None and "split" in counts:
+                counts["split"][DIFFERS] += 1
+                counts["split"][EQUAL] -= 1
+                said = f"method '{method}', split: case {case.id} after a split prefill differs from the same prompt "
+                failing.setdefault("split", []).append(f"{said}prefilled whole at token {i}")
+        together, alone = run.counters.get("split"), run.whole_counters
+        if together is None or alone is None:
+            return []
+        rtol = self.ctx.profile.scenarios.edges.acceptance_rtol
+        floor = alone.num_accepted_tokens * (1 - rtol)
+        said = (
+            f"split: {together.num_accepted_tokens} draft tokens accepted after split prefills, "
+            f"{alone.num_accepted_tokens} with the same prompts prefilled whole"
+        )
+        if together.num_accepted_tokens < floor - 1e-9:
+            failing.setdefault("split_acceptance", []).append(
+                f"method '{method}', {said} (floor {floor:.1f}, [scenarios.edges] acceptance_rtol {rtol}): the drafts "
+                "lose acceptance after a split prefill"
+            )
+        return [said]
 
     def _acceptance(self, method: str, key: str, run, failing: dict[str, list[str]], rows: list[Row]) -> dict:
         """Each class's mean acceptance length, held to its stored figure (acceptance_rtol); returns the record an

@@ -12,8 +12,9 @@ The classes (CLASSES), each sent as one batch so the counters it moved are its o
                   offset of a draft window (vLLM #53812, #44185); logprobs 1, compared too
     split         long prompts (max_model_len - max_tokens tokens) sent together, 2 x (budget // length) + 2 of them
                   against the scheduler's token budget (max_num_batched_tokens): all but the first budget // length
-                  have their prefills split across steps (chunked prefill); the acceptance of the steps after is
-                  this class's
+                  have their prefills split across steps (chunked prefill); on a method's engine the same prompts
+                  go first one at a time (prefilled whole): the accepted tokens of the split batch are held to
+                  theirs, the same requests' outputs too
     eos           prompts whose baseline greedy output ends at EOS, the same requests again; where no greedy
                   output does (the embedded zoo never emits EOS), stop_token_ids stand in for it: a token of the
                   output that first occurs at each position of a draft window (the same stop path in the
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CLASSES = ("block", "context_edge", "split", "eos")
+WHOLE = "split_whole"  # the split class's prompts sent one at a time (prefilled whole): its acceptance reference
 EOS_WINDOW_START = 8  # the first output position a stand-in stop token is placed at
 
 

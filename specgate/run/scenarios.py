@@ -57,7 +57,11 @@ class SoakRound:
 class EdgeRun:
     replies: dict[str, Reply]  # case id -> what the engine answered
     counters: dict[str, SpecCounters]  # class -> the counters its batch moved
-    seconds: dict[str, float] = field(default_factory=dict)  # class -> its batch's wall time
+    seconds: dict[str, float] = field(default_factory=dict)  # batch -> its wall time
+    # the split class's prompts sent one at a time first (prefilled whole), on a method's engine: case id -> reply,
+    # and the counters they moved
+    whole: dict[str, Reply] = field(default_factory=dict)
+    whole_counters: SpecCounters | None = None
 
 
 @dataclass
@@ -238,11 +242,9 @@ class ScenarioRuns:
             engine = self.store.engine(name)
             plan = self.edge_plan(engine)
             top = self.profile.equivalence.top_logprobs if name == BASELINE else 0
-            replies, counters, seconds = {}, {}, {}
-            for klass in edge_cases.CLASSES:
-                cases = plan.of(klass)
-                if not cases:
-                    continue
+            run = EdgeRun({}, {})
+
+            def send(batch: str, cases, limit: int | None = None):
                 sent = [
                     (
                         c.id,
@@ -253,11 +255,23 @@ class ScenarioRuns:
                     for c in cases
                 ]
                 started = time.monotonic()
-                done = self.store.measuring(engine.run_requests, sent, f"the edges scenario's {klass} requests")
-                seconds[klass] = time.monotonic() - started
-                replies.update(done.replies)
-                counters[klass] = done.counters
-            return EdgeRun(replies, counters, seconds)
+                done = self.store.measuring(engine.run_requests, sent, f"the edges scenario's {batch} requests", limit)
+                run.seconds[batch] = time.monotonic() - started
+                return done
+
+            for klass in edge_cases.CLASSES:
+                cases = plan.of(klass)
+                if cases and klass == "split" and name != BASELINE:
+                    # the same prompts one at a time first, prefilled whole: what their drafts accept there is what
+                    # they must accept after a split prefill (first: a drafter that learns from responses, suffix,
+                    # has then seen them, which can only help the split batch)
+                    done = send(edge_cases.WHOLE, cases, limit=1)
+                    run.whole, run.whole_counters = dict(done.replies), done.counters
+                if cases:
+                    done = send(klass, cases)
+                    run.replies.update(done.replies)
+                    run.counters[klass] = done.counters
+            return run
 
         return self._once("edges", name, self._edges, measure)
 

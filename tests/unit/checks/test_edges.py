@@ -106,3 +106,30 @@ def test_counters_that_count_past_the_end_of_the_output_fail_unless_a_known_issu
     assert j.verdict is Verdict.PASS and j.basis == "known" and "known: vllm#56101" in j.message
     # the entry outlives the bug: a run whose counters agree says so and fails
     assert "no longer reproduces" in judge(tmp_path, Runs({}), profile).message
+
+
+def test_the_split_class_holds_its_acceptance_to_the_same_prompts_prefilled_whole(tmp_path):
+    plan = EdgePlan([EdgeCase("split@0", "split", PROMPT, {"temperature": 0.0, "max_tokens": 16})], 128, 2048)
+
+    class SplitRuns(Runs):
+        def edge_plan(self, engine=None):
+            return plan
+
+    def runs(together: int, alone: int, differs: bool = False):
+        r = SplitRuns({})
+        r.runs[BASELINE] = EdgeRun({"split@0": reply(range(16))}, {})
+        tokens = [*range(8), 99, *range(9, 16)] if differs else range(16)
+        r.runs["ngram"] = EdgeRun(
+            {"split@0": reply(tokens)},
+            {"split": SpecCounters(6, 18, together)},
+            whole={"split@0": reply(range(16))},
+            whole_counters=SpecCounters(6, 18, alone),
+        )
+        return r
+
+    assert judge(tmp_path, runs(9, 10)).verdict is Verdict.PASS  # within acceptance_rtol 0.15
+    j = judge(tmp_path, runs(6, 10))
+    assert j.verdict is Verdict.FAIL
+    assert "split: 6 draft tokens accepted after split prefills, 10 with the same prompts prefilled whole" in j.message
+    j = judge(tmp_path, runs(10, 10, differs=True))
+    assert j.verdict is Verdict.FAIL and "differs from the same prompt prefilled whole at token 8" in j.message
