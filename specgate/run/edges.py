@@ -10,7 +10,8 @@ The classes (CLASSES), each sent as one batch so the counters it moved are its o
     context_edge  prompts of max_model_len - n tokens with max_tokens n and ignore_eos, for n = edge_tokens ..
                   edge_tokens + k: every request runs to max_model_len (finish reason 'length'), the edge at each
                   offset of a draft window (vLLM #53812, #44185); logprobs 1, compared too
-    split         long prompts (max_model_len - max_tokens tokens) sent together, 2 x (budget // length) + 2 of them
+    split         long prompts (max_model_len - max_tokens - 2 (k + 1) tokens: their outputs stay clear of the edge)
+                  sent together, 2 x (budget // length) + 2 of them
                   against the scheduler's token budget (max_num_batched_tokens): all but the first budget // length
                   have their prefills split across steps (chunked prefill); on a method's engine the same prompts
                   go first one at a time (prefilled whole): the accepted tokens of the split batch are held to
@@ -101,7 +102,9 @@ def build(
         ids = _cut(stream, starts, next(cut), max_model_len - n)
         params = {"temperature": 0.0, "max_tokens": n, "ignore_eos": True, "logprobs": 1}
         plan.cases.append(EdgeCase(f"context_edge@{n}", "context_edge", ids, params))
-    long = max_model_len - max_tokens
+    # short of the edge by two draft windows: vLLM skips drafting for a whole batch once one of its requests is
+    # within a draft window of max_model_len (gpu_model_runner._input_fits_in_drafter reads the batch's longest)
+    long = max_model_len - max_tokens - 2 * (k + 1)
     if budget is None:
         plan.notes["split"] = "not sent: the engine does not say its token budget per step (max_num_batched_tokens)"
     else:
