@@ -14,7 +14,7 @@ drafted; vLLM's per-request figures sum to the counters' deltas).
 At T > 0 the method's seeded samples and the baseline's must come from one distribution
 (two_sample.differ at the scenario's level): as shipped, and where vllm#55005's probe fails also with
 the repair in the worker, which must pass (the shipped samples are then taken in two looks, each judged at
-half the level: run.scenarios.Sampled). Acceptance over the samples is stored per category and held
+half the level: run.scenario_records.Sampled). Acceptance over the samples is stored per category and held
 to acceptance_rtol like the greedy pass's. The profile's [known_issues] settle what they explain
 (checks.known).
 

@@ -46,7 +46,7 @@ EDGES = {  # method -> (plant or None, the failing case, what its failure says)
 PLAIN = ("equivalence", "acceptance", "memory", "lifecycle")
 SELECT = (
     "not (structured_output_matches or prefix_soak or requests or preemption or endpoint) "
-    "and not ((speedup or outputs_and_acceptance) and (eagle or draft_model))"
+    "and not ((speedup or at_each_concurrency) and (eagle or draft_model))"
 )
 
 

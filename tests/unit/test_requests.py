@@ -19,7 +19,7 @@ from specgate.figures.two_sample import differ
 from specgate.profile import BASELINE, load_profile
 from specgate.profile.tables import KnownIssue
 from specgate.run import request_matrix
-from specgate.run.scenarios import RequestRun, Sampled
+from specgate.run.scenario_records import RequestRun, Sampled
 
 ROOT = Path(__file__).resolve().parents[2]
 EOS = 1

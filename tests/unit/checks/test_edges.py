@@ -12,7 +12,7 @@ from specgate.figures.completions import Completion, Reply
 from specgate.profile import BASELINE, load_profile
 from specgate.profile.tables import KnownIssue
 from specgate.run.edges import EdgeCase, EdgePlan
-from specgate.run.scenarios import EdgeRun
+from specgate.run.scenario_records import EdgeRun
 from specgate.store.baseline_store import BaselineStore
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -10,7 +10,8 @@ from specgate.figures.acceptance import SpecCounters
 from specgate.figures.completions import Completion, Reply
 from specgate.profile import BASELINE, load_profile
 from specgate.run.request_matrix import RequestCase
-from specgate.run.scenarios import FIRST_LOOK_SHARE, SAMPLE_SEEDS, RequestRun, Sampled, ScenarioRuns
+from specgate.run.scenario_records import RequestRun, Sampled
+from specgate.run.scenarios import FIRST_LOOK_SHARE, SAMPLE_SEEDS, ScenarioRuns
 
 ROOT = Path(__file__).resolve().parents[3]
 PROFILE = load_profile(ROOT / "fixtures" / "profiles" / "cpu-tiny.toml", ROOT)
