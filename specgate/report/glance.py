@@ -100,6 +100,8 @@ def cell(row: dict[str, Any]) -> str:
 def moved_words(row: dict[str, Any]) -> str:
     """'speedup floor: 1.22 → 0.89 (-27.0 %), floor 1.04': what a failing figure did."""
     name, ceiling = _check(row["metric"]) or (row["metric"].replace("_", " "), is_ceiling(row["metric"], row["gate"]))
+    if (part := row["metric"].rpartition(".")[0]) and row["metric"] not in CHECKS and _check(row["metric"]):
+        name += f" ({part})"  # a class's figure: which class
     what = f"{fmt(row['value'])}"
     if present(row["baseline"]) and present(row["value"]):
         change = f" ({(row['value'] - row['baseline']) / row['baseline']:+.1%})" if row["baseline"] else ""

@@ -26,7 +26,7 @@ from tests.system.nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
 pytestmark = [
     pytest.mark.system,
     pytest.mark.needs_vllm,
-    pytest.mark.slow(wall_s=300),  # 245 s here (2-core AMD EPYC, 2026-12-06)
+    pytest.mark.slow(wall_s=260),  # 244 s here (2-core AMD EPYC, 2026-12-07)
     skip_without_vllm_cpu(),
     pytest.mark.xdist_group("traffic_plants"),
 ]

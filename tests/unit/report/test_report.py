@@ -594,11 +594,14 @@ def test_the_load_table_and_the_edges_section_show_each_level_and_class():
         row("eagle3", "edges", "classes", "context_edge.inconsistent", 0),
         row("eagle3", "edges", "classes", "context_edge.counted_past_end", 0, bound=0),
         row("eagle3", "edges", "classes", "context_edge.mean_acceptance_length", 1.07, baseline=1.08, bound=1.06),
+        row("eagle3", "edges", "classes", "block.counted_past_end", 2, bound=0),
     ]
     text = report.summary_markdown(report.normalize(pd.DataFrame(rows)), fabricated_run(outcomes=[]))
     load = text.split("## load")[1].split("## ")[0]
     assert "| eagle3 | C=16 | **fail** | 192 | 188 | 1 ≤ 0 | 1.73 ≥ 1.71 |" in load
     assert max(len(line.split(" | ")) for line in load.splitlines() if line.startswith("| ")) <= 8
+    # the gate's table names the class of a failing class figure
+    assert "counters within the output (block): 2, ceiling 0" in text.split("## edges")[1]
     edges = text.split("## edges: eagle3 (fail)")[1]
     assert "| context_edge | 3 | 1 | 0 | 0 | 1.07 (1.08) |" in edges
     assert "case context_edge@11 differs from the baseline engine's: at token 3" in edges
