@@ -40,11 +40,12 @@ LAYERS = (
     # one run: the session that composes the parts, its measurements, scenarios and results
     ("run",),
     # entry points: pytest (the hook specification a conftest.py implements; the plugin, the fake engine),
-    # then release-to-release work, then the `specgate` command
+    # then release-to-release work, then the `specgate` command (and `python -m specgate`, which runs it)
     ("hooks",),
     ("plugin", "testing"),
     ("release",),
     ("cli",),
+    ("__main__",),
 )
 
 

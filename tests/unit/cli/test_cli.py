@@ -1,5 +1,9 @@
 """The `specgate` command: report regeneration, baseline diffs, error paths without tracebacks."""
 
+import subprocess
+import sys
+from pathlib import Path
+
 from specgate import cli, report
 from specgate.store import baselines
 from tests.unit.report.test_report import fabricated_run, fabricated_table
@@ -147,3 +151,15 @@ def test_diff_names_the_models_that_changed_before_the_figures(tmp_path, capsys)
     )
     same_figures = baseline_file(tmp_path / "same.json", {"eagle3": entry("def5678" + "0" * 33, 2.0)})
     assert cli.main(["baselines", "diff", "--exit-code", str(old), str(same_figures)]) == 1  # the weights moved
+
+
+def test_python_dash_m_specgate_is_the_specgate_command(tmp_path):
+    """`python -m specgate ...` runs the command as `specgate ...` does: the same output and exit code, here
+    for a diff with differences (--exit-code: 1) and a usage error (2)."""
+    old, run_dir = old_and_new(tmp_path)
+    script = Path(sys.executable).with_name("specgate")
+    for args, code in ((["baselines", "diff", "--exit-code", str(old), str(run_dir)], 1), (["nonsense"], 2)):
+        by_module = subprocess.run([sys.executable, "-m", "specgate", *args], capture_output=True, text=True)
+        by_script = subprocess.run([str(script), *args], capture_output=True, text=True)
+        assert by_module.returncode == by_script.returncode == code, (by_module.stderr, by_script.stderr)
+        assert by_module.stdout == by_script.stdout and by_module.stderr == by_script.stderr
