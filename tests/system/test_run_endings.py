@@ -112,7 +112,9 @@ def test_processes_a_killed_run_and_its_reaper_left_are_reported_and_stopped_on_
         ]
         said = subprocess.run(later, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300).stdout
         assert f"of an earlier run (pid {run.proc.pid}: " in said and "are still alive: " in said, said
-        listed = said.split("are still alive: ")[1].split(". They hold")[0]
+        # this run's paragraph: a run killed by a test on the other xdist worker may be listed before it
+        ours = said.split(f"of an earlier run (pid {run.proc.pid}: ")[1]
+        listed = ours.split("are still alive: ")[1].split(". They hold")[0]
         pids = {int(line.split()[0]) for line in orphans}
         assert listed and all(int(p.split(")")[0]) in pids for p in listed.split("(pid ")[1:]), (orphans, said)
         assert "Stop them with --specgate-kill-stale" in said
