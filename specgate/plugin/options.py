@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import os
-import re
 from pathlib import Path
 
 import pytest
@@ -100,9 +99,34 @@ def project_root(config: pytest.Config) -> Path:
     return candidates[0]
 
 
+# The markers a gate test carries (tests/gate/: every one `gpu`; the correctness gates `correctness` too)
+GATE_MARKS = (frozenset({"gpu", "specgate"}), frozenset({"gpu", "specgate", "correctness"}))
+
+
 def selects_gate(config: pytest.Config) -> bool:
-    """`-m gpu` (or an expression that asks for gpu, not for its absence)."""
-    return bool(re.search(r"(?<!not )\bgpu\b", config.getoption("markexpr", "") or ""))
+    """Whether the run's `-m` expression selects a gate test, by pytest's own expression rules (`-m gpu`,
+    `-m "gpu and not slow"`: yes; `-m "not gpu"`, `-m "not (gpu or slow)"`: no). No `-m`: no (`pytest -m gpu`
+    runs the gate). An expression pytest cannot parse: no (pytest itself reports it)."""
+    return marks_select_gate(config.getoption("markexpr", "") or "")
+
+
+def marks_select_gate(expression: str) -> bool:
+    if not expression.strip():
+        return False
+    from _pytest.mark.expression import Expression  # pytest's -m grammar (not exported under a public name)
+
+    try:
+        compiled = Expression.compile(expression)
+    except SyntaxError:
+        return False
+    return any(compiled.evaluate(_carries(marks)) for marks in GATE_MARKS)
+
+
+def _carries(marks: frozenset):
+    def carries(name: str, /, **_) -> bool:  # (a marker's arguments, `-m "specgate(gate='x')"`: taken as carried)
+        return name in marks
+
+    return carries
 
 
 def profile_name(config: pytest.Config) -> str:
