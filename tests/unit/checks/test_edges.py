@@ -133,3 +133,6 @@ def test_the_split_class_holds_its_acceptance_to_the_same_prompts_prefilled_whol
     assert "split: 6 draft tokens accepted after split prefills, 10 with the same prompts prefilled whole" in j.message
     j = judge(tmp_path, runs(10, 10, differs=True))
     assert j.verdict is Verdict.FAIL and "differs from the same prompt prefilled whole at token 8" in j.message
+    # a case that differs from the baseline's and from its whole self is one case that differs, not two
+    counted = {r.metric: r.value for r in j.rows if r.metric.startswith("split.")}
+    assert (counted["split.equal"], counted["split.differs"]) == (0, 1)
