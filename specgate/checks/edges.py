@@ -13,6 +13,8 @@ Per request of each class (block, context_edge, split, eos):
     what was counted past the end, never a false alarm). vLLM counts the drafts a step accepted before the
     stop check trims what follows an EOS, a stop token or the cap (vllm-project/vllm#56101): the case
     `counted_past_end`, which the profile's [known_issues] may explain.
+The split class's requests also against the same prompts prefilled whole on the same engine: the same token ids
+(the same tie-aware rule, by the baseline engine's top-k logprobs where its output agrees up to there).
 Per class, the batch's counters: accepted <= drafted, and the mean acceptance length stored and held to
 [scenarios.edges] acceptance_rtol (the steps right after a split prefill are the split class's).
 
@@ -54,14 +56,11 @@ class EdgesCheck:
 
     def _differs(self, case, mine: Completion, base: Completion) -> tuple[str, bool]:
         """(how `mine` differs from the baseline's `base`, whether that is a near-tie the rule forgives)."""
-        rule = self.ctx.profile.equivalence
         i = first_divergence(base.token_ids, mine.token_ids)
         if i is not None:
             a = base.token_ids[i] if i < len(base.token_ids) else None
             b = mine.token_ids[i] if i < len(mine.token_ids) else None
-            top = base.logprobs[i] if base.logprobs and i < len(base.logprobs) else {}
-            gap = top[a] - top[b] if a in top and b in top else None
-            forgiven = rule.mode == "tie-aware" and gap is not None and gap <= rule.logprob_margin
+            gap, forgiven = self._near_tie(base.logprobs[i] if base.logprobs and i < len(base.logprobs) else {}, a, b)
             around = self.runs.decode(list(base.token_ids[max(0, i - 6) : i]))
             said = f"; logprob gap {gap:.4g} nats" if gap is not None else ""
             return f"at token {i} (after {around!r}): baseline {self._tok(a)} vs method {self._tok(b)}{said}", forgiven
@@ -83,6 +82,13 @@ class EdgesCheck:
                         f"{theirs[t]:.9g}, {abs(ours[t] - theirs[t]):.3g} off (logprob_atol {atol:g})"
                     ), False
         return "", False
+
+    def _near_tie(self, top: dict[int, float], a: int | None, b: int | None) -> tuple[float | None, bool]:
+        """(the logprob gap between tokens a and b in the baseline's top-k `top`, whether the profile's tie-aware
+        rule forgives it)."""
+        rule = self.ctx.profile.equivalence
+        gap = top[a] - top[b] if a in top and b in top else None
+        return gap, rule.mode == "tie-aware" and gap is not None and gap <= rule.logprob_margin
 
     def _own(self, case, out: Completion) -> list[str]:
         problems = inconsistencies(out, case.params, self.runs.decode, self.runs.eos())
@@ -179,13 +185,21 @@ class EdgesCheck:
     def _split_whole(self, method: str, plan, run, failing: dict[str, list[str]], counts, equal: set[str]) -> list[str]:
         """The split class against its own prompts sent one at a time first (prefilled whole): the same tokens, and
         as many draft tokens accepted after the split prefills, within [scenarios.edges] acceptance_rtol. A case
-        that differs here moves from `equal` to differs (one counted different from the baseline's stays one)."""
+        that differs here moves from `equal` to differs (one counted different from the baseline's stays one); a
+        near-tie the profile's tie-aware rule forgives, by the baseline engine's top-k logprobs there, is noted."""
+        forgiven: list[str] = []
+        base = self.runs.edges(BASELINE) if method != BASELINE else None
         for case in plan.of("split"):
             mine, whole = run.replies.get(case.id), run.whole.get(case.id)
             if mine is None or whole is None or mine.first is None or whole.first is None:
                 continue
-            i = first_divergence(whole.first.token_ids, mine.first.token_ids)
+            ours, theirs = mine.first.token_ids, whole.first.token_ids
+            i = first_divergence(theirs, ours)
             if i is None:
+                continue
+            if (gap := self._whole_gap(base, case.id, theirs, ours, i)) is not None:
+                said = f"method '{method}', split: case {case.id} after a split prefill differs from the same prompt "
+                forgiven.append(f"{said}prefilled whole at token {i}, a near-tie (logprob gap {gap:.4g} nats)")
                 continue
             if case.id in equal:
                 counts["split"][DIFFERS] += 1
@@ -194,7 +208,7 @@ class EdgesCheck:
             failing.setdefault("split", []).append(f"{said}prefilled whole at token {i}")
         together, alone = run.counters.get("split"), run.whole_counters
         if together is None or alone is None:
-            return []
+            return forgiven
         rtol = self.ctx.profile.scenarios.edges.acceptance_rtol
         floor = alone.num_accepted_tokens * (1 - rtol)
         said = (
@@ -206,7 +220,21 @@ class EdgesCheck:
                 f"method '{method}', {said} (floor {floor:.1f}, [scenarios.edges] acceptance_rtol {rtol}): the drafts "
                 "lose acceptance after a split prefill"
             )
-        return [said]
+        return [said, *forgiven]
+
+    def _whole_gap(self, base, case_id: str, whole: tuple[int, ...], split: tuple[int, ...], i: int) -> float | None:
+        """The logprob gap between the two tokens at position i where the split reply first leaves the whole one, if
+        the tie-aware rule forgives it by the baseline engine's top-k logprobs there (its output the same as the whole
+        one's up to i, so they are the same context's); None when it does not."""
+        reply = base.replies.get(case_id) if base is not None else None
+        theirs = reply.first if reply is not None else None
+        if theirs is None or not theirs.logprobs or i >= len(theirs.logprobs):
+            return None
+        if tuple(theirs.token_ids[:i]) != tuple(whole[:i]):
+            return None
+        a, b = (whole[i] if i < len(whole) else None), (split[i] if i < len(split) else None)
+        gap, forgiven = self._near_tie(theirs.logprobs[i], a, b)
+        return gap if forgiven else None
 
     def _acceptance(self, method: str, key: str, run, failing: dict[str, list[str]], rows: list[Row]) -> dict:
         """Each class's mean acceptance length, held to its stored figure (acceptance_rtol); returns the record an

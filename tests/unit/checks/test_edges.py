@@ -136,3 +136,33 @@ def test_the_split_class_holds_its_acceptance_to_the_same_prompts_prefilled_whol
     # a case that differs from the baseline's and from its whole self is one case that differs, not two
     counted = {r.metric: r.value for r in j.rows if r.metric.startswith("split.")}
     assert (counted["split.equal"], counted["split.differs"]) == (0, 1)
+
+
+def test_a_split_reply_that_leaves_the_whole_one_at_a_near_tie_is_forgiven_where_the_rule_is_tie_aware(tmp_path):
+    plan = EdgePlan([EdgeCase("split@0", "split", PROMPT, {"temperature": 0.0, "max_tokens": 16})], 128, 2048)
+    tied = [*range(8), 99, *range(9, 16)]
+
+    class SplitRuns(Runs):
+        def edge_plan(self, engine=None):
+            return plan
+
+    def runs(gap: float):
+        r = SplitRuns({})
+        top = [{t: -0.5} for t in range(16)]
+        top[8] = {8: -0.7, 99: -0.7 - gap}  # the baseline's top-k where the split reply leaves the whole one
+        base = Completion(tuple(range(16)), decode(range(16)), "length", None, tuple(top), None, 16)
+        r.runs[BASELINE] = EdgeRun({"split@0": Reply((base,))}, {})
+        r.runs["ngram"] = EdgeRun(
+            {"split@0": reply(tied)},
+            {"split": SpecCounters(6, 18, 10)},
+            whole={"split@0": reply(range(16))},
+            whole_counters=SpecCounters(6, 18, 10),
+        )
+        return r
+
+    tie_aware = replace(PROFILE, equivalence=replace(PROFILE.equivalence, mode="tie-aware", logprob_margin=0.05))
+    j = judge(tmp_path, runs(0.02), tie_aware)
+    assert j.verdict is Verdict.PASS, j.message
+    assert "prefilled whole at token 8, a near-tie (logprob gap 0.02 nats)" in j.message
+    assert judge(tmp_path, runs(0.2), tie_aware).verdict is Verdict.FAIL  # past the margin
+    assert judge(tmp_path, runs(0.02)).verdict is Verdict.FAIL  # cpu-tiny's rule is exact
