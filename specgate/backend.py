@@ -42,6 +42,8 @@ class BatchResult:
     counters: SpecCounters  # spec-decode counters of this batch alone
     # per prompt: vLLM's own per-request histogram of accepted draft tokens per step, where it gives one
     step_histograms: dict[str, list[int]] = field(default_factory=dict)
+    # per prompt: vLLM's accepted draft tokens of each verification step with drafts, in order, where it gives them
+    step_series: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,11 @@ class StreamingBackend:
         """vLLM's per-request accepted-tokens histograms of finished requests (none by default)."""
         return {}
 
+    def take_step_series(self, tags) -> dict[str, list[int]]:
+        """vLLM's accepted draft tokens of each verification step, in order, of finished requests (none by
+        default)."""
+        return {}
+
     def memory_reading(self):
         raise NotMeasurable(f"the memory of engine '{self.method_name}' is not visible to specgate")
 
@@ -219,7 +226,10 @@ class StreamingBackend:
         before = self.counters()
         self.run(batch(), f"generating a batch of {len(prompts)} prompts")
         outputs = {pid: GreedyOutput(tuple(tokens[pid]), tuple(tops[pid])) for pid in tokens}
-        return BatchResult(outputs, steps, self.counters() - before, self.take_step_histograms(list(tokens)))
+        tags = list(tokens)
+        return BatchResult(
+            outputs, steps, self.counters() - before, self.take_step_histograms(tags), self.take_step_series(tags)
+        )
 
     async def complete(self, token_ids, params: dict, tag: str, stream: bool = True):
         """One request with these SamplingParams keywords -> specgate.figures.completions.Reply."""

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from specgate import vllm_compat
 from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.checks import distribution as per_request
 from specgate.checks.drift import DriftCheck
 from specgate.errors import NotMeasurable
 from specgate.figures.acceptance import AcceptanceResult
@@ -94,8 +95,17 @@ class AcceptanceCheck:
         against_baseline = failed(acceptance_floors(result, stored, tol.acceptance_rtol, tol.position_rtol, {}, source))
         against_floors = [] if ref != method else failed(acceptance_floors(result, None, 0.0, 0.0, floors))
         drift_rows, drifted = self.drift.judge(method, self.gate, key, j.record)
-        j.rows = self._rows(tol, j.record, stored or {}, floors) + drift_rows
-        return ctx.decide(j, stored, against_floors + drifted, against_baseline)
+        outputs = self.store.category_runs(method, temperature)[category].outputs
+
+        def text(pid: str, start: int, end: int) -> str:
+            return "".join(self.store.inputs.decode(t) for t in outputs[pid].token_ids[start:end])
+
+        where = f"method '{method}', category '{key}'"
+        request_rows, by_request = per_request.judge(
+            where, result, stored, tol.request_acceptance_rtol, tol.position_rtol, text
+        )
+        j.rows = self._rows(tol, j.record, stored or {}, floors) + request_rows + drift_rows
+        return ctx.decide(j, stored, against_floors + drifted, against_baseline + by_request)
 
     def _rows(self, tol, values: dict, base: dict, floors: dict[str, float]) -> list[Row]:
         rows = []

@@ -76,6 +76,7 @@ class Engine(StreamingBackend):
     runner: str = ""  # the worker's model runner: 'v1' or 'v2' (vllm_compat.runner_kind)
     died: EngineDied | None = None
     step_histograms: dict[str, list[int]] = field(default_factory=dict)  # tag -> vLLM's per-request histogram
+    step_series: dict[str, list[int]] = field(default_factory=dict)  # tag -> its accepted drafts, step by step
     watch: Watch | None = None  # the no-progress deadline (profile [engine] stall_timeout_s)
     profile_path: str = ""  # where the deadlines are set, for messages
     undo: Any = None  # what takes a plant's front-end patch out again at shutdown (specgate.engines.plants)
@@ -113,6 +114,8 @@ class Engine(StreamingBackend):
             completion = out.outputs[0]
             if (metrics := getattr(completion, "spec_decode_metrics", None)) is not None:  # the finished output
                 self.step_histograms[tag] = list(metrics.histogram)
+                if series := getattr(metrics, "per_step_accepted", None):  # 'detailed': in order, steps with drafts
+                    self.step_series[tag] = list(series)
             top = []
             if top_logprobs and completion.logprobs:
                 top = [{int(t): float(lp.logprob) for t, lp in pos.items()} for pos in completion.logprobs]
@@ -204,6 +207,9 @@ class Engine(StreamingBackend):
 
     def take_step_histograms(self, tags) -> dict[str, list[int]]:
         return {t: self.step_histograms.pop(t) for t in tags if t in self.step_histograms}
+
+    def take_step_series(self, tags) -> dict[str, list[int]]:
+        return {t: self.step_series.pop(t) for t in tags if t in self.step_series}
 
     def collective_rpc(self, fn):
         """Call `fn(worker)` in every worker process (results in rank order)."""
@@ -328,8 +334,9 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     # Import vLLM before measuring: its modules stay loaded in this process for the whole run.
     AsyncEngineArgs, AsyncLLM = compat.engine_classes()
     if method.speculative_config is not None and compat.PER_REQUEST_METRICS in compat.engine_arg_names():
-        # each request's own accepted-tokens histogram: the stream's chunks are not steps when merged
-        kwargs.setdefault(compat.PER_REQUEST_METRICS, "summary")
+        # each request's own accepted-tokens histogram and, in order, its steps' (the stream's chunks are not steps
+        # when merged): acceptance per request and by output position (specgate.figures.distribution)
+        kwargs.setdefault(compat.PER_REQUEST_METRICS, "detailed")
 
     reaper.ensure(root)  # whatever happens to this process, the engine's do not outlive it
     gc.collect()
@@ -362,10 +369,11 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
         limits = (profile.stall_timeout_s, profile.boot_timeout_s, str(profile.path))
         message = stop_overdue(over, where, processes, stacks, *limits)
         give_up()
-        raise _overdue_error(over, message, method, log_path) from None
+        raise enginelog.boot_overdue(over.kind, over.waited_s, message, method.name, log_path) from None
     except Exception as exc:
         give_up()
-        raise _boot_error(exc, profile, method, log_path) from None
+        where = f"engine for method '{method.name}' (profile {profile.name}, {profile.path})"
+        raise enginelog.boot_failed(exc, where, compat.release(), method.name, log_path) from None
     except BaseException:  # Ctrl-C or SIGTERM during the boot: nothing half-started stays behind
         give_up()
         raise
@@ -386,30 +394,6 @@ def boot_engine(profile: Profile, method: Method, root: Path, log_path: Path) ->
     )
     watch.boot_s = None  # booted: from here on only the no-progress deadline holds
     return _fitted(engine, method)
-
-
-def _overdue_error(over: Overdue, message: str, method: Method, log_path: Path) -> EngineBootError:
-    return EngineBootError(
-        f"{message}. Engine log: {log_path}",
-        log_tail="\n".join(enginelog.tail(log_path)),
-        method=method.name,
-        log_path=log_path,
-        reason=f"{'boot deadline' if over.kind == 'boot' else 'no progress'} after {over.waited_s:.0f} s",
-    )
-
-
-def _boot_error(exc: Exception, profile: Profile, method: Method, log_path: Path) -> EngineBootError:
-    reason, tail = enginelog.root_cause(log_path, exc)
-    return EngineBootError(
-        f"engine for method '{method.name}' (profile {profile.name}, {profile.path}) failed to boot on "
-        f"{compat.release()}: {reason} Full engine log: {log_path}. Check the method's "
-        "speculative_config and model paths in the profile, or run with --specgate-methods to skip it.",
-        log_tail=tail,
-        method=method.name,
-        reason=reason,
-        detail=f"{type(exc).__name__}: {exc}",
-        log_path=log_path,
-    )
 
 
 def _fitted(engine: Engine, method: Method) -> Engine:

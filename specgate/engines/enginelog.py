@@ -6,6 +6,8 @@ it, and the whole text a refusal is matched against.
                            (pydantic puts the message on the next, indented line)
     failure_text(error)    everything a failure says, the whole log it names included, long lines
                            intact: what `expected_boot_error` is matched against (shorten after)
+    boot_failed(...), boot_overdue(...)   the EngineBootError of an in-process boot that raised or ran past
+                           its deadline, quoting the log
 
 Used for in-process engines (engine.py) and for servers (server.py) alike.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
+from specgate.errors import EngineBootError
 
 TAIL_LINES = 25
 MAX_REASON = 400  # characters of the engine's one-line reason kept in messages
@@ -91,3 +95,28 @@ def failure_text(error: BaseException) -> str:
     parts += read_lines(getattr(error, "log_path", None))
     parts.append(str(error))
     return "\n".join(p for p in parts if p)
+
+
+def boot_overdue(kind: str, waited_s: float, message: str, method: str, log_path: Path) -> EngineBootError:
+    """The error of a boot stopped at its deadline (`kind` 'boot') or for want of progress."""
+    return EngineBootError(
+        f"{message}. Engine log: {log_path}",
+        log_tail="\n".join(tail(log_path)),
+        method=method,
+        log_path=log_path,
+        reason=f"{'boot deadline' if kind == 'boot' else 'no progress'} after {waited_s:.0f} s",
+    )
+
+
+def boot_failed(exc: Exception, where: str, release: str, method: str, log_path: Path) -> EngineBootError:
+    """The error of a boot that raised `exc`: vLLM's root cause from the log, what to check."""
+    reason, lines = root_cause(log_path, exc)
+    return EngineBootError(
+        f"{where} failed to boot on {release}: {reason} Full engine log: {log_path}. Check the method's "
+        "speculative_config and model paths in the profile, or run with --specgate-methods to skip it.",
+        log_tail=lines,
+        method=method,
+        reason=reason,
+        detail=f"{type(exc).__name__}: {exc}",
+        log_path=log_path,
+    )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from specgate.figures import distribution
+
 COUNTER_NAMES = {
     "vllm:spec_decode_num_drafts": "num_drafts",
     "vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
@@ -87,6 +89,10 @@ class AcceptanceResult:
     histogram: tuple[int, ...]
     source: str = "stream"
     merged_chunks: int = 0
+    # each request's acceptance length and its by output window (specgate.figures.distribution), where the
+    # batch's outputs were given
+    requests: dict[str, distribution.RequestAcceptance] = field(default_factory=dict)
+    window_tokens: int = distribution.WINDOW_TOKENS
 
     @classmethod
     def from_batch(
@@ -95,19 +101,28 @@ class AcceptanceResult:
         tokens_per_step: dict[str, list[int]],
         k: int,
         step_histograms: dict[str, list[int]] | None = None,
+        outputs: dict[str, tuple[int, ...]] | None = None,
+        step_series: dict[str, list[int]] | None = None,
+        window_tokens: int = distribution.WINDOW_TOKENS,
     ) -> AcceptanceResult:
+        """`outputs` (prompt id -> token ids) given, each request's figures too (k > 0: a method's)."""
+        per_request = {}
+        if outputs and k:
+            per_request = distribution.requests(
+                outputs, tokens_per_step, step_histograms or {}, step_series or {}, window_tokens
+            )
         hist = [0] * (k + 2)
         if step_histograms:  # index j = accepted draft tokens in a step, so j + 1 tokens emitted
             for counts in step_histograms.values():
                 for j, n in enumerate(counts):
                     hist[min(j + 1, k + 1)] += n
-            return cls(counters, tuple(hist), "engine")
+            return cls(counters, tuple(hist), "engine", 0, per_request, window_tokens)
         merged = 0
         for steps in tokens_per_step.values():
             for n in steps[1:]:
                 merged += n > k + 1
                 hist[min(n, k + 1)] += 1
-        return cls(counters, tuple(hist), "stream", merged)
+        return cls(counters, tuple(hist), "stream", merged, per_request, window_tokens)
 
     def record(self) -> dict[str, float | list[float]]:
         """The values stored in a baseline file."""
@@ -122,4 +137,8 @@ class AcceptanceResult:
             rec["mean_acceptance_length"] = round(c.mean_acceptance_length, 6)
             rec["acceptance_rate"] = round(c.acceptance_rate or 0.0, 6)
             rec["per_position"] = [round(r, 6) for r in c.per_position_rates]
+        if self.requests:  # [length, window 0, window 1, ...] per prompt; the category's windows together
+            rec["window_tokens"] = self.window_tokens
+            rec["windows"] = list(distribution.windows(self.requests))
+            rec["requests"] = {pid: r.record() for pid, r in sorted(self.requests.items())}
         return rec

@@ -27,6 +27,11 @@ class Tolerance:
     load_acceptance_rtol: float = setting(
         0.0, float, bound=relative, doc="mean acceptance length per concurrency level (0: acceptance_rtol)"
     )
+    # Each request's acceptance length on the greedy pass (checks/distribution.py), for profiles whose acceptance
+    # A/A runs show deterministic (float32 CPU: cpu-tiny); 0 = not judged per request.
+    request_acceptance_rtol: float = setting(
+        0.0, float, bound=relative, doc="each request's acceptance length, relative (0: not judged)"
+    )
     speedup_rtol: float = setting(0.15, float, bound=relative, doc="speedup per concurrency level, relative")
     memory_rtol: float = setting(0.10, float, bound=relative, doc="each memory figure, relative")
     memory_slack_mib: float = setting(64.0, float, bound=non_negative, doc="MiB on top: weights and device memory")

