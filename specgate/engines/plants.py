@@ -34,6 +34,8 @@ def install(worker, name: str) -> bool:
             "verify_temperature_scaled": _verify_temperature_scaled,
             "wrong_token_in_large_batches": _wrong_token_in_large_batches,
             "accept_less_in_large_batches": _accept_less_in_large_batches,
+            "accept_less_for_prompt": _accept_less_for_prompt,
+            "accept_less_after_position": _accept_less_after_position,
         }[name](runner, strength)
     return {
         "verify_emits_draft": _verify_emits_draft,
@@ -213,6 +215,45 @@ def _accept_less_in_large_batches(runner, rows: float) -> bool:
 
     sampler.forward = planted
     return True
+
+
+def _keep_one_less(runner, hit) -> bool:
+    """Every verified step of a request for which `hit(req_id, its steps that accepted a draft so far)` holds keeps
+    one token less than it accepted (emitted again by the next step): outputs unchanged, acceptance lower there.
+    Counted per request, so the same steps are hit whatever order the batch's rows come in."""
+    sampler = runner.rejection_sampler
+    forward, seen = sampler.forward, {}
+
+    def planted(metadata, draft_probs, logits, sampling_metadata):
+        out = forward(metadata, draft_probs, logits, sampling_metadata)
+        tokens = out.sampled_token_ids
+        for row, req_id in enumerate(runner.input_batch.req_ids[: tokens.shape[0]]):
+            emitted = int((tokens[row] >= 0).sum())
+            if emitted >= 2:
+                seen[req_id] = seen.get(req_id, 0) + 1
+                if hit(req_id, seen[req_id]):
+                    tokens[row, emitted - 1] = -1
+        return out
+
+    sampler.forward = planted
+    return True
+
+
+def _accept_less_for_prompt(runner, number: float) -> bool:
+    """The requests of the profile's prompts numbered `number` in each category (ids '<category>-03', sent by the
+    engine as '<id>#<n>') keep one token less at every verified step."""
+    mark = f"-{int(number):02d}#"
+    return _keep_one_less(runner, lambda req_id, _: mark in req_id)
+
+
+def _accept_less_after_position(runner, position: float) -> bool:
+    """Past `position` tokens of output, every third step of a request that accepted a draft keeps one token less."""
+
+    def late(req_id: str, seen: int) -> bool:
+        state = runner.requests.get(req_id)
+        return state is not None and len(state.output_token_ids) >= position and seen % 3 == 0
+
+    return _keep_one_less(runner, late)
 
 
 def _near_edge(runner, req_id: str) -> bool:

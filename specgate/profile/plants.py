@@ -84,6 +84,19 @@ PLANTS = {
         "after (drafters that lose track with context length: vLLM #52873's shape): outputs unchanged",
         "the edges scenario's acceptance of its split and context_edge classes: the plain prompts are prefilled whole",
     ),
+    # acceptance as a distribution's (tests/system/test_distribution_plants.py): inside a category mean's band
+    "accept_less_for_prompt": (
+        "the N-th prompt of each category (`accept_less_for_prompt:N`, its id ending in -0N) keeps one token less "
+        "than it accepted at every verified step: outputs unchanged, that request's acceptance lower, its category's "
+        "mean a few percent (vLLM #42690, #44487: the aggregate hides one request)",
+        "the acceptance gate's per-request figures (request_acceptance_rtol)",
+    ),
+    "accept_less_after_position": (
+        "past output position N (`accept_less_after_position:N`) every third verified request-step keeps one token "
+        "less than it accepted: outputs unchanged, acceptance lower late in the output only (a drafter that loses "
+        "track as the output grows: vLLM #41838, #52873, speculators #684)",
+        "the acceptance gate's figures by output window",
+    ),
     "verify_temperature_scaled": (
         "sampled verification holds the drafts to the target at temperature T x (1 + s) "
         "(`verify_temperature_scaled:s`; vllm#55005 is this with a garbage factor): the emitted tokens' "
@@ -96,6 +109,8 @@ STRENGTHS = {
     "verify_temperature_scaled": (lambda v: 0 < v <= 4, "a factor in (0, 4] (verify_temperature_scaled:0.2)"),
     "wrong_token_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
     "accept_less_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
+    "accept_less_for_prompt": (lambda v: 1 <= v <= 99 and v == int(v), "a prompt number 1-99 (…:3)"),
+    "accept_less_after_position": (lambda v: v >= 1 and v == int(v), "an output position >= 1 (…:32)"),
 }
 FRONTEND = ("stop_trims_text_not_ids", "stream_counts_whole_run", "logit_bias_bonus_only", "logprobs_one_late")
 
