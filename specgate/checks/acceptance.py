@@ -101,9 +101,7 @@ class AcceptanceCheck:
             return "".join(self.store.inputs.decode(t) for t in outputs[pid].token_ids[start:end])
 
         where = f"method '{method}', category '{key}'"
-        request_rows, by_request = per_request.judge(
-            where, result, stored, tol.request_acceptance_rtol, tol.position_rtol, text
-        )
+        request_rows, by_request = per_request.judge(where, result, stored, tol, text)
         j.rows = self._rows(tol, j.record, stored or {}, floors) + request_rows + drift_rows
         return ctx.decide(j, stored, against_floors + drifted, against_baseline + by_request)
 

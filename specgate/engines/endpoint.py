@@ -74,6 +74,10 @@ class Endpoint(StreamingBackend):
     alive: bool = True
     watch: Watch | None = None  # the profile's stall_timeout_s: a server that stops answering fails, in time
     _requests: int = 0
+    # tag -> the server's per-request figures of a finished request (its final usage chunk's
+    # metrics.speculative_decoding, where the server was started with --per-request-spec-decode-metrics)
+    step_histograms: dict[str, list[int]] = field(default_factory=dict)
+    step_series: dict[str, list[int]] = field(default_factory=dict)
     _version: str | None = None
     _http: object | None = None  # one httpx.AsyncClient for every request, on `loop`
 
@@ -163,8 +167,10 @@ class Endpoint(StreamingBackend):
         temperature: float = 0.0,
         seed: int | None = None,
         schema: dict | None = None,
+        tag: str = "",
     ):
-        """The streamed completion's chunks (choice dicts), one per engine step."""
+        """The streamed completion's chunks (choice dicts), one per engine step; the server's per-request
+        spec-decode figures, where its final usage chunk carries them, kept under `tag`."""
         import httpx
 
         self._requests += 1
@@ -175,6 +181,7 @@ class Endpoint(StreamingBackend):
             "temperature": temperature,
             "stream": True,
             "return_token_ids": True,
+            "stream_options": {"include_usage": True},
         }
         if top_logprobs:
             body.update(logprobs=top_logprobs, return_tokens_as_token_ids=True)
@@ -193,12 +200,27 @@ class Endpoint(StreamingBackend):
                     payload = line[len("data: ") :]
                     if payload.strip() == "[DONE]":
                         break
-                    for choice in json.loads(payload).get("choices", []):
+                    data = json.loads(payload)
+                    self._keep_figures(tag, data)
+                    for choice in data.get("choices", []):
                         yield choice
         except httpx.HTTPError as exc:
             raise EndpointError(
                 f"endpoint {self.url}: streaming a completion failed ({type(exc).__name__}: {exc})."
             ) from None
+
+    def _keep_figures(self, tag: str, data: dict) -> None:
+        spec = (data.get("metrics") or {}).get("speculative_decoding") if tag else None
+        if spec and spec.get("acceptance_histogram") is not None:
+            self.step_histograms[tag] = [int(n) for n in spec["acceptance_histogram"]]
+            if spec.get("per_step_accepted"):
+                self.step_series[tag] = [int(n) for n in spec["per_step_accepted"]]
+
+    def take_step_histograms(self, tags) -> dict[str, list[int]]:
+        return {t: self.step_histograms.pop(t) for t in tags if t in self.step_histograms}
+
+    def take_step_series(self, tags) -> dict[str, list[int]]:
+        return {t: self.step_series.pop(t) for t in tags if t in self.step_series}
 
     async def steps(
         self,
@@ -210,7 +232,7 @@ class Endpoint(StreamingBackend):
         seed: int | None = None,
         schema: dict | None = None,
     ):
-        async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature, seed, schema):
+        async for choice in self._chunks(token_ids, max_tokens, top_logprobs, temperature, seed, schema, tag):
             top = [
                 {int(t.split(":", 1)[1]): float(lp) for t, lp in (pos or {}).items()}
                 for pos in (choice.get("logprobs") or {}).get("top_logprobs") or []

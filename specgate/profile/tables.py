@@ -32,6 +32,9 @@ class Tolerance:
     request_acceptance_rtol: float = setting(
         0.0, float, bound=relative, doc="each request's acceptance length, relative (0: not judged)"
     )
+    collapsed_share: float = setting(
+        0.0, float, bound=relative, doc="the share of a category's requests allowed below request_acceptance_rtol"
+    )
     speedup_rtol: float = setting(0.15, float, bound=relative, doc="speedup per concurrency level, relative")
     memory_rtol: float = setting(0.10, float, bound=relative, doc="each memory figure, relative")
     memory_slack_mib: float = setting(64.0, float, bound=non_negative, doc="MiB on top: weights and device memory")

@@ -123,6 +123,9 @@ def unjudged(cells: dict[tuple[str, str], Cell]) -> dict[str, list[str]]:
     return out
 
 
+REQUEST = "request_acceptance_length["  # the measurements' per-request rows: request_acceptance_length[<prompt id>]
+
+
 def shortfall(stored: float | None, high: float | None) -> float:
     """How far below the stored value a run's upper bound fell, relative (0 when it did not)."""
     return 0.0 if not stored or high is None else max(0.0, 1 - high / stored)
@@ -189,8 +192,9 @@ def suggest(
 ) -> dict[str, dict[str, float]]:
     """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs, such
     that none of them would have failed whichever run had stored the baselines, acceptance_rtol from the
-    largest drop of a category's mean acceptance length below its stored value, and load_acceptance_rtol from
-    the largest drop of a level's (the load gate's cells)."""
+    largest drop of a category's mean acceptance length below its stored value, request_acceptance_rtol from a
+    request's (none collapses at it), and load_acceptance_rtol from the largest drop of a level's (the load gate's
+    cells)."""
     out = {}
     for name in names:
         levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
@@ -210,6 +214,18 @@ def suggest(
         ]
         if drops:
             values["acceptance_rtol"] = tolerances.suggest_relative(max(drops), margin=0.005, step=0.005, floor=0.01)
+        requests = [  # each request's length in each judged run against the stored one (checks/distribution.py)
+            shortfall((c.stored.get("requests", {}).get(metric[len(REQUEST) : -1]) or [None])[0], value)
+            for (m, _), c in (acceptance or {}).items()
+            if m == name
+            for r in c.runs
+            for metric, value in r.items()
+            if metric.startswith(REQUEST)
+        ]
+        if requests:
+            values["request_acceptance_rtol"] = tolerances.suggest_relative(
+                max(requests), margin=0.005, step=0.005, floor=0.01
+            )
         level_drops = [
             shortfall(c.stored.get("mean_acceptance_length"), r.get("mean_acceptance_length"))
             for (m, _), c in (load or {}).items()

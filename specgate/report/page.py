@@ -12,6 +12,7 @@ import pandas as pd
 
 from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt
+from specgate.report import distribution as distribution_section
 from specgate.report import edges as edges_section
 from specgate.report import glance, plots
 from specgate.report import requests as requests_section
@@ -179,6 +180,11 @@ def _the_rest(table: pd.DataFrame, run: RunRecord) -> list[str]:
     """The requests sections, the draft-length sweeps and the session's lines."""
     esc = html.escape
     parts: list[str] = []
+    body, lowest = distribution_section.summary(table)
+    if body:
+        parts.append("<h2>Acceptance per request (this run; stored in brackets)</h2>")
+        parts.append(_table(distribution_section.HEADER, [("", row) for row in body]))
+        parts.append("<ul class='notes'>" + "".join(f"<li>{esc(line)}</li>" for line in lowest) + "</ul>")
     for method, verdict, header, body, lines in requests_section.sections(table):
         parts.append(f"<h2>Requests as users send them: {esc(method)} ({esc(verdict or 'not judged')})</h2>")
         parts.append(_table(header, [("", row) for row in body]))

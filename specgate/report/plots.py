@@ -13,6 +13,7 @@ import pandas as pd
 from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt, present
 from specgate.report.data import BASELINE_METHOD, metric_label, normalized, ordered
+from specgate.report.distribution import plot_request_histograms, plot_windows
 from specgate.report.figure import concurrency_of, failing, grid, legend, pyplot
 
 DPI = 110  # 1650 px wide for four panels: sharp in a browser, ~100 KB per plot
@@ -380,6 +381,8 @@ def plot_prefix_soak(table: pd.DataFrame):
 PLOTS: dict[str, tuple[str, Callable]] = {
     "acceptance_heatmap": ("Acceptance by category", plot_acceptance_heatmap),
     "acceptance_positions": ("Per-position acceptance", plot_position_curves),
+    "acceptance_requests": ("Acceptance per request", plot_request_histograms),
+    "acceptance_windows": ("Acceptance by output position", plot_windows),
     "speedup": ("Speedup vs concurrency", plot_speedup),
     "memory": ("Memory overhead", plot_memory),
     "divergence_gaps": ("Greedy divergences", plot_divergence_gaps),
@@ -388,6 +391,8 @@ PLOTS: dict[str, tuple[str, Callable]] = {
 NO_DATA = {
     "acceptance_heatmap": "No acceptance measurements in this run, so there is no acceptance heatmap.",
     "acceptance_positions": "No per-position acceptance rates in this run, so there are no position curves.",
+    "acceptance_requests": "No per-request acceptance figures in this run, so there are no request histograms.",
+    "acceptance_windows": "No acceptance figures by output window in this run, so there is no window plot.",
     "speedup": "No speedup measurements in this run, so there is no speedup plot.",
     "memory": "No memory overhead measurements in this run, so there is no memory plot.",
     "divergence_gaps": "No greedy output diverged from the baseline's in this run.",

@@ -12,6 +12,7 @@ import pandas as pd
 
 from specgate.checks import FAILED, GATES, TOLD, Verdict, worst
 from specgate.formatting import fmt, present
+from specgate.report import distribution as distribution_section
 from specgate.report import edges as edges_section
 from specgate.report import glance
 from specgate.report import requests as requests_section
@@ -318,6 +319,7 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
             lines.append(f"- **{verdict}** {', '.join(where)}: {one_line(message)}")
         if gate_notes:
             lines.append("")
+    lines += distribution_section.markdown(table)
     lines += requests_section.markdown(table)
     lines += edges_section.markdown(table)
     for family, header, body in sweeps(table):

@@ -1,7 +1,9 @@
 """Acceptance as a distribution, judged: a request that accepts less than stored, and a late output window that
 loses acceptance while the category's mean holds (checks/distribution.py on scripted figures)."""
 
-from specgate.checks.distribution import judge
+from types import SimpleNamespace
+
+from specgate.checks.distribution import judge as judged
 from specgate.figures.acceptance import AcceptanceResult, SpecCounters
 from specgate.figures.distribution import RequestAcceptance
 
@@ -21,6 +23,11 @@ STORED = {"window_tokens": 16, "windows": [3.0, 3.0, 3.0], "requests": {"p1": [3
 
 def text(pid, start, end):
     return f"<{pid} {start}:{end}>"
+
+
+def judge(where, res, stored, request_rtol, window_rtol, text, share=0.0):
+    tol = SimpleNamespace(request_acceptance_rtol=request_rtol, collapsed_share=share, position_rtol=window_rtol)
+    return judged(where, res, stored, tol, text)
 
 
 def test_requests_and_windows_as_stored_pass_and_show_the_median_and_low_quantile():
@@ -53,3 +60,19 @@ def test_a_late_window_that_loses_acceptance_fails_naming_the_window_while_the_e
     assert [r.failing for r in rows if r.metric == "window_tokens_per_step"] == [False, False, True]
     # stored with other windows (another max_tokens): not compared
     assert judge("m", late, {**STORED, "window_tokens": 32}, 0.0, 0.1, text)[1] == []
+
+
+def test_a_share_of_collapsed_requests_is_allowed_where_the_profile_says_so_and_the_low_quantile_is_held():
+    stored = {**STORED, "requests": {f"p{i}": [3.0] * 4 for i in range(10)}}
+    one = result(**{f"p{i}": steady(3.0) for i in range(9)}, p9=RequestAcceptance(2.0, ((24, 12), (24, 12), (24, 12))))
+    assert judge("m", one, stored, 0.25, 0.5, text, share=0.1)[1] == []  # 1 of 10 collapsed, 0.1 allows one
+    rows, failures = judge("m", one, stored, 0.25, 0.5, text)
+    assert len(failures) == 1 and "1 of 10 requests accept less than stored" in failures[0]
+    below = next(r for r in rows if r.metric == "requests_below_floor")
+    assert (below.value, below.bound, below.failing) == (1.0, 0.0, True)
+    assert next(r for r in rows if r.metric == "request_acceptance_length[p9]").failing
+    two = result(**{f"p{i}": steady(3.0) for i in range(8)}, **{f"p{i}": steady(2.0) for i in (8, 9)})
+    rows, failures = judge("m", two, stored, 0.25, 0.1, text, share=0.1)
+    assert "2 of 10 requests accept less than stored" in failures[0] and "collapsed_share 0.1 allows 1" in failures[0]
+    # the 10 % quantile of the lengths (2.0, with two of ten at 2.0) against the stored one (3.0) x (1 - 0.1)
+    assert any("the 10 % quantile of its 10 requests' acceptance lengths is 2 against 3 stored" in f for f in failures)

@@ -82,3 +82,47 @@ def test_one_client_serves_every_request_of_an_endpoint_over_kept_connections():
     assert {r.num_drafts for r in readings} == {42}
     assert len(_Metrics.ports) == 10 and len(set(_Metrics.ports)) == 1  # a client per request: 10 connections
     assert client.is_closed and endpoint._http is None  # closed with the endpoint
+
+
+class _Completions(_Metrics):
+    """/v1/completions streamed as vLLM's server does: a chunk per step, then the usage chunk, which carries the
+    request's spec-decode figures when the server was started with --per-request-spec-decode-metrics."""
+
+    figures: dict | None = None
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        import json
+
+        self.rfile.read(int(self.headers["Content-Length"]))
+        events = [{"choices": [{"index": 0, "text": "x", "token_ids": ids}]} for ids in ([7], [8, 9, 10], [11, 12])]
+        events.append(
+            {"choices": [], "usage": {"completion_tokens": 6}, "metrics": {"speculative_decoding": self.figures}}
+        )
+        body = "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body.encode())
+
+
+@pytest.mark.parametrize("detailed", [True, False, None])
+def test_the_servers_per_request_figures_reach_the_batch_where_it_gives_them(detailed):
+    from types import SimpleNamespace
+
+    from specgate.engines.endpoint import Endpoint
+
+    figures = {"acceptance_histogram": [0, 0, 2, 0], "mean_acceptance_length": 2.5}
+    if detailed:
+        figures["per_step_accepted"] = [2, 1]
+    _Completions.ports, _Completions.figures = [], None if detailed is None else figures
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Completions)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = Endpoint("ngram", f"http://127.0.0.1:{server.server_port}", model="m")
+    try:
+        batch = endpoint.run_batch([SimpleNamespace(id="p1", token_ids=[1, 2, 3])], 6)
+    finally:
+        endpoint.shutdown()
+        server.shutdown()
+    assert batch.outputs["p1"].token_ids == (7, 8, 9, 10, 11, 12) and batch.tokens_per_step["p1"] == [1, 3, 2]
+    assert batch.step_histograms == ({} if detailed is None else {"p1": [0, 0, 2, 0]})
+    assert batch.step_series == ({"p1": [2, 1]} if detailed else {})

@@ -202,6 +202,19 @@ def test_acceptance_rtol_comes_from_the_largest_aa_drop_of_a_category(tmp_path):
     assert calibrate.suggest({}, ["suffix"], deterministic)["suffix"]["acceptance_rtol"] == 0.01  # the floor
 
 
+def test_request_acceptance_rtol_comes_from_the_largest_aa_drop_of_one_request(tmp_path):
+    stored = {"eagle": {"acceptance": {"code": {"mean_acceptance_length": 2.0, "requests": {"code-01": [2.0, 2.0]}}}}}
+    update = run(tmp_path / "update", [], stored)
+
+    def request(value):
+        row = {"gate": "acceptance", "method": "eagle", "key": "code", "metric": "request_acceptance_length[code-01]"}
+        return {**row, "value": value}
+
+    judged = [run(tmp_path / "r1", [request(1.8)]), run(tmp_path / "r2", [request(2.0)])]  # 10 % below, then equal
+    suggested = calibrate.suggest({}, ["eagle"], calibrate.read_runs(update, judged, "acceptance"))["eagle"]
+    assert suggested["request_acceptance_rtol"] == 0.105  # 10 % + 0.5 %
+
+
 def test_load_acceptance_rtol_comes_from_the_largest_aa_drop_of_a_level(tmp_path):
     stored = {"suffix": {"load": {"C=1": {"mean_acceptance_length": 3.6}, "C=16": {"mean_acceptance_length": 3.3}}}}
     update = run(tmp_path / "update", [], stored)

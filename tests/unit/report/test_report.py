@@ -605,3 +605,45 @@ def test_the_load_table_and_the_edges_section_show_each_level_and_class():
     edges = text.split("## edges: eagle3 (fail)")[1]
     assert "| context_edge | 3 | 1 | 0 | 0 | 1.07 (1.08) |" in edges
     assert "case context_edge@11 differs from the baseline engine's: at token 3" in edges
+
+
+def test_acceptance_per_request_shows_each_methods_distribution_its_lowest_requests_and_both_plots(tmp_path):
+    rows = []
+    for i in range(10):
+        base = 2.0 + i / 10
+        value = base if i else 1.2  # code-00 fell below its floor
+        rows.append(
+            row(
+                "eagle",
+                "acceptance",
+                "code",
+                f"request_acceptance_length[code-{i:02d}]",
+                value,
+                baseline=base,
+                bound=base * 0.99,
+            )
+        )
+    for position, (value, base) in enumerate([(2.0, 2.0), (2.1, 2.1), (1.7, 2.2)]):
+        rows.append(
+            row(
+                "eagle",
+                "acceptance",
+                "code",
+                "window_tokens_per_step",
+                value,
+                baseline=base,
+                bound=base * 0.9,
+                position=position,
+            )
+        )
+    rows += [
+        row("eagle", "acceptance", "code", "request_lengths_from_engine", 1.0),
+        row("eagle", "acceptance", "code", "request_windows_from_engine", 0.5),
+    ]
+    table = report.normalize(pd.DataFrame(rows))
+    text = report.summary_markdown(table, fabricated_run(outcomes=[]))
+    section = text.split("## acceptance per request")[1]
+    assert "| eagle | 10 | 2.45 (2.45) | 2.01 (2.09) | 1 | 2 (2) / 1.70 (2.20) | 100%, 50% |" in section, section
+    assert "- eagle: lowest requests code-00 1.20 (2), code-01 2.10 (2.10), code-02" in section
+    files, failures = report.render_plots(table, tmp_path)
+    assert {"acceptance_requests", "acceptance_windows"} <= set(files) and not failures
