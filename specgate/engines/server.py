@@ -16,10 +16,12 @@ import json
 import os
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from specgate import vllm_compat as compat
 from specgate.engines import enginelog
 from specgate.errors import SpecgateError
 from specgate.lifetime.watchdog import Overdue, Watch, stop_overdue
@@ -64,6 +66,14 @@ def serve_args(python: Path, kwargs: dict, port: int) -> list[str]:
     return args
 
 
+def _this_vllm_has_per_request_figures(python: Path) -> bool:
+    """Whether `python` is this interpreter and its vLLM takes --per-request-spec-decode-metrics (another
+    interpreter's vLLM is not asked: its server starts as it always did)."""
+    if os.path.abspath(python) != os.path.abspath(sys.executable):  # (a venv's python resolves to the base one)
+        return False
+    return compat.PER_REQUEST_METRICS in compat.engine_arg_names()
+
+
 class Server:
     def __init__(self, python: Path, profile, method, root: Path, log: Path, name: str = ""):
         from specgate.engines.engine_args import engine_kwargs
@@ -71,7 +81,11 @@ class Server:
         self.name = name or method.name
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.args = serve_args(Path(python), engine_kwargs(profile, method, root), self.port)
+        kwargs = engine_kwargs(profile, method, root)
+        if method.speculative_config is not None and _this_vllm_has_per_request_figures(Path(python)):
+            # each request's spec-decode figures on its stream's usage chunk, as the in-process engine has them
+            kwargs.setdefault(compat.PER_REQUEST_METRICS, "detailed")
+        self.args = serve_args(Path(python), kwargs, self.port)
         self.log = Path(log)
         self.stacks = self.log.with_suffix(".stacks")
         self.profile, self.root, self.source = profile, Path(root), str(profile.path)

@@ -140,5 +140,7 @@ class AcceptanceResult:
         if self.requests:  # [length, window 0, window 1, ...] per prompt; the category's windows together
             rec["window_tokens"] = self.window_tokens
             rec["windows"] = list(distribution.windows(self.requests))
+            # where they came from (the share vLLM gave, the rest streamed): figures of other sources do not compare
+            rec.update(distribution.sources(self.requests))
             rec["requests"] = {pid: r.record() for pid, r in sorted(self.requests.items())}
         return rec

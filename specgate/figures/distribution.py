@@ -96,6 +96,19 @@ def requests(
     return out
 
 
+LENGTHS_FROM_ENGINE, WINDOWS_FROM_ENGINE = "request_lengths_from_engine", "request_windows_from_engine"
+
+
+def sources(per_request: Mapping[str, RequestAcceptance]) -> dict[str, float]:
+    """The share of the requests whose length, and whose windows, vLLM's own per-request counts gave (the rest came
+    from the streamed steps, which count a step without drafts as a step: figures of the two do not compare)."""
+    n = len(per_request) or 1
+    return {
+        LENGTHS_FROM_ENGINE: round(sum(r.source == "engine" for r in per_request.values()) / n, 4),
+        WINDOWS_FROM_ENGINE: round(sum(r.positions == "engine" for r in per_request.values()) / n, 4),
+    }
+
+
 def windows(per_request: Mapping[str, RequestAcceptance]) -> tuple[float | None, ...]:
     """The requests' steps together, per output window: mean tokens per step."""
     count = max((len(r.steps) for r in per_request.values()), default=0)

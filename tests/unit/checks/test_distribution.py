@@ -76,3 +76,15 @@ def test_a_share_of_collapsed_requests_is_allowed_where_the_profile_says_so_and_
     assert "2 of 10 requests accept less than stored" in failures[0] and "collapsed_share 0.1 allows 1" in failures[0]
     # the 10 % quantile of the lengths (2.0, with two of ten at 2.0) against the stored one (3.0) x (1 - 0.1)
     assert any("the 10 % quantile of its 10 requests' acceptance lengths is 2 against 3 stored" in f for f in failures)
+
+
+def test_figures_from_another_source_are_shown_not_judged():
+    # streamed steps count a step without drafts as a step, vLLM's counts do not: they do not compare
+    streamed = RequestAcceptance(2.0, ((24, 12), (24, 12), (24, 12)), "stream", "stream")
+    rows, failures = judge("m", result(p1=steady(3.0), p2=streamed), STORED, 0.01, 0.1, text)
+    assert [f for f in failures if "p2" in f] == []
+    shown = {r.metric: r.value for r in rows}
+    assert shown["request_lengths_from_engine"] == 0.5 and shown["request_windows_from_engine"] == 0.5
+    # the same sources as stored: judged
+    same = {**STORED, "request_lengths_from_engine": 0.5, "request_windows_from_engine": 0.5}
+    assert any("prompt p2" in f for f in judge("m", result(p1=steady(3.0), p2=streamed), same, 0.01, 0.1, text)[1])
