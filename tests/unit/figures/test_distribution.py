@@ -5,7 +5,7 @@ from specgate.figures.distribution import quantile, requests, window_size, windo
 OUT = {"a": tuple(range(10))}
 
 
-def test_lengths_come_from_vllms_histogram_and_windows_from_its_ordered_steps_when_they_cover_the_output():
+def test_lengths_come_from_vllms_histogram_and_windows_from_its_ordered_steps():
     # prefill token, then steps emitting 3, 1, 3, 2 tokens: positions 1, 4, 5, 8
     got = requests(OUT, {"a": [1, 3, 1, 3, 2]}, {"a": [1, 1, 2, 0]}, {"a": [2, 0, 2, 1]}, window=4)["a"]
     assert (got.source, got.positions) == ("engine", "engine")
@@ -15,11 +15,14 @@ def test_lengths_come_from_vllms_histogram_and_windows_from_its_ordered_steps_wh
     assert got.histogram == (1, 1, 2, 0)  # steps that emitted 1, 2, 3, 4 tokens
 
 
-def test_a_step_without_drafts_puts_the_windows_on_the_streamed_steps():
-    # vLLM's series has no draftless step: 1 + 3 + 3 = 7 < 10 tokens, so the stream places the steps
+def test_windows_count_the_steps_vllm_shows_and_without_them_the_streamed_steps():
+    # vLLM's steps with drafts only (1 + 3 + 3 = 7 of 10 tokens): the windows are theirs, whatever the stream says
     got = requests(OUT, {"a": [1, 3, 1, 1, 3, 1]}, {}, {"a": [2, 2]}, window=4)["a"]
-    assert (got.source, got.positions) == ("stream", "stream")
-    assert got.length == (3 + 1 + 1 + 3 + 1) / 5
+    assert (got.source, got.positions) == ("stream", "engine")
+    assert got.steps == ((3, 1), (3, 1), (0, 0))  # steps at 1 | 4
+    # without vLLM's steps: the streamed ones
+    got = requests(OUT, {"a": [1, 3, 1, 1, 3, 1]}, {}, {}, window=4)["a"]
+    assert got.positions == "stream" and got.length == (3 + 1 + 1 + 3 + 1) / 5
     assert got.steps == ((3, 1), (5, 3), (1, 1))  # steps at 1 | 4, 5, 6 | 9
     assert got.histogram == (3, 0, 2)  # the streamed steps: three of 1 token, two of 3
 
