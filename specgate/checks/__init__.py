@@ -3,7 +3,8 @@
     Check.judge(method, key) -> Judgement
         verdict   pass | fail | skip | error (Verdict: the only verdict vocabulary; the report, the
                   bisection and results.py read it, never a message's wording)
-        qualifier what the verdict says besides (Qualifier): canary caught, coarse, portable, known issue
+        qualifier what the verdict says besides: canary caught, or its basis's label (Basis: coarse,
+              portable, known issue)
         messages  what failed, or why nothing was judged
         rows      the measured figures with the baseline and bound each was held to: the results
                   table, the summary and the HTML report only flatten these
@@ -26,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from specgate.formatting import fmt, with_interval
+from specgate.gates import Gate, Key
 from specgate.profile import BASELINE, Profile
 from specgate.store.baseline_store import Stored
 
@@ -51,51 +53,34 @@ class Verdict(str, enum.Enum):
         return {"pass": "passed", "fail": "failed", "skip": "skipped"}.get(self.value, self.value)
 
 
-class Qualifier(str, enum.Enum):
-    """What a verdict says besides pass or fail (the results table's `qualifier` column): a canary the
-    gate caught as it must (a pass whose figures broke their bounds, labelled so that a reviewer does not
-    read it as a pass in spite of its numbers), figures held to the coarse band or to another machine's
-    portable figures, or a failure the profile's known issues explain."""
+class Basis(str, enum.Enum):
+    """What a judgement's figures were held to, the one vocabulary of the results table's `basis` column
+    (its value) and, besides a caught canary, of its `qualifier` column (its label)."""
 
-    NONE = ""
-    CANARY_CAUGHT = "canary caught"
-    COARSE = "coarse"
-    PORTABLE = "portable"
-    KNOWN = "known issue"
+    OWN = ""  # this machine's own baselines
+    COARSE = "coarse"  # speedups stored on another machine (or under other load), with a wider tolerance
+    PORTABLE = "portable"  # another machine's portable figures
+    DISTURBED = "disturbed"  # the machine changed under the measurement: not judged, not stored
+    KNOWN = "known"  # a failure the profile's [known_issues] explains (checks.known)
+    LOSSY = "lossy"  # a lossy verification rule, judged on its declared share of diverged outputs
+
+    @property
+    def label(self) -> str:
+        """How a summary labels a verdict on this basis ('' where it says nothing besides)."""
+        return {"coarse": "coarse", "portable": "portable", "known": "known issue"}.get(self.value, "")
 
     @classmethod
-    def of_basis(cls, basis: str) -> Qualifier:
-        return {"coarse": cls.COARSE, "portable": cls.PORTABLE, "known": cls.KNOWN}.get(basis, cls.NONE)
+    def label_of(cls, basis: str) -> str:
+        """The label of a `basis` column's text (a table of an older run may hold one no longer used: '')."""
+        return cls(basis).label if basis in cls._value2member_map_ else ""
 
 
-CANARY_CAUGHT = Qualifier.CANARY_CAUGHT.value  # how a caught canary's message starts
+CANARY_CAUGHT = "canary caught"  # the qualifier of a caught canary, and how its message starts
 FAILED = (Verdict.FAIL, Verdict.ERROR)  # the verdicts that fail a run
 TOLD = (Verdict.ERROR, Verdict.FAIL, Verdict.SKIP)  # the verdicts whose message a reader is told, worst first
 _FROM_OUTCOME = {"passed": Verdict.PASS, "failed": Verdict.FAIL, "skipped": Verdict.SKIP, "error": Verdict.ERROR}
 # How bad a verdict is, for "the worst verdict of several" ("" = no verdict on that row).
 SEVERITY = {"": 0, Verdict.PASS: 1, Verdict.SKIP: 2, Verdict.FAIL: 3, Verdict.ERROR: 4}
-GATES = (
-    "equivalence",
-    "acceptance",
-    "speedup",
-    "load",
-    "memory",
-    "lifecycle",
-    "structured",
-    "prefix_soak",
-    "preemption",
-    "requests",
-    "edges",
-)
-SCENARIO_KEYS = {
-    "structured": "constrained",
-    "prefix_soak": "replayed",
-    "preemption": "preempted",
-    "requests": "sent",
-    "edges": "classes",
-}
-
-
 def worst(verdicts) -> str:
     return max((str(getattr(v, "value", v)) for v in verdicts), key=lambda v: SEVERITY.get(v, 0), default="")
 
@@ -126,11 +111,7 @@ class Judgement:
     messages: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
     record: dict[str, Any] | None = None  # stored by --update-baselines as baselines[method][gate][key]
-    # What the figures were held to: "" this machine's baselines; "coarse" speedups stored on another
-    # machine (or under other load), wider tolerance; "portable" another machine's portable figures;
-    # "disturbed" the machine changed under the measurement (not judged, not stored); "known" a failure the
-    # profile's [known_issues] explains (checks.known)
-    basis: str = ""
+    basis: Basis = Basis.OWN  # what the figures were held to
     known: list = field(default_factory=list)  # checks.known.Seen: the profile's known issues this check met
     caught: bool = False  # a canary whose figures broke their bounds against what it mimics, as they must
 
@@ -146,8 +127,9 @@ class Judgement:
         return "\n".join(self.messages)
 
     @property
-    def qualifier(self) -> Qualifier:
-        return Qualifier.CANARY_CAUGHT if self.caught else Qualifier.of_basis(self.basis)
+    def qualifier(self) -> str:
+        """The results table's `qualifier`: 'canary caught', or the basis's label."""
+        return CANARY_CAUGHT if self.caught else Basis.label_of(self.basis)
 
     def table_rows(self) -> list[dict[str, Any]]:
         """Rows of the measurements table (report.COLUMNS)."""
@@ -173,8 +155,8 @@ class Judgement:
                 "position": r.position,
                 "verdict": verdict,
                 "message": self.message if r.headline else "",
-                "basis": self.basis,
-                "qualifier": self.qualifier.value,
+                "basis": Basis(self.basis).value,
+                "qualifier": self.qualifier,
             }
             out.append(row)
         return out
@@ -251,13 +233,13 @@ class Context:
                     f"{j.gate} checks against '{ref}''s figures, as it must: {against_baseline[0]}"
                 ]
                 return j
-            if j.basis in ("coarse", "portable"):
+            if j.basis in (Basis.COARSE, Basis.PORTABLE):
                 # Held to another machine's figures (or judged with the coarse band), a canary that
                 # passes says nothing about the gate's teeth: not decisive, never a failure.
                 j.verdict = Verdict.SKIP
                 j.messages = [
                     f"not decisive here: canary '{j.method}' ({j.gate}, {j.key}) passed '{ref}''s "
-                    f"{'coarse judgement' if j.basis == 'coarse' else 'baseline of another machine'}, which is too "
+                    f"{'coarse judgement' if j.basis == Basis.COARSE else 'baseline of another machine'}, which is too "
                     f"wide to show that the gate can fail; it is decisive against '{ref}' measured in the same run "
                     "(run both methods) or against this machine's own baselines"
                 ]
@@ -290,23 +272,11 @@ def _held(rows: list[Row]) -> str:
 
 
 class Check(Protocol):
-    gate: str
+    """A gate's check. specgate.checks.registry files each under its gate; the session builds them."""
 
-    def key(self, method: str, param: Any) -> str:
-        """The results-table key of a test's parameter (a category, a concurrency level, ...)."""
+    gate: Gate
 
-    def judge(self, method: str, key: str, **options: Any) -> Judgement: ...
-
-
-def key_of(gate: str, method: str, param: Any = None) -> str:
-    """(gate, method, test parameter) -> the key the results table and baselines use."""
-    if gate == "acceptance":  # a category, or (category, sampling temperature)
-        category, temperature = param if isinstance(param, tuple) else (param, 0.0)
-        return str(category) if not temperature else f"{category}@T{temperature:g}"
-    if gate == "speedup":  # a concurrency level, or none: the summary over the levels
-        return "summary" if param is None else f"C={param}"
-    if gate == "load":  # a concurrency level
-        return f"C={param}"
-    if gate == "memory":
-        return "engine" if method == BASELINE else "overhead"
-    return {"equivalence": "greedy", **SCENARIO_KEYS}.get(gate, gate)
+    def judge(self, method: str, key: Key) -> Judgement:
+        """The judgement of (method, key): `key` is the gate's typed key (specgate.gates), what the results
+        table and a baseline file hold it as is `str(key)`."""
+        ...

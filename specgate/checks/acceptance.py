@@ -6,11 +6,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from specgate import vllm_compat
-from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.checks import ROUNDING, Basis, Context, Judgement, Row, Verdict
 from specgate.checks import distribution as per_request
 from specgate.checks.drift import DriftCheck
 from specgate.errors import NotMeasurable
 from specgate.figures.acceptance import AcceptanceResult
+from specgate.gates import ACCEPTANCE, Category
 
 
 @dataclass(frozen=True)
@@ -63,16 +64,15 @@ def acceptance_floors(
 
 
 class AcceptanceCheck:
-    gate = "acceptance"
+    gate = ACCEPTANCE
 
     def __init__(self, ctx: Context, store):
         self.ctx, self.store = ctx, store
         self.drift = DriftCheck(ctx)
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Category) -> Judgement:
         ctx, tol = self.ctx, self.ctx.tolerance(method, self.gate)
-        category, _, temp = key.partition("@T")
-        temperature = float(temp) if temp else 0.0
+        category, temperature = key.category, key.temperature
         if temperature and (broken := vllm_compat.sampled_verification_broken()):
             raise NotMeasurable(f"method '{method}', category '{category}' at temperature {temperature:g}: {broken}")
         result = self.store.acceptance(method, category, temperature)
@@ -86,7 +86,7 @@ class AcceptanceCheck:
             key,
             Verdict.PASS,
             record=result.record(),
-            basis="portable" if found and not found.own else "",
+            basis=Basis.PORTABLE if found and not found.own else Basis.OWN,
         )
 
         def failed(checks: list[Floor]) -> list[str]:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import warnings
 
 from specgate.checks import ROUNDING, Row
+from specgate.gates import ACCEPTANCE, MEMORY
 
 # (gate, metric) -> (description, higher is better, which absolute slack applies)
 DRIFTING = {
-    ("acceptance", "mean_acceptance_length"): ("mean acceptance length", True, None),
-    ("memory", "static_mib_measured"): ("drafter weights (MiB)", False, "memory"),
-    ("memory", "kv_tokens_lost"): ("KV-cache tokens lost", False, None),
+    (ACCEPTANCE, "mean_acceptance_length"): ("mean acceptance length", True, None),
+    (MEMORY, "static_mib_measured"): ("drafter weights (MiB)", False, "memory"),
+    (MEMORY, "kv_tokens_lost"): ("KV-cache tokens lost", False, None),
 }
 
 
@@ -53,7 +54,7 @@ class DriftCheck:
         for (g, metric), (what, higher, slack) in DRIFTING.items():
             if g != gate or not isinstance(measured.get(metric), (int, float)):
                 continue
-            if gate == "memory" and metric in self.ctx.baselines.machine_figures:
+            if gate == MEMORY and metric in self.ctx.baselines.machine_figures:
                 series = [(p, p.figure(gate, key, metric)) for p in points if p.hardware == self.ctx.baselines.hardware]
             else:
                 series = [(p, p.figure(gate, key, metric)) for p in points]

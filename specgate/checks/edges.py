@@ -28,6 +28,7 @@ from specgate.checks import Context, Judgement, Row, Verdict
 from specgate.checks.known import settle
 from specgate.figures.completions import Completion, inconsistencies
 from specgate.figures.equivalence import first_divergence
+from specgate.gates import EDGES, Key
 from specgate.profile import BASELINE
 
 EQUAL, DIFFERS, INCONSISTENT = "equal", "differs", "inconsistent"
@@ -46,7 +47,7 @@ def counted_past_end(out: Completion, spec: tuple[int, ...] | None) -> int:
 
 
 class EdgesCheck:
-    gate = "edges"
+    gate = EDGES
 
     def __init__(self, ctx: Context, runs):
         self.ctx, self.runs = ctx, runs
@@ -102,7 +103,7 @@ class EdgesCheck:
                 )
         return problems
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         run = self.runs.edges(method)  # (the baseline's first: it builds the plan from its engine)
         base = self.runs.edges(BASELINE) if method != BASELINE else None
         plan = self.runs.edge_plan()

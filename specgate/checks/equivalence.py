@@ -6,20 +6,21 @@ own top-k logprobs at that position hold both tokens within the margin (specgate
 
 from __future__ import annotations
 
-from specgate.checks import Judgement, Row, Verdict
+from specgate.checks import Basis, Judgement, Row, Verdict
 from specgate.figures.equivalence import compare_all
+from specgate.gates import EQUIVALENCE, Key
 from specgate.profile import BASELINE
 
 SHOW = 10  # divergences listed in a failure message
 
 
 class EquivalenceCheck:
-    gate = "equivalence"
+    gate = EQUIVALENCE
 
     def __init__(self, ctx, store, inputs):
         self.ctx, self.store, self.inputs = ctx, store, inputs
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         if method == BASELINE:
             return self._reference()
         rule = self.ctx.profile.equivalence
@@ -43,7 +44,7 @@ class EquivalenceCheck:
             method,
             key,
             Verdict.FAIL if broken or forgiving else Verdict.PASS,
-            basis="lossy" if lossy else "",
+            basis=Basis.LOSSY if lossy else Basis.OWN,
         )
         more = f"\n... and {len(failures) - SHOW} more" if len(failures) > SHOW else ""
         if broken:

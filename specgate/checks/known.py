@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgate.checks import Judgement, Verdict
+from specgate.checks import Basis, Judgement, Verdict
 
 PRESENT, GONE = "present", "gone"
 
@@ -90,5 +90,5 @@ def settle(
     if unexplained or gone:
         j.verdict, j.messages = Verdict.FAIL, [*unexplained, *gone, *known_lines]
     elif known_lines:
-        j.verdict, j.messages, j.basis = Verdict.PASS, known_lines, "known"
+        j.verdict, j.messages, j.basis = Verdict.PASS, known_lines, Basis.KNOWN
     return j

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 from specgate.checks import Judgement, Verdict
+from specgate.gates import LIFECYCLE, Key
 
 
 class LifecycleCheck:
-    gate = "lifecycle"
+    gate = LIFECYCLE
 
     def __init__(self, host):
         self.host = host
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         j = Judgement(self.gate, method, key, Verdict.PASS)
-        if reason := self.host.not_measurable_here("lifecycle"):
+        if reason := self.host.not_measurable_here(self.gate):
             j.verdict, j.messages = Verdict.SKIP, [reason]
             return j
         record = self.host.records[method]

@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specgate.checks import Context, Judgement, Row, Verdict
+from specgate.checks import Basis, Context, Judgement, Row, Verdict
 from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import EngineDied
 from specgate.figures.acceptance import AcceptanceResult
 from specgate.figures.equivalence import Divergence, GreedyOutput, compare
+from specgate.gates import LOAD, Key
 from specgate.profile import BASELINE, Equivalence
 
 SHOW = 5  # prompts listed in a failure message
@@ -73,12 +74,12 @@ def held_to(reference: dict[str, GreedyOutput], runs, rule: Equivalence) -> Leve
 
 
 class LoadCheck:
-    gate = "load"
+    gate = LOAD
 
     def __init__(self, ctx: Context, store):
         self.ctx, self.store = ctx, store
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         concurrency = int(key.split("=", 1)[1])
         try:
             runs = self.store.load_runs(method, concurrency)
@@ -104,7 +105,7 @@ class LoadCheck:
         j.record = {m: full[m] for m in ("mean_acceptance_length", "acceptance_rate", "per_position") if m in full}
         found = ctx.lookup(method, self.gate, key)  # portable: another machine's serves too
         stored, source = (found.values, found.source) if found else (None, "")
-        j.basis = "portable" if found and not found.own else ""
+        j.basis = Basis.PORTABLE if found and not found.own else Basis.OWN
         checks = acceptance_floors(result, stored, rtol, tol.position_rtol, {}, source)
         said = {"mean acceptance length": f"{rtol_name} {rtol}"}
         against = [

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.checks import ROUNDING, Basis, Context, Judgement, Row, Verdict
 from specgate.checks.drift import DriftCheck
 from specgate.figures import memory
+from specgate.gates import MEMORY, Key
 from specgate.profile import BASELINE
 
 
@@ -84,15 +85,15 @@ def consistency_problem(rec: dict, rtol: float) -> str | None:
 
 
 class MemoryCheck:
-    gate = "memory"
+    gate = MEMORY
 
     def __init__(self, ctx: Context, store, host, root):
         self.ctx, self.store, self.host, self.root = ctx, store, host, root
         self.drift = DriftCheck(ctx)
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         j = Judgement(self.gate, method, key, Verdict.PASS)
-        if reason := self.host.not_measurable_here("memory"):
+        if reason := self.host.not_measurable_here(self.gate):
             j.verdict, j.messages = Verdict.SKIP, [reason]
             return j
         tol = self.ctx.profile.tolerance
@@ -106,7 +107,7 @@ class MemoryCheck:
         j.record = overhead.record()
         found = self.ctx.lookup(method, self.gate, key)  # another machine's: its portable figures only
         stored = found.values if found else None
-        j.basis = "portable" if found and not found.own else ""
+        j.basis = Basis.PORTABLE if found and not found.own else Basis.OWN
         problems = [f"method '{method}': {msg}"] if (msg := consistency_problem(j.record, tol.memory_rtol)) else []
         checks = ceilings(j.record, stored, tol, found.source if found else "")
         failures = [f"method '{method}', memory: {msg}" for c in checks if (msg := c.fails())]

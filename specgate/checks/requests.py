@@ -32,6 +32,7 @@ from specgate.checks.known import settle
 from specgate.figures.completions import Completion, Reply, bad_word_tokens, inconsistencies
 from specgate.figures.equivalence import first_divergence
 from specgate.figures.two_sample import differ
+from specgate.gates import REQUESTS, Key
 from specgate.profile import BASELINE
 
 EQUAL, DIFFERS, INCONSISTENT, REFUSED, VACUOUS = "equal", "differs", "inconsistent", "refused", "vacuous"
@@ -97,7 +98,7 @@ def _contains(ids, seq) -> bool:
 
 
 class RequestsCheck:
-    gate = "requests"
+    gate = REQUESTS
 
     def __init__(self, ctx: Context, runs, store):
         self.ctx, self.runs, self.store = ctx, runs, store
@@ -342,7 +343,7 @@ class RequestsCheck:
         return record
 
     # -- the verdict ---------------------------------------------------------------------------------
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         runs, profile = self.runs, self.ctx.profile
         matrix = runs.request_matrix()
         run = runs.requests(method)

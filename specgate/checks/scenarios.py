@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 
-from specgate.checks import Context, Judgement, Row, Verdict
+from specgate.checks import Basis, Context, Judgement, Row, Verdict
 from specgate.checks.acceptance import acceptance_floors
 from specgate.figures.acceptance import AcceptanceResult, SpecCounters
 from specgate.figures.equivalence import compare_all
+from specgate.gates import PREEMPTION, PREFIX_SOAK, STRUCTURED, Key
 from specgate.profile import BASELINE
 
 SHOW = 5  # failing prompts listed in a message
@@ -41,12 +42,12 @@ def _listed(lines: list[str]) -> str:
 
 
 class PreemptionCheck:
-    gate = "preemption"
+    gate = PREEMPTION
 
     def __init__(self, ctx: Context, store, runs, inputs):
         self.ctx, self.store, self.runs, self.inputs = ctx, store, runs, inputs
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         profile, rtol = self.ctx.profile, self.ctx.tolerance(method).acceptance_rtol
         unpressured = _merged(self.store.category_runs(method).values()).mean_acceptance_length
         run = self.runs.preemption(method)
@@ -113,12 +114,12 @@ class PreemptionCheck:
 
 
 class PrefixSoakCheck:
-    gate = "prefix_soak"
+    gate = PREFIX_SOAK
 
     def __init__(self, ctx: Context, runs, store, inputs):
         self.ctx, self.runs, self.store, self.inputs = ctx, runs, store, inputs
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         profile, soak = self.ctx.profile, self.ctx.profile.scenarios.prefix_soak
         rounds = self.runs.soak(method)
         prompts = self.runs.soak_prompts()
@@ -173,12 +174,12 @@ class PrefixSoakCheck:
 
 
 class StructuredCheck:
-    gate = "structured"
+    gate = STRUCTURED
 
     def __init__(self, ctx: Context, runs):
         self.ctx, self.runs = ctx, runs
 
-    def judge(self, method: str, key: str, **_) -> Judgement:
+    def judge(self, method: str, key: Key) -> Judgement:
         profile, tol = self.ctx.profile, self.ctx.tolerance(method)
         inputs = self.runs.structured_inputs()
         prompts = inputs.tokenized()
@@ -231,7 +232,7 @@ class StructuredCheck:
             key,
             Verdict.PASS,
             record=acceptance.record(),
-            basis="portable" if found and not found.own else "",
+            basis=Basis.PORTABLE if found and not found.own else Basis.OWN,
         )
         base = stored or {}
         length = j.record.get("mean_acceptance_length")

@@ -12,23 +12,26 @@ coarse or not; another machine's is shown, never a ceiling.
 
 from __future__ import annotations
 
-from specgate.checks import ROUNDING, Context, Judgement, Row, Verdict
+from specgate.checks import ROUNDING, Basis, Context, Judgement, Row, Verdict
 from specgate.figures import stats
+from specgate.gates import SPEEDUP, Level
 from specgate.profile import BASELINE
 
 COARSE = "coarse judgement: "  # how the reason for a coarse judgement is introduced in a message
 
 
 class SpeedupCheck:
-    gate = "speedup"
+    gate = SPEEDUP
 
     def __init__(self, ctx: Context, store):
         self.ctx, self.store = ctx, store
 
-    def judge(self, method: str, key: str, repeat=None, **_) -> Judgement:
-        if key == "summary":
-            return self._summary(method)
-        concurrency = int(key.split("=", 1)[1])
+    def judge(self, method: str, key: Level, repeat=None) -> Judgement:
+        """A level's speedup (the baseline engine: its throughput), or the summary over the levels. `repeat(fn,
+        n)` runs a level's trial function n times (pytest-benchmark's timer, when the gate test has one)."""
+        if key.concurrency is None:
+            return self._summary(method, key)
+        concurrency = key.concurrency
         if method == BASELINE:
             trials = self.store.load_trials(method, concurrency, repeat)
             record = {"throughput_tok_s": round(stats.median(trials.throughputs), 3), "trials": len(trials.runs)}
@@ -47,7 +50,7 @@ class SpeedupCheck:
             coarse = f"the speedups were stored on another machine ({found.source})"
         elif found and (mismatch := self._other_machine(concurrency, alone)):
             coarse = mismatch
-        j.basis = "coarse" if coarse else ""
+        j.basis = Basis.COARSE if coarse else Basis.OWN
         rtol_name, rtol = self.rtol(j.basis)
         cfg = self.ctx.profile.speedup
         if cfg.max_trials and stored is not None and "speedup" in stored and not self.ctx.update:
@@ -61,7 +64,7 @@ class SpeedupCheck:
             )
             result = self.store.speedup(method, concurrency)
         if disturbed := self._disturbed(result, alone):  # not recorded either: an update keeps the stored value
-            j.basis = "disturbed"
+            j.basis = Basis.DISTURBED
             return self.ctx.skip_unless_strict(j, f"method '{method}', " + disturbed)
         j.record = result.record()
         j.record.update(self._cost(result))
@@ -159,7 +162,7 @@ class SpeedupCheck:
             )
         return out
 
-    def _summary(self, method: str) -> Judgement:
+    def _summary(self, method: str, key: Level) -> Judgement:
         """Over the concurrency levels: the geometric mean of the speedups (gated with geomean_rtol on
         the geometric mean of the levels' upper bounds, as each level is gated on its own) and the
         crossover, the lowest level at which speculation is slower than the baseline engine (its
@@ -172,8 +175,8 @@ class SpeedupCheck:
         record = {"geomean_speedup": round(summary.value, 6), "top_level": max(levels)}
         if crossover is not None:
             record["crossover_concurrency"] = crossover
-        j = Judgement(self.gate, method, "summary", Verdict.PASS, record=record)
-        found = self.ctx.lookup(method, self.gate, "summary")
+        j = Judgement(self.gate, method, key, Verdict.PASS, record=record)
+        found = self.ctx.lookup(method, self.gate, key)
         stored = found.values if found else None
         # stored on another machine, or this machine's baseline engine now runs outside machine_rtol of
         # its stored speed at some level: judged coarsely, as the levels are
@@ -187,7 +190,7 @@ class SpeedupCheck:
             if coarse
             else ("geomean_rtol", self.ctx.profile.tolerance.geomean_rtol)
         )
-        j.basis = "coarse" if coarse else ""
+        j.basis = Basis.COARSE if coarse else Basis.OWN
         floor = stored["geomean_speedup"] * (1 - rtol) if stored and "geomean_speedup" in stored else None
         failures = []
         if floor is not None and stats.fails_floor(summary, floor - ROUNDING):
@@ -249,11 +252,11 @@ class SpeedupCheck:
         )
         return [Row("runner", None, unit=unit, concurrency=concurrency)]
 
-    def rtol(self, basis: str) -> tuple[str, float]:
+    def rtol(self, basis: Basis) -> tuple[str, float]:
         tol = self.ctx.profile.tolerance
         return (
             ("coarse_speedup_rtol", tol.coarse_speedup_rtol)
-            if basis == "coarse"
+            if basis == Basis.COARSE
             else ("speedup_rtol", tol.speedup_rtol)
         )
 
@@ -311,7 +314,7 @@ class SpeedupCheck:
         -22 % to +9 % on a machine whose baseline engine ran 2.2x faster under the same CPU name).
         The baseline engine's own throughput, stored next to the ratios, tells.
         """
-        stored = self.ctx.baselines.entry(BASELINE, self.gate, f"C={concurrency}")
+        stored = self.ctx.baselines.entry(BASELINE, self.gate, Level(concurrency))
         if not stored or not stored.get("throughput_tok_s"):
             return None
         ratio = now / stored["throughput_tok_s"]

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from specgate.cli import add_methods, add_profile, add_root, chosen
+from specgate.gates import EQUIVALENCE, LIFECYCLE
 from specgate.release.bisect.candidates import file_candidates, index_versions, package_of, releases_between
 from specgate.release.bisect.steps import CHASEABLE, RUN_GATES, BisectError
 from specgate.store import revisions
@@ -36,7 +37,7 @@ def main(args: argparse.Namespace) -> int:
             )
         candidates = releases_between(index_versions(package, args.pre), args.good, args.bad, package, args.pre)
         good, bad = args.good, args.bad
-    run_gates = [g for g in RUN_GATES if not gates or g in gates or g in ("equivalence", "lifecycle")]
+    run_gates = [g for g in RUN_GATES if not gates or g in gates or g in (EQUIVALENCE, LIFECYCLE)]
     out = Path(args.out or root / "results" / f"bisect-{profile.name}-{good}-{bad}")
     held = revisions.held(profile, profile.select(methods), root)  # the models every step must load
     settings = {

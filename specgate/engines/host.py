@@ -15,6 +15,7 @@ from pathlib import Path
 from specgate.backend import Backend, BootEngine, ShutdownReport
 from specgate.engines import enginelog
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable
+from specgate.gates import LIFECYCLE, MEMORY
 from specgate.profile import BASELINE, Method
 
 
@@ -187,7 +188,7 @@ class EngineHost:
 
     def not_measurable_here(self, what: str) -> str | None:
         """Why this run cannot measure `what` at all (a skip reason), or None."""
-        if self.endpoints is not None and what in ("memory", "lifecycle"):
+        if self.endpoints is not None and what in (MEMORY, LIFECYCLE):
             return f"endpoint mode: the {what} of a server specgate did not start is not visible to it"
         return None
 

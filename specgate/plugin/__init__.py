@@ -28,9 +28,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate.checks import GATES, Verdict, key_of
+from specgate.checks import Verdict
 from specgate.engines import logstream
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
+from specgate.gates import CONCURRENCY, GATES, LIFECYCLE, Gate, gate_named
 from specgate.plugin import options, scaleout, xdist_handover
 from specgate.plugin.recorders import CAUSE, MESSAGE, CorrectnessWatch, OutcomeRecorder, RunLife
 from specgate.profile import BASELINE
@@ -44,12 +45,12 @@ _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 _WORKERS_KEY = pytest.StashKey[list]()
 _RUN_KEY = pytest.StashKey["RunLife"]()
 _GROUPS_KEY = pytest.StashKey[str]()  # the controller's directory of the workers' xdist groups
-DEFAULT_STAGE = 50
 MARKERS = (
     "gpu: boots an inference engine (real vLLM); the gate itself",
-    "correctness: a failure here blocks --update-baselines",
-    f"specgate(gate, stage={DEFAULT_STAGE}): a gate test; gate is one of {', '.join(GATES)}; lower stages of a "
-    "method run first",
+    "correctness: a failure here blocks --update-baselines (given to the tests of every gate that guards "
+    f"correctness: {', '.join(g for g in GATES if g.correctness)})",
+    f"specgate(gate, stage=None): a gate test; gate is one of {', '.join(GATES)}; a method's tests run by stage, "
+    f"lowest first (default: the gate's, {', '.join(f'{g} {g.stage}' for g in sorted(GATES, key=lambda g: g.stage))})",
 )
 
 
@@ -143,19 +144,21 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("temperature", temperatures, ids=[f"T{t:g}" for t in temperatures])
 
 
-def gate_of(item: pytest.Item) -> tuple[str, int] | None:
-    """(gate, stage) of a test marked `specgate`, validated; None for other tests."""
+def gate_of(item: pytest.Item) -> tuple[Gate, int] | None:
+    """(gate, stage) of a test marked `specgate`, validated: the registry's entry (specgate.gates) and the
+    marker's stage, else the gate's; None for other tests."""
     mark = item.get_closest_marker("specgate")
     if mark is None:
         return None
     kwargs = dict(mark.kwargs)
-    gate, stage = kwargs.pop("gate", mark.args[0] if mark.args else None), kwargs.pop("stage", DEFAULT_STAGE)
-    if gate not in GATES or not isinstance(stage, int) or isinstance(stage, bool) or kwargs:
+    name, stage = kwargs.pop("gate", mark.args[0] if mark.args else None), kwargs.pop("stage", None)
+    gate = gate_named(name) if isinstance(name, str) else None
+    if gate is None or not (stage is None or isinstance(stage, int)) or isinstance(stage, bool) or kwargs:
         raise pytest.UsageError(
             f"{item.nodeid}: @pytest.mark.specgate takes gate=<one of {', '.join(GATES)}> and an integer stage=; "
-            f"got gate={gate!r}, stage={stage!r}{f', and unknown {sorted(kwargs)}' if kwargs else ''}."
+            f"got gate={name!r}, stage={stage!r}{f', and unknown {sorted(kwargs)}' if kwargs else ''}."
         )
-    return gate, stage
+    return gate, gate.stage if stage is None else stage
 
 
 def method_of(item: pytest.Item) -> str:
@@ -190,8 +193,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item, gate in gates.items():
         if gate:
             method = method_of(item)
-            recorder.items[item.nodeid] = (method, gate[0], key_of(gate[0], method, _param_of(item)))
-            if gate[0] in ("speedup", "load") and _param_of(item) is not None:
+            recorder.items[item.nodeid] = (method, gate[0], gate[0].key(_param_of(item), baseline=method == BASELINE))
+            if gate[0].axis == CONCURRENCY and _param_of(item) is not None:
                 levels.add(_param_of(item))
     from specgate.run.session import GateSession, Selection
 
@@ -207,7 +210,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             return (0, 0, 0, index)  # other tests keep their place, first
         gate, stage = gates[item]
         name = method_of(item)
-        if name == BASELINE and gate == "lifecycle" and session.baseline_released_last:
+        if name == BASELINE and gate == LIFECYCLE and session.baseline_released_last:
             return (2, 0, 0, index)  # the baseline engine serves every method's paired trials first
         return (1, order.get(name, len(order)), stage, index)
 

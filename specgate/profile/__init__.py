@@ -23,7 +23,6 @@ from specgate.profile.parse import parse
 from specgate.profile.resolve import find_profile, load_profile, model_ref, profile_dir, resolve
 from specgate.profile.spec import (
     BASELINE,
-    CANARY_GATES,
     DEFAULT_DEADLINES,
     DTYPES,
     FLOOR_KEYS,
@@ -34,7 +33,6 @@ from specgate.profile.spec import (
     Profile,
 )
 from specgate.profile.tables import (
-    SCENARIOS,
     Equivalence,
     KnownIssue,
     Preemption,
@@ -48,14 +46,12 @@ from specgate.profile.tables import (
 
 __all__ = [
     "BASELINE",
-    "CANARY_GATES",
     "DEFAULT_DEADLINES",
     "DTYPES",
     "FLOOR_KEYS",
     "HARDWARE",
     "LOSSY_REJECTION",
     "MODEL_FREE_METHODS",
-    "SCENARIOS",
     "Equivalence",
     "KnownIssue",
     "Method",

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from specgate.gates import CANARY_GATES
 from specgate.models import revision_problem
 from specgate.profile.schema import Checker, did_you_mean
-from specgate.profile.spec import BASELINE, CANARY_GATES, LOSSY_REJECTION, Method, Profile
+from specgate.profile.spec import BASELINE, LOSSY_REJECTION, Method, Profile
 
 # vLLM's revision arguments of an engine (EngineArgs) and the top-level key that pins each for the target.
 ENGINE_REVISIONS = {

@@ -28,7 +28,6 @@ MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 BASELINE = "baseline"
 DTYPES = frozenset({"auto", "float32", "float16", "bfloat16"})
 HARDWARE = frozenset({"cpu", "cuda"})
-CANARY_GATES = ("acceptance", "speedup", "memory")
 # Verification that may accept a draft the target would have rejected (vLLM 0.33: an entropy gate
 # overrules rejections), so outputs are not the target's greedy ones: such a method must declare
 # `lossy = { max_diverged_share = X }` and is judged on it.

@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from specgate.gates import SCENARIOS, Gate
 from specgate.profile.prompt_sources import PromptSource, parse_sources
 from specgate.profile.schema import held_as_float, non_negative, one_of, positive, relative, rule, setting, share
-
-SCENARIOS = ("preemption", "prefix_soak", "structured", "requests", "edges")
 
 
 @dataclass(frozen=True)
@@ -275,5 +274,6 @@ class Scenarios:
     )
 
     @property
-    def enabled(self) -> tuple[str, ...]:
-        return tuple(n for n in SCENARIOS if getattr(self, n) is not None)
+    def enabled(self) -> tuple[Gate, ...]:
+        """The scenarios this profile runs: those whose table it has."""
+        return tuple(g for g in SCENARIOS if getattr(self, g) is not None)

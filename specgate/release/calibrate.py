@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate.errors import SpecgateError
+from specgate.gates import ACCEPTANCE, EQUIVALENCE, LOAD, SPEEDUP, Gate
 from specgate.machine import detect_device, hardware_key
 from specgate.store import tolerances
 from specgate.store.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, kept_aside
@@ -69,7 +70,7 @@ def calibration_profile(profile, names: list[str], slowdown: float) -> str:
     text = Path(profile.path).read_text(encoding="utf-8")
     for name in names:
         m = profile.methods[name]
-        table = {"speculative_config": m.speculative_config, "slow_steps": slowdown, "canary_of": {"speedup": name}}
+        table = {"speculative_config": m.speculative_config, "slow_steps": slowdown, "canary_of": {str(SPEEDUP): name}}
         if m.engine_kwargs:
             table["engine"] = {"kwargs": m.engine_kwargs}
         text += f"\n[methods.{name}{SLOWED}]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in table.items())
@@ -84,7 +85,7 @@ class Cell:
     runs: list[dict] = field(default_factory=list)  # per judged run: metric -> value (speedup, ci_high, draft_cost)
 
 
-def read_runs(update: Path, judged: list[Path], gate: str = "speedup") -> dict[tuple[str, str], Cell]:
+def read_runs(update: Path, judged: list[Path], gate: Gate = SPEEDUP) -> dict[tuple[str, str], Cell]:
     """(method, key) -> Cell of one gate from the runs' measurements (speedup: keys C=<level> and
     summary; acceptance: the categories)."""
     cells: dict[tuple[str, str], Cell] = defaultdict(Cell)
@@ -109,7 +110,7 @@ def unstored(update: Path, methods: list[str]) -> list[str]:
     trials stores none (session.py), and then no judged run has anything to be held to."""
     path = update / "baselines.json"
     stored = json.loads(path.read_text(encoding="utf-8")).get("methods", {}) if path.is_file() else {}
-    return [m for m in methods if not stored.get(m, {}).get("speedup")]
+    return [m for m in methods if not stored.get(m, {}).get(SPEEDUP)]
 
 
 def unjudged(cells: dict[tuple[str, str], Cell]) -> dict[str, list[str]]:
@@ -117,8 +118,8 @@ def unjudged(cells: dict[tuple[str, str], Cell]) -> dict[str, list[str]]:
     there were disturbed (not judged, not recorded: checks/speedup.py). A level some runs measured keeps
     those (a disturbed cell is dropped); one none measured has no A/A figure to draw a tolerance from."""
     out: dict[str, list[str]] = {}
-    for (method, key), cell in sorted(cells.items(), key=lambda item: (item[0][0], _level(item[0][1]))):
-        if key.startswith("C=") and cell.stored.get("speedup") and not any(r.get("speedup") for r in cell.runs):
+    for (method, key), cell in sorted(cells.items(), key=lambda item: (item[0][0], _level(item[0][1]) or 0)):
+        if _level(key) is not None and cell.stored.get("speedup") and not any(r.get("speedup") for r in cell.runs):
             out.setdefault(method, []).append(key)
     return out
 
@@ -144,7 +145,7 @@ def read_divergences(judged: list[Path]) -> dict[str, Divergences]:
     out: dict[str, Divergences] = defaultdict(Divergences)
     for run in judged:
         rows = [
-            r for r in json.loads((run / "measurements.json").read_text(encoding="utf-8")) if r["gate"] == "equivalence"
+            r for r in json.loads((run / "measurements.json").read_text(encoding="utf-8")) if r["gate"] == EQUIVALENCE
         ]
         for method in dict.fromkeys(r["method"] for r in rows):
             mine = {r["metric"]: r["value"] for r in rows if r["method"] == method and r["position"] is None}
@@ -197,8 +198,8 @@ def suggest(
     cells)."""
     out = {}
     for name in names:
-        levels = [(k, c) for (m, k), c in cells.items() if m == name and k.startswith("C=")]
-        summary = cells.get((name, "summary"))
+        levels = [(k, c) for (m, k), c in cells.items() if m == name and _level(k) is not None]
+        summary = cells.get((name, SPEEDUP.key(None)))
         drop = max((worst_shortfall(c, "speedup") for _, c in levels), default=0.0)
         widest = max((d for _, c in levels if (d := spread(c, "draft_cost")) is not None), default=None)
         values = {"speedup_rtol": tolerances.suggest_relative(drop)}
@@ -269,7 +270,7 @@ def report(cells: dict, names: list[str], suggested: dict, runs: int, slowdown: 
         "| --- | --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for name in names:
-        for key in sorted((k for (m, k) in cells if m == name and k.startswith("C=")), key=_level):
+        for key in sorted((k for (m, k) in cells if m == name and _level(k) is not None), key=_level):
             cell = cells[(name, key)]
             ratio = min(
                 (
@@ -311,8 +312,9 @@ def equivalence_lines(divergences: dict[str, Divergences], rule: dict[str, float
     return lines
 
 
-def _level(key: str) -> int:
-    return int(key.split("=", 1)[1]) if key.startswith("C=") else 0
+def _level(key: str) -> int | None:
+    """The concurrency level a speedup key is of; None for the summary over the levels."""
+    return SPEEDUP.parse(key).concurrency
 
 
 def run_gate(root: Path, profile_path: Path, methods: list[str], out: Path, scratch: Path, update: bool) -> float:
@@ -404,7 +406,7 @@ def calibrate(
             "nothing else runs here."
         )
     suggested = suggest(
-        cells, names, read_runs(out / "update", judged, "acceptance"), read_runs(out / "update", judged, "load")
+        cells, names, read_runs(out / "update", judged, ACCEPTANCE), read_runs(out / "update", judged, LOAD)
     )
     divergences = read_divergences(judged)
     rule = suggest_rule(divergences) if profile.equivalence.mode == "tie-aware" else {}

@@ -13,8 +13,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
 
-from specgate.checks import GATES
 from specgate.errors import SpecgateError
+from specgate.gates import GATES
 from specgate.store.run_record import RunRecord, read
 
 _SHORT = {"passed": "pass", "failed": "fail", "error": "error", "skipped": "skip"}

@@ -37,6 +37,7 @@ from specgate.engines import enginelog
 from specgate.errors import SpecgateError
 from specgate.figures import stats
 from specgate.formatting import num
+from specgate.gates import ACCEPTANCE, EQUIVALENCE, LIFECYCLE, MEMORY, REQUESTS
 from specgate.profile import BASELINE
 from specgate.release import rehearse_requests
 from specgate.store.run_record import REHEARSAL, Engine, Outcome, RunRecord
@@ -81,7 +82,7 @@ class Rehearsal:
                 self._greedy(method, old, new)
                 self._speed(method, old, new)
                 self._memory(method, old, new, old_server.peak_memory_bytes(), new_server.peak_memory_bytes())
-                if "requests" in self.profile.scenarios.enabled:
+                if REQUESTS in self.profile.scenarios.enabled:
                     self._requests(method, old, new)
             finally:
                 old.shutdown()
@@ -127,7 +128,7 @@ class Rehearsal:
             rb = AcceptanceResult.from_batch(b.counters, b.tokens_per_step, k).counters.mean_acceptance_length
             c = paired.acceptance(rb, ra, self.profile.tolerance.acceptance_rtol)
             self._judge(
-                method.name, "acceptance", category, "mean_acceptance_length", rb, ra, c.change, c.message, c.bound
+                method.name, ACCEPTANCE, category, "mean_acceptance_length", rb, ra, c.change, c.message, c.bound
             )
         compared = len(self.inputs.tokenized())
         verdict = UNCHANGED if not changed else WORSE
@@ -136,7 +137,7 @@ class Rehearsal:
             if changed
             else ""
         )
-        self._judge(method.name, "equivalence", "greedy", "identical", identical, compared, verdict, message)
+        self._judge(method.name, EQUIVALENCE, EQUIVALENCE.key(), "identical", identical, compared, verdict, message)
 
     def _speed(self, method, old, new) -> None:
         from specgate.figures.load import trial_prompts
@@ -194,7 +195,7 @@ class Rehearsal:
         a, b = old.kv_capacity_tokens(), new.kv_capacity_tokens()
         if a and b:
             c = paired.kv_capacity(b, a, tol.memory_rtol)
-            self._judge(method.name, "memory", "kv_capacity", "kv_capacity_tokens", b, a, c.change, c.message, c.bound)
+            self._judge(method.name, MEMORY, "kv_capacity", "kv_capacity_tokens", b, a, c.change, c.message, c.bound)
         mib = 1024**2
         c = paired.process_memory(new_peak / mib, old_peak / mib, tol)
         self._judge(
@@ -223,7 +224,7 @@ class Rehearsal:
                 key,
                 "failed" if verdict == WORSE else "passed",
                 text,
-                correctness=gate == "equivalence",
+                correctness=gate == EQUIVALENCE,
                 change=Change(verdict).value,
                 at=time.time(),
             )
@@ -231,13 +232,13 @@ class Rehearsal:
 
     def fail_method(self, method: str, error: Exception) -> None:
         self.outcomes.append(
-            Outcome(f"rehearse::{method}", method, "lifecycle", "", "error", str(error), change="error", at=time.time())
+            Outcome(f"rehearse::{method}", method, LIFECYCLE, "", "error", str(error), change="error", at=time.time())
         )
 
     def skip_method(self, method: str, why: str) -> None:
         """A method that cannot run here, as the gate skips it: its expected refusal, or not offered."""
         self.outcomes.append(
-            Outcome(f"rehearse::{method}", method, "lifecycle", "", "skipped", why, change="skipped", at=time.time())
+            Outcome(f"rehearse::{method}", method, LIFECYCLE, "", "skipped", why, change="skipped", at=time.time())
         )
 
     def cannot_run(self, method, error: Exception | None = None) -> str | None:
@@ -294,7 +295,7 @@ class Rehearsal:
         for o in self.outcomes:
             row = next((r for r in self.rows if (r["method"], r["gate"], r["key"]) == (o.method, o.gate, o.key)), None)
             figures = f"{num(row['baseline'])} -> {num(row['value'])}" if row else ""
-            message = o.message.splitlines()[0] if o.gate == "requests" and o.message else o.message
+            message = o.message.splitlines()[0] if o.gate == REQUESTS and o.message else o.message
             out.append(f"  {o.method:<16} {o.gate:<11} {o.key:<18} {figures:<22} {message}")
         return out + rehearse_requests.known_lines(self)
 

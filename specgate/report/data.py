@@ -11,10 +11,10 @@ be regenerated from `results/<run-id>/measurements.json` + `run.json` long after
 `bound` is the floor (acceptance, speedup) or ceiling (memory) the verdict was taken against; `basis`
 says when that baseline was not this machine's own ("portable": another machine's portable figures;
 "coarse": speedups from another machine or load, held to a wider tolerance); `qualifier`
-(checks.Qualifier) what the verdict says besides: "canary caught", "coarse", "portable", "known
-issue". Nothing here judges: the checks did (specgate/checks), and the verdicts are read as they were
-recorded, from these two columns only (a table written before `qualifier` existed gets it once, when
-it is read: `load_run`).
+what the verdict says besides: "canary caught", or the basis's label (checks.Basis: "coarse",
+"portable", "known issue"). Nothing here judges: the checks did (specgate/checks), and the verdicts
+are read as they were recorded, from these two columns only (a table written before `qualifier`
+existed gets it once, when it is read: `load_run`).
 """
 
 from __future__ import annotations
@@ -27,9 +27,10 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.checks import CANARY_CAUGHT, Qualifier, Verdict
+from specgate.checks import CANARY_CAUGHT, Basis, Verdict
 from specgate.errors import ResultsError
 from specgate.formatting import fmt, present, with_interval
+from specgate.gates import MEMORY
 from specgate.profile import BASELINE
 from specgate.store import run_record
 from specgate.store.run_record import Outcome, RunRecord
@@ -71,7 +72,7 @@ def normalize(table: pd.DataFrame) -> pd.DataFrame:
     for col in _NUMBER:
         table[col] = pd.to_numeric(table[col], errors="coerce").astype(float) if col in table else math.nan
     unqualified = table["qualifier"] == ""  # a row built without a judgement: what its basis says
-    table.loc[unqualified, "qualifier"] = table.loc[unqualified, "basis"].map(lambda b: Qualifier.of_basis(b).value)
+    table.loc[unqualified, "qualifier"] = table.loc[unqualified, "basis"].map(Basis.label_of)
     extra = [c for c in table.columns if c not in COLUMNS]
     return table[list(COLUMNS) + extra].reset_index(drop=True)
 
@@ -123,8 +124,8 @@ def qualified(row: dict[str, Any]) -> dict[str, Any]:
     """A row of a table written before the `qualifier` column, with it: such a table said a caught
     canary only in its message's first words (checks.CANARY_CAUGHT). The one place a message is read."""
     caught = str(row.get("message") or "").startswith(CANARY_CAUGHT)
-    qualifier = Qualifier.CANARY_CAUGHT if caught else Qualifier.of_basis(str(row.get("basis") or ""))
-    return {**row, "qualifier": qualifier.value}
+    qualifier = CANARY_CAUGHT if caught else Basis.label_of(str(row.get("basis") or ""))
+    return {**row, "qualifier": qualifier}
 
 
 def _read_json(path: Path, hint: str) -> Any:
@@ -140,7 +141,7 @@ def _read_json(path: Path, hint: str) -> Any:
 
 
 def _bound_word(gate: str) -> str:
-    return "ceiling" if gate == "memory" else "floor"
+    return "ceiling" if gate == MEMORY else "floor"
 
 
 def headline(row: Mapping[str, Any]) -> str:
@@ -165,7 +166,7 @@ def outcome_verdict(outcome: Outcome) -> str:
 def caught(group: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The row of a canary the gate caught, as it must, with its message where one has it (None: no
     row of the group is one)."""
-    rows = [r for r in group if r.get("qualifier") == Qualifier.CANARY_CAUGHT]
+    rows = [r for r in group if r.get("qualifier") == CANARY_CAUGHT]
     return next((r for r in rows if r.get("message")), rows[0] if rows else None)
 
 
@@ -176,8 +177,8 @@ def verdict_label(verdict: str, group: Iterable[Mapping[str, Any]]) -> str:
         return "–"
     group = list(group)
     if verdict == Verdict.PASS and caught(group):
-        return f"{verdict} ({Qualifier.CANARY_CAUGHT.value})"
-    shown = (Qualifier.COARSE, Qualifier.PORTABLE)  # a known issue's pass reads as a pass; its lines say why
+        return f"{verdict} ({CANARY_CAUGHT})"
+    shown = (Basis.COARSE.label, Basis.PORTABLE.label)  # a known issue's pass reads as a pass; its lines say why
     qualifier = next((r["qualifier"] for r in group if r.get("qualifier") in shown), "")
     return verdict + (f" ({qualifier})" if qualifier else "")
 

@@ -11,6 +11,7 @@ import pandas as pd
 from specgate.checks import FAILED
 from specgate.figures.distribution import LENGTHS_FROM_ENGINE, WINDOWS_FROM_ENGINE, quantile
 from specgate.formatting import fmt, present
+from specgate.gates import ACCEPTANCE
 from specgate.report.data import ordered
 from specgate.report.figure import failing, grid, legend, pyplot
 
@@ -29,7 +30,7 @@ HEADER = [
 
 
 def _requests(table: pd.DataFrame) -> pd.DataFrame:
-    rows = table[(table["gate"] == "acceptance") & table["metric"].astype(str).str.startswith(REQUEST)]
+    rows = table[(table["gate"] == ACCEPTANCE) & table["metric"].astype(str).str.startswith(REQUEST)]
     return rows.assign(prompt=rows["metric"].str.slice(len(REQUEST), -1))
 
 
@@ -42,7 +43,7 @@ def _pair(now: float | None, then: float | None) -> str:
 def _windows(table: pd.DataFrame, method: str) -> tuple[list, list]:
     """The method's tokens per step per output window, this run and stored, its categories' steps together
     (averaged over categories)."""
-    rows = table[(table["gate"] == "acceptance") & (table["method"] == method) & (table["metric"] == WINDOW)]
+    rows = table[(table["gate"] == ACCEPTANCE) & (table["method"] == method) & (table["metric"] == WINDOW)]
     rows = rows.dropna(subset=["position"])
     if rows.empty:
         return [], []
@@ -85,14 +86,14 @@ def summary(table: pd.DataFrame) -> tuple[list[list[str]], list[str]]:
 
 def _total(table: pd.DataFrame, method: str, metric: str) -> str:
     """The method's figure summed over its categories ('–' where the check recorded none)."""
-    rows = table[(table["gate"] == "acceptance") & (table["method"] == method) & (table["metric"] == metric)]
+    rows = table[(table["gate"] == ACCEPTANCE) & (table["method"] == method) & (table["metric"] == metric)]
     values = [v for v in rows["value"] if present(v)]
     return "–" if not values else fmt(sum(values))
 
 
 def _share(table: pd.DataFrame, method: str, metric: str) -> str:
     """How many of the method's figures vLLM's per-request counts gave (the rest came from the streamed steps)."""
-    rows = table[(table["gate"] == "acceptance") & (table["method"] == method) & (table["metric"] == metric)]
+    rows = table[(table["gate"] == ACCEPTANCE) & (table["method"] == method) & (table["metric"] == metric)]
     values = [v for v in rows["value"] if present(v)]
     return "–" if not values else f"{sum(values) / len(values):.0%}"
 
@@ -144,7 +145,7 @@ def plot_request_histograms(table: pd.DataFrame):
 def plot_windows(table: pd.DataFrame):
     """Per method, tokens per step in each output window averaged over its categories, this run (solid) and
     stored (dashed); red rings where a category's window broke its floor. None without window rows."""
-    rows = table[(table["gate"] == "acceptance") & (table["metric"] == WINDOW)].dropna(subset=["position"])
+    rows = table[(table["gate"] == ACCEPTANCE) & (table["metric"] == WINDOW)].dropna(subset=["position"])
     if rows.empty:
         return None
     plt = pyplot()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specgate.formatting import fmt, present
+from specgate.gates import EDGES
 from specgate.report.data import ordered
 
 STATUSES = ("equal", "differs", "inconsistent")
@@ -18,7 +19,7 @@ HEADER = ["class", *STATUSES, "counted past the end", "acceptance (stored)"]
 
 def sections(table: pd.DataFrame) -> list[tuple[str, str, list[str], list[list[str]], list[str]]]:
     """(method, verdict, header, rows, lines) per method the edges scenario judged."""
-    rows = table[table["gate"] == "edges"]
+    rows = table[table["gate"] == EDGES]
     out = []
     for method in ordered(rows["method"]):
         mine = rows[rows["method"] == method].to_dict("records")

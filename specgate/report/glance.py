@@ -10,45 +10,58 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.checks import FAILED, GATES, Verdict, worst
+from specgate.checks import FAILED, Verdict, worst
 from specgate.formatting import fmt, present, with_interval
+from specgate.gates import (
+    ACCEPTANCE,
+    EDGES,
+    EQUIVALENCE,
+    GATES,
+    LOAD,
+    MEMORY,
+    PREEMPTION,
+    PREFIX_SOAK,
+    REQUESTS,
+    SPEEDUP,
+    STRUCTURED,
+)
 from specgate.report.data import caught, one_line, ordered, outcome_verdict, verdict_label
 from specgate.store.run_record import RunRecord
 
 # Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
 COMPACT = {
-    "equivalence": [("identical", "identical"), ("diverged", "diverged"), ("forgiven", "forgiven near-ties")],
-    "acceptance": [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
-    "speedup": [
+    EQUIVALENCE: [("identical", "identical"), ("diverged", "diverged"), ("forgiven", "forgiven near-ties")],
+    ACCEPTANCE: [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
+    SPEEDUP: [
         ("speedup", "speedup [CI]"),
         ("draft_cost", "draft cost"),
         ("expected_speedup", "expected"),
         ("geomean_speedup", "geometric mean [CI]"),
     ],
-    "load": [
+    LOAD: [
         ("requests", "requests"),
         ("identical", "identical"),
         ("diverged", "prompts diverged"),
         ("mean_acceptance_length", "mean acceptance length"),
     ],
-    "memory": [
+    MEMORY: [
         ("static_mib_measured", "drafter MiB"),
         ("kv_tokens_lost", "KV tokens lost"),
         ("process_mib", "process MiB"),
     ],
-    "structured": [
+    STRUCTURED: [
         ("mean_acceptance_length", "mean acceptance length"),
         ("diverged", "diverged"),
         ("invalid", "invalid"),
     ],
-    "prefix_soak": [("mean_acceptance_length", "last round's acceptance"), ("changed_outputs", "outputs changed")],
-    "preemption": [
+    PREFIX_SOAK: [("mean_acceptance_length", "last round's acceptance"), ("changed_outputs", "outputs changed")],
+    PREEMPTION: [
         ("preemptions", "preemptions"),
         ("diverged", "diverged"),
         ("mean_acceptance_length", "acceptance length"),
     ],
-    "requests": [("cases", "cases"), ("sampled.p_value", "T > 0 p-value")],
-    "edges": [("cases", "cases")],
+    REQUESTS: [("cases", "cases"), ("sampled.p_value", "T > 0 p-value")],
+    EDGES: [("cases", "cases")],
 }
 # What a bounded figure's check is called, and whether its bound is a ceiling (else a floor).
 CHECKS = {
@@ -84,7 +97,7 @@ def _check(metric: str) -> tuple[str, bool] | None:
 
 
 def is_ceiling(metric: str, gate: str) -> bool:
-    return (_check(metric) or ("", gate == "memory"))[1]
+    return (_check(metric) or ("", gate == MEMORY))[1]
 
 
 def cell(row: dict[str, Any]) -> str:
@@ -163,7 +176,7 @@ def tables(table: pd.DataFrame, run: RunRecord) -> list[tuple[str, list[str], li
                 hit = sorted((r for r in group if r["metric"] == metric), key=lambda r: present(r["position"]))
                 cells.append(cell(hit[0]) if hit else "–")
             own = next((r for r in group if r["metric"] == "throughput_tok_s"), None)
-            if gate == "speedup" and cells and cells[0] == "–" and own is not None:
+            if gate == SPEEDUP and cells and cells[0] == "–" and own is not None:
                 cells[0] = f"{fmt(own['value'])} tok/s (the baseline engine's own)"
             label = verdict_label(verdict, group)
             body.append((verdict, [method, key or "–", label, *cells, decided(group, verdict)]))

@@ -12,6 +12,7 @@ import pandas as pd
 
 from specgate.checks import FAILED, Verdict
 from specgate.formatting import fmt, present
+from specgate.gates import ACCEPTANCE, EQUIVALENCE, MEMORY, PREFIX_SOAK, SPEEDUP
 from specgate.report.data import BASELINE_METHOD, metric_label, normalized, ordered
 from specgate.report.distribution import plot_request_histograms, plot_windows
 from specgate.report.figure import concurrency_of, failing, grid, legend, pyplot
@@ -27,7 +28,7 @@ _MEMORY_PANELS = (
 def plot_acceptance_heatmap(table: pd.DataFrame):
     """Methods x categories, mean acceptance length; each cell with its delta against the stored
     baseline; a red frame where the gate failed. None without acceptance rows."""
-    rows = table[(table["gate"] == "acceptance") & (table["metric"] == "mean_acceptance_length")]
+    rows = table[(table["gate"] == ACCEPTANCE) & (table["metric"] == "mean_acceptance_length")]
     if rows.empty:
         return None
     plt = pyplot()
@@ -35,7 +36,7 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
 
     methods, cats = ordered(rows["method"]), ordered(rows["key"], first="")
     cells = {(r["method"], r["key"]): r for r in rows.to_dict("records")}
-    acc = table[(table["gate"] == "acceptance") & table["verdict"].isin(FAILED)]
+    acc = table[(table["gate"] == ACCEPTANCE) & table["verdict"].isin(FAILED)]
     failed = set(zip(acc["method"], acc["key"]))  # the mean length or any per-position rate failed
     values = np.array([[cells[m, c]["value"] if (m, c) in cells else np.nan for c in cats] for m in methods])
     fig, ax = plt.subplots(figsize=(1.7 * len(cats) + 2.8, 0.62 * len(methods) + 2.0))
@@ -85,7 +86,7 @@ def plot_acceptance_heatmap(table: pd.DataFrame):
 def plot_position_curves(table: pd.DataFrame):
     """Per method, the acceptance rate at each draft position, one line per category; the stored
     baseline dashed in the same colour. None without per-position rows."""
-    rows = table[(table["gate"] == "acceptance") & (table["metric"] == "position_rate")].dropna(subset=["position"])
+    rows = table[(table["gate"] == ACCEPTANCE) & (table["metric"] == "position_rate")].dropna(subset=["position"])
     if rows.empty:
         return None
     plt = pyplot()
@@ -109,7 +110,7 @@ def plot_position_curves(table: pd.DataFrame):
                 ax.scatter(
                     bad["position"], bad["value"], s=90, facecolors="none", edgecolors="#e41a1c", linewidths=2, zorder=5
                 )
-        failed = failing(table[(table["gate"] == "acceptance") & (table["method"] == method)])
+        failed = failing(table[(table["gate"] == ACCEPTANCE) & (table["method"] == method)])
         ax.set_title(method, fontsize=10, color="#c00000" if failed else "black")
         ax.set_xticks(positions)
         ax.set_xlim(positions[0] - 0.4, positions[-1] + 0.4)
@@ -163,7 +164,7 @@ def _speedup_markers(ax, s: pd.DataFrame) -> None:
 def plot_speedup(table: pd.DataFrame):
     """Per method, the measured speedup at each concurrency with its confidence interval, the floor
     it is held to, the stored baseline and the analytic expectation. None without speedup rows."""
-    rows = table[(table["gate"] == "speedup") & (table["method"] != BASELINE_METHOD)].copy()
+    rows = table[(table["gate"] == SPEEDUP) & (table["method"] != BASELINE_METHOD)].copy()
     rows["c"] = concurrency_of(rows)
     speed = rows[rows["metric"] == "speedup"].dropna(subset=["c"])
     if speed.empty:
@@ -200,7 +201,7 @@ def plot_speedup(table: pd.DataFrame):
             ax.plot(exp["c"], exp["value"], color="#2ca02c", linestyle=":", linewidth=1.4)
         ax.axhline(1.0, color="black", linewidth=0.8, alpha=0.5)
         cross = table[
-            (table["gate"] == "speedup") & (table["method"] == method) & (table["metric"] == "crossover_concurrency")
+            (table["gate"] == SPEEDUP) & (table["method"] == method) & (table["metric"] == "crossover_concurrency")
         ]
         if not cross.empty and present(cross.iloc[0]["value"]):
             ax.axvline(float(cross.iloc[0]["value"]), color="#ff7f00", linestyle="-.", linewidth=1.2)
@@ -234,7 +235,7 @@ def plot_speedup(table: pd.DataFrame):
 def plot_memory(table: pd.DataFrame):
     """Per method, each memory figure measured against its stored baseline and ceiling. None
     without memory overhead rows."""
-    rows = table[(table["gate"] == "memory") & (table["method"] != BASELINE_METHOD)]
+    rows = table[(table["gate"] == MEMORY) & (table["method"] != BASELINE_METHOD)]
     panels = [(m, label) for m, label in _MEMORY_PANELS if (rows["metric"] == m).any()]
     if not panels:
         return None
@@ -290,7 +291,7 @@ def plot_memory(table: pd.DataFrame):
         plt.Line2D([], [], color="#b2182b", linewidth=2, linestyle=(0, (2, 1)), label="ceiling"),
     ]
     bottom = legend(fig, [], handles, ncol=4)
-    engine = table[(table["gate"] == "memory") & (table["method"] == BASELINE_METHOD)]
+    engine = table[(table["gate"] == MEMORY) & (table["method"] == BASELINE_METHOD)]
     sub = ", ".join(f"{metric_label(r['metric'])} {fmt(r['value'])} {r['unit']}".strip() for _, r in engine.iterrows())
     fig.suptitle(
         "Memory overhead per method vs the baseline engine" + (f"\n(baseline engine: {sub})" if sub else ""),
@@ -303,7 +304,7 @@ def plot_memory(table: pd.DataFrame):
 def plot_divergence_gaps(table: pd.DataFrame):
     """Per method, the baseline's logprob gap (nats) between its token and the method's at each first
     divergence, with the tie-aware margin: where to set `logprob_margin`. None without divergences."""
-    rows = table[(table["gate"] == "equivalence") & (table["metric"] == "logprob_gap")].dropna(subset=["value"])
+    rows = table[(table["gate"] == EQUIVALENCE) & (table["metric"] == "logprob_gap")].dropna(subset=["value"])
     if rows.empty:
         return None
     plt = pyplot()
@@ -337,7 +338,7 @@ def plot_prefix_soak(table: pd.DataFrame):
     """Per method, mean acceptance length and the prefix-cache hit rate per soak round (round 1 cold):
     a decline with reuse is what vllm-project/vllm#41838 looked like. None without a soak."""
     rows = table[
-        (table["gate"] == "prefix_soak") & table["metric"].isin(("round_acceptance_length", "round_prefix_hit_rate"))
+        (table["gate"] == PREFIX_SOAK) & table["metric"].isin(("round_acceptance_length", "round_prefix_hit_rate"))
     ]
     rows = rows.dropna(subset=["position"])
     if rows.empty:
@@ -351,7 +352,7 @@ def plot_prefix_soak(table: pd.DataFrame):
         hits = mrows[mrows["metric"] == "round_prefix_hit_rate"].sort_values("position")
         ax.plot(length["position"], length["value"], marker="o", color="#1f77b4", linewidth=1.6)
         floor = table[
-            (table["gate"] == "prefix_soak")
+            (table["gate"] == PREFIX_SOAK)
             & (table["method"] == method)
             & (table["metric"] == "mean_acceptance_length")
         ]["bound"].dropna()
@@ -360,7 +361,7 @@ def plot_prefix_soak(table: pd.DataFrame):
         twin = ax.twinx()
         twin.plot(hits["position"], hits["value"], marker="s", color="#2ca02c", linewidth=1, alpha=0.8)
         twin.set_ylim(0, 1.05)
-        failed = failing(table[(table["gate"] == "prefix_soak") & (table["method"] == method)])
+        failed = failing(table[(table["gate"] == PREFIX_SOAK) & (table["method"] == method)])
         ax.set_title(method, fontsize=10, color="#c00000" if failed else "black")
         ax.set_xticks(sorted(int(p) for p in length["position"]))
         ax.set_xlabel("round")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pandas as pd
 
 from specgate.formatting import fmt, present
+from specgate.gates import REQUESTS
 from specgate.report.data import ordered
 
 STATUSES = ("equal", "differs", "inconsistent", "refused", "vacuous")
@@ -17,7 +18,7 @@ SAMPLED = (("sampled.p_value", "T > 0, as shipped"), ("sampled_repaired.p_value"
 def sections(table: pd.DataFrame) -> list[tuple[str, str, list[str], list[list[str]], list[str]]]:
     """(method, verdict, header, rows, lines) per method the requests scenario judged: the class table's
     rows, then the p-values, the acceptance at T > 0 and the check's messages as lines."""
-    rows = table[table["gate"] == "requests"]
+    rows = table[table["gate"] == REQUESTS]
     out = []
     for method in ordered(rows["method"]):
         mine = rows[rows["method"] == method].to_dict("records")

@@ -10,8 +10,21 @@ import re
 
 import pandas as pd
 
-from specgate.checks import FAILED, GATES, TOLD, Verdict, worst
+from specgate.checks import FAILED, TOLD, Verdict, worst
 from specgate.formatting import fmt, present
+from specgate.gates import (
+    ACCEPTANCE,
+    EDGES,
+    EQUIVALENCE,
+    GATES,
+    LOAD,
+    MEMORY,
+    PREEMPTION,
+    PREFIX_SOAK,
+    REQUESTS,
+    SPEEDUP,
+    STRUCTURED,
+)
 from specgate.report import distribution as distribution_section
 from specgate.report import edges as edges_section
 from specgate.report import glance
@@ -30,9 +43,9 @@ from specgate.store.run_record import Outcome, RunRecord
 
 # Headline columns per gate: (metric, header). Metrics not listed here still get a column.
 _HEADLINES = {
-    "equivalence": [("identical", "identical"), ("compared", "compared"), ("diverged", "diverged")],
-    "acceptance": [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
-    "speedup": [
+    EQUIVALENCE: [("identical", "identical"), ("compared", "compared"), ("diverged", "diverged")],
+    ACCEPTANCE: [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
+    SPEEDUP: [
         ("speedup", "speedup [CI]"),
         ("runner", "runner"),
         ("expected_speedup", "expected"),
@@ -44,7 +57,7 @@ _HEADLINES = {
         ("itl_p99_ms", "ITL p99 ms"),
         ("e2e_p50_ms", "E2E p50 ms"),
     ],
-    "load": [
+    LOAD: [
         ("requests", "requests"),
         ("identical", "identical"),
         ("diverged", "prompts diverged"),
@@ -52,33 +65,33 @@ _HEADLINES = {
         ("mean_acceptance_length", "mean acceptance length"),
         ("acceptance_rate", "acceptance rate"),
     ],
-    "memory": [
+    MEMORY: [
         ("static_mib_measured", "drafter weights MiB"),
         ("kv_tokens_lost", "KV tokens lost"),
         ("process_mib", "process MiB"),
         ("kv_capacity_tokens", "KV capacity tokens"),
         ("peak_process_mib", "peak process MiB"),
     ],
-    "structured": [
+    STRUCTURED: [
         ("mean_acceptance_length", "mean acceptance length"),
         ("identical", "identical"),
         ("diverged", "diverged"),
         ("finished", "finished"),
         ("invalid", "invalid"),
     ],
-    "prefix_soak": [
+    PREFIX_SOAK: [
         ("mean_acceptance_length", "last round's acceptance length"),
         ("changed_outputs", "outputs changed"),
     ],
-    "preemption": [
+    PREEMPTION: [
         ("preemptions", "preemptions"),
         ("identical", "identical"),
         ("diverged", "diverged"),
         ("mean_acceptance_length", "acceptance length"),
         ("kv_usage_after", "KV in use after"),
     ],
-    "edges": [("cases", "cases")],
-    "requests": [
+    EDGES: [("cases", "cases")],
+    REQUESTS: [
         ("cases", "cases"),
         ("sampled.p_value", "T > 0 p-value"),
         ("sampled_repaired.p_value", "T > 0 p-value, repaired"),
@@ -132,7 +145,7 @@ def _gate_table(gate: str, rows: pd.DataFrame, outcomes: list[dict]) -> _GateTab
     metrics += [
         m
         for m in ordered(rows["metric"], first="")
-        if m not in known and m not in _PER_ITEM and not (gate in ("requests", "edges") and "." in m)  # own section
+        if m not in known and m not in _PER_ITEM and not (gate in (REQUESTS, EDGES) and "." in m)  # own section
     ]
     has_positions = "position_rate" in set(rows["metric"])
     out.header = ["method", "key", "verdict"] + [_label(rows, m, labels) for m in metrics]
@@ -355,7 +368,7 @@ def sweeps(table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
             {
                 int(c)
                 for c in table[
-                    (table["gate"] == "speedup") & table["method"].isin(by_k.values()) & (table["metric"] == "speedup")
+                    (table["gate"] == SPEEDUP) & table["method"].isin(by_k.values()) & (table["metric"] == "speedup")
                 ]["concurrency"].dropna()
             }
         )
@@ -363,12 +376,12 @@ def sweeps(table: pd.DataFrame) -> list[tuple[str, list[str], list[list[str]]]]:
         body, best = [], {}
         for k in sorted(by_k):
             rows = table[table["method"] == by_k[k]]
-            acc = rows[rows["gate"] == "acceptance"]
+            acc = rows[rows["gate"] == ACCEPTANCE]
             length = acc[acc["metric"] == "mean_acceptance_length"]["value"].mean()
             rate = acc[acc["metric"] == "acceptance_rate"]["value"].mean()
             cells = [str(k), fmt(length), fmt(rate)]
             for c in levels:
-                hit = rows[(rows["gate"] == "speedup") & (rows["metric"] == "speedup") & (rows["concurrency"] == c)]
+                hit = rows[(rows["gate"] == SPEEDUP) & (rows["metric"] == "speedup") & (rows["concurrency"] == c)]
                 cells.append(headline(hit.iloc[0]) if not hit.empty else "–")
                 if not hit.empty:
                     for which, col in (("now", "value"), ("stored", "baseline")):

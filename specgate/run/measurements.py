@@ -24,6 +24,7 @@ from specgate.figures import distribution, stats
 from specgate.figures.acceptance import AcceptanceResult
 from specgate.figures.equivalence import GreedyOutput
 from specgate.figures.load import LoadRun, trial_prompts
+from specgate.gates import EQUIVALENCE, LOAD, MEMORY, SPEEDUP
 from specgate.profile import BASELINE
 
 
@@ -137,7 +138,7 @@ class MeasurementStore:
         if name != BASELINE:
             self.prepare_reference()
         self.inputs.tokenized()  # fail on bad prompts before paying for a boot
-        if "speedup" in self.gates or "load" in self.gates:
+        if SPEEDUP in self.gates or LOAD in self.gates:
             self.load_inputs.tokenized()
         return self.host.engine(name)
 
@@ -153,12 +154,12 @@ class MeasurementStore:
     def prepare_reference(self) -> None:
         if self.reference_ready or self.host.endpoints is not None:
             return
-        if "equivalence" in self.gates:
+        if EQUIVALENCE in self.gates:
             self.category_runs(BASELINE)
-        if "speedup" in self.gates or "load" in self.gates:
+        if SPEEDUP in self.gates or LOAD in self.gates:
             for level in self.levels:
                 self.load_trials(BASELINE, level)
-        if "memory" in self.gates:
+        if MEMORY in self.gates:
             self.memory_reading(BASELINE)
         for measure in self.before_methods:
             with contextlib.suppress(SpecgateError):  # kept by the scenario: its own test reports it

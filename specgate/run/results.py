@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from specgate import machine
+from specgate.checks import Basis
 from specgate.checks.speedup import COARSE
+from specgate.gates import ACCEPTANCE, EQUIVALENCE, GATES, LOAD, MEMORY, SPEEDUP
 from specgate.profile import BASELINE
 from specgate.store import baselines
 from specgate.store.run_record import GATE, Engine, KnownSeen, Outcome, RunRecord
@@ -74,7 +76,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
                     f"; footprint {sd.footprint / 2**30:.2f} GiB; shutdown {sd.shutdown_s:.1f} s, "
                     f"not returned {sd.memory_not_returned / 2**30:.2f} GiB"
                 )
-            greedy = session.judgements.get((r.method, "equivalence", "greedy"))
+            greedy = session.judgements.get((r.method, EQUIVALENCE, EQUIVALENCE.key()))
             counts = {row.metric: int(row.value) for row in greedy.rows} if greedy else {}
             if counts.get("compared"):
                 near = counts["compared"] - counts["identical"] - counts["diverged"]
@@ -100,7 +102,7 @@ def time_lines(session) -> list[str]:
     if not session.spent:
         return []
     total = time.monotonic() - session.started
-    order = ["boots", "equivalence", "acceptance", "speedup", "load", "memory", "lifecycle"]
+    order = ["boots", *(g for g in GATES if not g.scenario)]
     parts = sorted(session.spent.items(), key=lambda kv: (order.index(kv[0]) if kv[0] in order else len(order), kv[0]))
     rest = total - sum(session.spent.values())
     return [
@@ -118,8 +120,8 @@ def header_lines(session) -> list[str]:
             f"tolerances calibrated on this machine (specgate calibrate) held over the profile's: "
             f"{session.profile.tolerance_file}"
         )
-    coarse = [j for j in session.judgements.values() if j.basis == "coarse" and j.key != "summary"]
-    if coarse and not session.baselines.borrowed.get("speedup"):
+    coarse = [j for j in session.judgements.values() if j.basis == Basis.COARSE and j.key != SPEEDUP.key(None)]
+    if coarse and not session.baselines.borrowed.get(SPEEDUP):
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))
         # why: a pass says it in a line of its own (after a caught canary's catch), a failure at its end
         why = next((m.split(COARSE, 1)[1].split("; held to")[0] for j in coarse for m in j.messages if COARSE in m), "")
@@ -129,7 +131,7 @@ def header_lines(session) -> list[str]:
         )
     across = [
         f"{m} ({runners})"
-        for m in dict.fromkeys(m for (m, g, _) in session.judgements if g == "speedup")
+        for m in dict.fromkeys(m for (m, g, _) in session.judgements if g == SPEEDUP)
         if m != BASELINE and (runners := _across_runners(session, m))
     ]
     if across:
@@ -268,19 +270,19 @@ def _across_runners(session, method: str) -> str:
 
 def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]:
     pad, lines = f"  {'':<14}", []
-    if accepted := kinds.get("acceptance", {}):
+    if accepted := kinds.get(ACCEPTANCE, {}):
         lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in accepted.items())
         lines.append(f"{pad} mean acceptance length: {lengths}")
-    if load := kinds.get("load", {}):
+    if load := kinds.get(LOAD, {}):
         lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in load.items())
         lines.append(f"{pad} mean acceptance length under load: {lengths}")
-    if overhead := kinds.get("memory", {}).get("overhead"):
+    if overhead := kinds.get(MEMORY, {}).get(MEMORY.key()):
         lines.append(
             f"{pad} memory: drafter {overhead.get('static_mib_measured', float('nan')):.2f} MiB"
             f"{'' if 'static_mib_analytic' in overhead else ' (checkpoint not on this disk: not computed)'}, "
             f"KV tokens lost {overhead.get('kv_tokens_lost', 'n/a')}, processes {overhead['process_mib']:+.0f} MiB"
         )
-    if speed := kinds.get("speedup", {}):
+    if speed := kinds.get(SPEEDUP, {}):
         parts = []
         for key, v in speed.items():
             if "geomean_speedup" in v:  # the summary over the levels

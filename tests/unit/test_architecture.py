@@ -22,7 +22,7 @@ MAX_FUNCTION_LINES = 80
 LAYERS = (
     # the vocabulary: the exceptions, how numbers are written, what this machine is, every run ends
     # (lifetime/), every vLLM internal (vllm_compat/); nothing here knows about profiles or runs
-    ("errors", "formatting", "machine", "lifetime", "vllm_compat"),
+    ("errors", "formatting", "gates", "machine", "lifetime", "vllm_compat"),
     # model references (zoo: / paths / hub ids); the rejection samplers the properties drive
     ("models", "sampler"),
     # a run's inputs: the profile (parse, then resolve), then its prompt sets; the measurements' own arithmetic

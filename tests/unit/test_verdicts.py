@@ -1,5 +1,5 @@
 """One verdict vocabulary: a judgement's verdict (checks.Verdict) and what it says besides
-(checks.Qualifier) reach the results table as typed columns, and the report reads those columns, never
+(checks.Basis's label, or 'canary caught') reach the results table as typed columns, and the report reads those columns, never
 a message's wording; a table written before the `qualifier` column still reads as it did."""
 
 import json
@@ -7,7 +7,7 @@ import json
 import pandas as pd
 
 from specgate import report
-from specgate.checks import FAILED, TOLD, Judgement, Qualifier, Row, Verdict, worst
+from specgate.checks import FAILED, TOLD, Basis, Judgement, Row, Verdict, worst
 from specgate.report.data import caught, verdict_label
 from specgate.store.run_record import SCHEMA, RunRecord
 
@@ -20,8 +20,9 @@ def canary(messages=("the gate failed it, as it must",), **options) -> Judgement
 def test_a_judgement_puts_its_verdict_and_qualifier_on_its_rows():
     rows = canary(caught=True, basis="coarse").table_rows()
     assert rows[0]["verdict"] == "pass" and rows[0]["qualifier"] == "canary caught"  # caught over coarse
-    assert canary(basis="coarse").table_rows()[0]["qualifier"] == Qualifier.COARSE
-    assert canary(basis="known").table_rows()[0]["qualifier"] == Qualifier.KNOWN
+    assert canary(basis=Basis.COARSE).table_rows()[0]["qualifier"] == "coarse"
+    assert canary(basis=Basis.KNOWN).table_rows()[0]["qualifier"] == "known issue"
+    assert canary(basis=Basis.DISTURBED).table_rows()[0]["qualifier"] == ""
     assert canary().table_rows()[0]["qualifier"] == ""
 
 

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from specgate.errors import SpecgateError
+from specgate.gates import ACCEPTANCE, MEMORY, SPEEDUP
 from specgate.release.bisect.candidates import Candidate, package_of, venv_for
 from specgate.release.bisect.steps import BAD, GOOD, SKIP, Step, classify
 
@@ -103,7 +104,7 @@ class GateRunner:
                 f"{step.reason}; its gate run stored no figures to judge the others against "
                 f"(a correctness failure refuses --update-baselines); see {results / 'summary.md'}",
             )
-        missing = [g for g in ("acceptance", "speedup", "memory") if g in self.run_gates and g not in stored]
+        missing = [g for g in (ACCEPTANCE, SPEEDUP, MEMORY) if g in self.run_gates and g not in stored]
         note = (
             (
                 f"; no {', '.join(missing)} figures stored (see its summary: a disturbed machine stores no speed "

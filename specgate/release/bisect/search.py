@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from specgate.formatting import num
+from specgate.gates import EQUIVALENCE, MEMORY
 from specgate.release.bisect.candidates import Candidate
 from specgate.release.bisect.steps import BAD, CHASEABLE, GOOD, RUN_GATES, SKIP, BisectError, Step, figure_name, moved
 from specgate.store.revisions import short
@@ -144,8 +145,8 @@ class Bisection:
     # -- what it found ---------------------------------------------------------------------------
     def lines(self) -> list[str]:
         s = self.settings
-        chased = [g for g in self.chase or [] if g != "equivalence"]
-        everything = not chased or set(chased) >= set(RUN_GATES) - {"equivalence"}
+        chased = [g for g in self.chase or [] if g != EQUIVALENCE]
+        everything = not chased or set(chased) >= set(RUN_GATES) - {EQUIVALENCE}
         how = " (--gate)" if s.get("gates") else "" if everything or not self.chase else f" (what {self.bad} failed)"
         chase = "every gate" if everything else ", ".join(chased)
         out = [
@@ -201,7 +202,7 @@ class Bisection:
         moved_figures = [f for f in first.figures if moved(f)]
         for fig in moved_figures[:6]:
             before = previous.get(figure_name(fig), fig.get("baseline"))
-            word = "ceiling" if fig["gate"] == "memory" else "floor"
+            word = "ceiling" if fig["gate"] == MEMORY else "floor"
             out.append(
                 f"  moved: {figure_name(fig)}: {prev} {num(before)} -> {self.labels[hi]} {num(fig['value'])} "
                 f"(reference {self.good} {num(fig.get('baseline'))}, {word} {num(fig.get('bound'))})"

