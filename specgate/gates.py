@@ -122,6 +122,11 @@ class Gate(str):
         return {CATEGORY: Category, CONCURRENCY: Level}.get(self.axis, Named).parse(text)
 
 
+# Stages on a method's engine: equivalence first (it boots the engine the later stages reuse); acceptance and
+# the structured scenario on the greedy pass; the speed trials (speedup's summary, 65, after every level), then
+# the load gate on their outputs; the prefix soak after them (its replays warm the prefix cache); memory after
+# (the requests scenario's thousands of requests would move the peak); requests and edges before the shutdown
+# (lifecycle); preemption last, on an engine of its own with a small KV cache.
 EQUIVALENCE = Gate("equivalence", stage=10, keys=("greedy",), correctness=True, canary=("always",))
 ACCEPTANCE = Gate("acceptance", stage=20, axis=CATEGORY, canary=("mimic", "floors"))
 SPEEDUP = Gate("speedup", stage=60, axis=CONCURRENCY, canary=("mimic",))

@@ -81,6 +81,8 @@ TOLD = (Verdict.ERROR, Verdict.FAIL, Verdict.SKIP)  # the verdicts whose message
 _FROM_OUTCOME = {"passed": Verdict.PASS, "failed": Verdict.FAIL, "skipped": Verdict.SKIP, "error": Verdict.ERROR}
 # How bad a verdict is, for "the worst verdict of several" ("" = no verdict on that row).
 SEVERITY = {"": 0, Verdict.PASS: 1, Verdict.SKIP: 2, Verdict.FAIL: 3, Verdict.ERROR: 4}
+
+
 def worst(verdicts) -> str:
     return max((str(getattr(v, "value", v)) for v in verdicts), key=lambda v: SEVERITY.get(v, 0), default="")
 

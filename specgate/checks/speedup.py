@@ -324,7 +324,7 @@ class SpeedupCheck:
         return (
             f"C={concurrency}: the baseline engine runs at {now:.1f} tok/s here against "
             f"{stored['throughput_tok_s']:.1f} stored "
-            f"({ratio:.2f}x, outside machine_rtol {rtol}; {self.ctx.baselines.source(BASELINE, 'speedup')}), so this "
+            f"({ratio:.2f}x, outside machine_rtol {rtol}; {self.ctx.baselines.source(BASELINE, self.gate)}), so this "
             f"is not the machine (or the load) the speedups were stored under. Store this machine's with "
             f"`pytest -m gpu --specgate-profile {self.ctx.profile.name} --update-baselines`"
         )

@@ -161,6 +161,13 @@ def gate_of(item: pytest.Item) -> tuple[Gate, int] | None:
     return gate, gate.stage if stage is None else stage
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """A test of a gate that guards correctness (the registry's `Gate.correctness`) is a `correctness`
+    test: marked before -m selects (`-m correctness`) and before a failure of it is watched for."""
+    if (gate := gate_of(item)) and gate[0].correctness and not item.get_closest_marker("correctness"):
+        item.add_marker(pytest.mark.correctness)
+
+
 def method_of(item: pytest.Item) -> str:
     """The method a gate test judges: its `method` / `engine_method` parameter, else the baseline."""
     params = getattr(getattr(item, "callspec", None), "params", {})

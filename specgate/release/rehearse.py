@@ -37,7 +37,7 @@ from specgate.engines import enginelog
 from specgate.errors import SpecgateError
 from specgate.figures import stats
 from specgate.formatting import num
-from specgate.gates import ACCEPTANCE, EQUIVALENCE, LIFECYCLE, MEMORY, REQUESTS
+from specgate.gates import ACCEPTANCE, EQUIVALENCE, LIFECYCLE, MEMORY, REQUESTS, SPEEDUP, Level
 from specgate.profile import BASELINE
 from specgate.release import rehearse_requests
 from specgate.store.run_record import REHEARSAL, Engine, Outcome, RunRecord
@@ -158,8 +158,8 @@ class Rehearsal:
             tol = self.profile.tolerance.speedup_rtol
             self._judge(
                 method.name,
-                "speedup",
-                f"C={c}",
+                SPEEDUP,
+                Level(c),
                 "throughput_new_over_old",
                 est.value,
                 1.0,
@@ -181,8 +181,8 @@ class Rehearsal:
                 Outcome(
                     f"rehearse::{method.name}::requests@{release}",
                     method.name,
-                    "requests",
-                    f"sent@{release}",
+                    REQUESTS,
+                    f"{REQUESTS.key()}@{release}",
                     "failed" if failed else "passed",
                     j.message,
                     change=(WORSE if failed and release == self.new[0] and not old_failed else UNCHANGED).value,
@@ -200,7 +200,7 @@ class Rehearsal:
         c = paired.process_memory(new_peak / mib, old_peak / mib, tol)
         self._judge(
             method.name,
-            "memory",
+            MEMORY,
             "process",
             "peak_process_mib",
             new_peak / mib,

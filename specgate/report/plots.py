@@ -352,9 +352,7 @@ def plot_prefix_soak(table: pd.DataFrame):
         hits = mrows[mrows["metric"] == "round_prefix_hit_rate"].sort_values("position")
         ax.plot(length["position"], length["value"], marker="o", color="#1f77b4", linewidth=1.6)
         floor = table[
-            (table["gate"] == PREFIX_SOAK)
-            & (table["method"] == method)
-            & (table["metric"] == "mean_acceptance_length")
+            (table["gate"] == PREFIX_SOAK) & (table["method"] == method) & (table["metric"] == "mean_acceptance_length")
         ]["bound"].dropna()
         if not floor.empty:
             ax.axhline(float(floor.iloc[0]), color="#e41a1c", linestyle="--", linewidth=1)

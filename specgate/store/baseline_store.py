@@ -232,9 +232,7 @@ class BaselineStore:
             before = stored.entry(BASELINE, SPEEDUP, key)
             if not before or not before.get("throughput_tok_s") or not now.get("throughput_tok_s"):
                 continue
-            left = {
-                m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get(SPEEDUP, {})
-            }
+            left = {m for m, kinds in stored.methods.items() if m not in run_methods and key in kinds.get(SPEEDUP, {})}
             if left and not within_rtol(now["throughput_tok_s"] / before["throughput_tok_s"], rtol):
                 keys.append(key)
                 here.append(f"{now['throughput_tok_s']:.1f}")

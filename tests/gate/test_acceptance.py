@@ -4,7 +4,7 @@ profile's floors."""
 import pytest
 
 # after equivalence: reuses the engine and the same generation pass
-pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="acceptance", stage=20)]
+pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="acceptance")]
 
 
 def test_acceptance_holds_per_category(judge, method, category, temperature):

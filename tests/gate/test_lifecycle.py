@@ -3,7 +3,7 @@
 import pytest
 
 # last in each method's group: the next method's engine boots after it
-pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="lifecycle", stage=100)]
+pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="lifecycle")]
 
 
 def test_engine_booted_once_and_released_its_memory(judge, engine_method):

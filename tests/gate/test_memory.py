@@ -3,7 +3,7 @@
 import pytest
 
 # last before shutdown: reads the live engine once its work is done
-pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="memory", stage=90)]
+pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="memory")]
 
 
 def test_memory_overhead_within_baseline(judge, engine_method):

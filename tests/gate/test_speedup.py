@@ -3,7 +3,7 @@
 import pytest
 
 # after the greedy pass (acceptance), before memory is read
-pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="speedup", stage=60)]
+pytestmark = [pytest.mark.gpu, pytest.mark.specgate(gate="speedup")]
 
 
 def test_speedup_holds_per_concurrency(judge, engine_method, concurrency, benchmark):

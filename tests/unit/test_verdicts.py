@@ -1,6 +1,6 @@
-"""One verdict vocabulary: a judgement's verdict (checks.Verdict) and what it says besides
-(checks.Basis's label, or 'canary caught') reach the results table as typed columns, and the report reads those columns, never
-a message's wording; a table written before the `qualifier` column still reads as it did."""
+"""One verdict vocabulary: a judgement's verdict (checks.Verdict) and what it says besides (checks.Basis's
+label, or 'canary caught') reach the results table as typed columns, and the report reads those columns,
+never a message's wording; a table written before the `qualifier` column still reads as it did."""
 
 import json
 
