@@ -11,9 +11,15 @@ are, and what each breaks and who sees it, is specgate.profile.plants' (PLANTS).
 
 A plant with a strength is written `name:value` (`verify_temperature_scaled:0.2`).
 
-A profile's method takes one with `plant = "<name>"` (tests/system and the calibration profiles do;
-no user profile should). V1's model runner only (vLLM's CPU engine, CUDA's fallback runner): the
-internals each one patches are in vllm_compat.INTERNALS, checked on every supported CPU release.
+A profile's method takes one with `plant = "<name>"` (docs/profile-reference.md lists them). V1's model
+runner only (vLLM's CPU engine, CUDA's fallback runner; elsewhere the boot fails saying so): the internals
+each one patches are in vllm_compat.INTERNALS, checked on every supported CPU release.
+
+Decision (issue 68): the plants ship, documented as the profile key `plant`, because a gate is only worth
+something where it is seen to fail, and a runner's owner shows that on their own runner with the same key the
+suite's system tests use; they stay in the engine's boot rather than the boot hook, because a plant must be
+in the worker before the first request and out of the front end at shutdown, which the engine's boot and
+shutdown own. A user's own regression belongs in their own boot hook (specgate.hooks), not here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The plants a profile's method may name (`plant = "<name>"`): regressions written into a running vLLM
-worker on purpose, for the suite's own tests, each a bug of a kind users filed against vLLM's
+worker on purpose, for the suite's own tests and for a runner's owner who wants to see a check fail on
+their runner (why they ship: specgate.engines.plants), each a bug of a kind users filed against vLLM's
 speculative decoding, placed where only one of the gate's checks can see it.
 
     PLANTS[name] = (what it breaks, who sees it)
