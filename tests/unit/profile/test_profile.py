@@ -120,10 +120,10 @@ def test_hub_ids_are_accepted_without_a_local_check(tmp_path):
     assert p.target == "meta-llama/Llama-3.1-8B-Instruct"
 
 
-def test_the_readmes_profile_example_is_a_profile_that_loads(tmp_path):
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("```toml\n", readme.index("## Profiles")) + len("```toml\n")
-    example = readme[start : readme.index("```", start)]
+def test_the_documented_profile_example_is_a_profile_that_loads(tmp_path):
+    reference = (ROOT / "docs" / "profile-reference.md").read_text()
+    start = reference.index("```toml\n", reference.index("## An annotated example")) + len("```toml\n")
+    example = reference[start : reference.index("```", start)]
     p = load_text(
         tmp_path, example.replace("fixtures/prompts/embedded.jsonl", str(ROOT / "fixtures/prompts/embedded.jsonl"))
     )
