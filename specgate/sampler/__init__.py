@@ -40,7 +40,17 @@ from specgate.sampler.reference import (
     top_k_entropy,
 )
 from specgate.sampler.v1 import vllm_rejection_sample
-from specgate.sampler.v2 import V2Rule, V2Sampler, V2Unavailable
+
+_V2 = ("V2Rule", "V2Sampler", "V2Unavailable")  # imported when first asked for: `python -m
+# specgate.sampler.cuda_sources` (the setup's) must not find its module imported by this package already
+
+
+def __getattr__(name: str):
+    if name in _V2:
+        from specgate.sampler import v2
+
+        return getattr(v2, name)
+    raise AttributeError(f"module 'specgate.sampler' has no attribute {name!r}")
 
 __all__ = [
     "BlockReferenceSampler",
