@@ -18,8 +18,29 @@ from specgate.profile import BASELINE
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
 
 
+OPTIONS = (
+    "--specgate-profile",
+    "--specgate-methods",
+    "--update-baselines",
+    "--specgate-strict",
+    "--specgate-endpoint",
+    "--specgate-dtype",
+    "--specgate-kill-stale",
+    "--specgate-out",
+)
+
+
 def add(parser: pytest.Parser) -> None:
-    """The --specgate-* options, in one group; a bad value is a UsageError naming the option."""
+    """The --specgate-* options (OPTIONS), in one group; a bad value is a UsageError naming the option. And the
+    ini option that gives every `-n` run specgate's xdist scheduler, not only gate runs."""
+    parser.addini(
+        XDIST_INI,
+        type="bool",
+        default=False,
+        help="specgate: every -n run uses specgate's xdist scheduler (the tests of one xdist_group on one worker, "
+        "which xdist's own loadgroup cannot keep together under pytest 9; scopes handed out in collection order), "
+        "not only gate runs. Default: false.",
+    )
     group = parser.getgroup("specgate", "speculative-decoding regression gate")
     group.addoption(
         "--specgate-profile",
@@ -101,16 +122,24 @@ def project_root(config: pytest.Config) -> Path:
 
 # The markers a gate test carries (tests/gate/: every one `gpu`; the correctness gates `correctness` too)
 GATE_MARKS = (frozenset({"gpu", "specgate"}), frozenset({"gpu", "specgate", "correctness"}))
+XDIST_INI = "specgate_xdist_scheduler"
 
 
 def selects_gate(config: pytest.Config) -> bool:
-    """Whether the run's `-m` expression selects a gate test, by pytest's own expression rules (`-m gpu`,
-    `-m "gpu and not slow"`: yes; `-m "not gpu"`, `-m "not (gpu or slow)"`: no). No `-m`: no (`pytest -m gpu`
-    runs the gate). An expression pytest cannot parse: no (pytest itself reports it)."""
-    return marks_select_gate(config.getoption("markexpr", "") or "")
+    """Whether this is a gate run, from what pytest knows before collection (the rule: the plugin's
+    docstring). With `-m`: whether the expression picks gate tests out (marks_select_gate). Without: whether a
+    specgate option is given (other than its default). `-k` does not decide: it selects by names, which are
+    unknown before collection."""
+    expression = config.getoption("markexpr", "") or ""
+    if expression.strip():
+        return marks_select_gate(expression)
+    return any(config.getoption(name) not in (None, False, [], "auto") for name in OPTIONS)
 
 
 def marks_select_gate(expression: str) -> bool:
+    """Whether a `-m` expression, by pytest's own rules, keeps a gate test and leaves out a test that carries
+    no marker (`gpu`, `gpu and not slow`, `correctness`: yes; `not gpu`, `not (gpu or slow)`, `not slow`: no,
+    the last two keep every unmarked test). An expression pytest cannot parse: no (pytest itself reports it)."""
     if not expression.strip():
         return False
     from _pytest.mark.expression import Expression  # pytest's -m grammar (not exported under a public name)
@@ -119,7 +148,8 @@ def marks_select_gate(expression: str) -> bool:
         compiled = Expression.compile(expression)
     except SyntaxError:
         return False
-    return any(compiled.evaluate(_carries(marks)) for marks in GATE_MARKS)
+    keeps_gate = any(compiled.evaluate(_carries(marks)) for marks in GATE_MARKS)
+    return keeps_gate and not compiled.evaluate(_carries(frozenset()))
 
 
 def _carries(marks: frozenset):
