@@ -14,20 +14,27 @@ from specgate import machine
 from specgate.errors import SpecgateError
 from specgate.plugin import scaleout
 from specgate.profile import BASELINE
+from specgate.settings import Spelling
 
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
 
 
-OPTIONS = (
-    "--specgate-profile",
-    "--specgate-methods",
-    "--update-baselines",
-    "--specgate-strict",
-    "--specgate-endpoint",
-    "--specgate-dtype",
-    "--specgate-kill-stale",
-    "--specgate-out",
+# How a pytest user spells each of a gate run's settings (specgate.settings): the plugin hands it to the
+# layers below, whose messages name settings, and release/ builds its pytest command lines from it.
+SPELLING = Spelling(
+    {
+        "profile": "--specgate-profile",
+        "methods": "--specgate-methods",
+        "update_baselines": "--update-baselines",
+        "strict": "--specgate-strict",
+        "endpoints": "--specgate-endpoint",
+        "dtype": "--specgate-dtype",
+        "kill_stale": "--specgate-kill-stale",
+        "out": "--specgate-out",
+    },
+    gate_run="pytest -m gpu",
 )
+OPTIONS = tuple(SPELLING.flags.values())
 
 
 def add(parser: pytest.Parser) -> None:
@@ -190,7 +197,7 @@ def plan(config: pytest.Config, out: Path):
 
     root = project_root(config)
     try:
-        profile = load_profile(find_profile(profile_name(config), root), root)
+        profile = load_profile(find_profile(profile_name(config), root, SPELLING), root)
         if dtype := config.getoption("--specgate-dtype"):
             profile = profile.with_dtype(dtype)
         profile = calibrated(profile, root)
@@ -198,13 +205,13 @@ def plan(config: pytest.Config, out: Path):
         if config.getoption("--specgate-endpoint"):
             from specgate.engines.endpoint import parse_endpoints
 
-            endpoints = parse_endpoints(config.getoption("--specgate-endpoint"))
-            served = [name for name in endpoints if name != BASELINE]
-            methods = profile.select(served) if served else []
+            endpoints = parse_endpoints(config.getoption("--specgate-endpoint"), SPELLING)
+            served = [name for name in endpoints if name != BASELINE]  # the methods named by the endpoints given
+            methods = profile.select(served, SPELLING.but(methods=SPELLING("endpoints"))) if served else []
         else:
-            methods = profile.select(config.getoption("--specgate-methods"))
+            methods = profile.select(config.getoption("--specgate-methods"), SPELLING)
             # remote code, and under --specgate-strict any hub model, not pinned to a commit: refused before a boot
-            if refused := refusal(profile, methods, config.getoption("--specgate-strict")):
+            if refused := refusal(profile, methods, config.getoption("--specgate-strict"), SPELLING):
                 raise refused
         scaleout.pin_worker(profile, config=config)  # before anything in this process touches CUDA
     except SpecgateError as exc:
@@ -219,6 +226,7 @@ def plan(config: pytest.Config, out: Path):
         strict=config.getoption("--specgate-strict"),
         endpoints=endpoints,
         log_dir=log_dir,
+        say=SPELLING,
     )
 
 
