@@ -46,6 +46,19 @@ def test_the_plugin_spells_every_setting_with_one_of_its_options():
     assert sorted(SPELLING.flags) == sorted(SETTINGS) and set(SPELLING.flags.values()) == set(OPTIONS)
 
 
+def test_no_module_outside_the_plugin_spells_a_pytest_option():
+    """The plugin's options are spelled in specgate/plugin/ only; release/ and cli/ take them from
+    plugin.options.SPELLING, the layers below from the Spelling their caller hands down."""
+    found = [
+        f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "plugin" not in path.relative_to(PACKAGE).parts
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if any(re.search(rf"{re.escape(flag)}\b", line) for flag in OPTIONS)
+    ]
+    assert not found, "name the setting and let the caller spell it (specgate.settings):\n" + "\n".join(found)
+
+
 def test_every_setting_a_module_says_is_one():
     said = {
         (path.name, name)
