@@ -10,13 +10,13 @@
     │   │                          out of memory): which process, its exit, vLLM's own error
     │   └── EngineStalled          a running engine made no progress for stall_timeout_s: what it
     │                              was doing, where its stacks are; its processes were stopped
-    ├── EndpointError              (endpoint.py) a --specgate-endpoint server is unreachable or not vLLM
+    ├── EndpointError              (endpoint.py) a server the run was pointed at is unreachable or not vLLM
     ├── ResultsError               a results directory, its measurements or its run record (run.json) is
     │                              missing, corrupt or of another schema
     └── NotMeasurable              this run cannot measure it (e.g. memory of a remote server): a skip
 
-Every message is one paragraph naming the file or option at fault and what to do about it, so the
-plugin can print it without a stack trace.
+Every message is one paragraph naming the file or setting at fault and what to do about it, so the
+plugin can print it without a stack trace (a setting as the caller spells it: specgate.settings).
 """
 
 from __future__ import annotations

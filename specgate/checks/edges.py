@@ -260,6 +260,6 @@ class EdgesCheck:
                 )
         if not stored and self.ctx.strict and not self.ctx.update:
             failing.setdefault("acceptance", []).append(
-                self.ctx.baselines.missing(method, self.gate, key) + " (--specgate-strict)"
+                self.ctx.baselines.missing(method, self.gate, key) + f" ({self.ctx.say('strict')})"
             )
         return record

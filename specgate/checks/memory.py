@@ -68,7 +68,7 @@ def ceilings(measured: dict, stored: dict | None, tol, source: str = "") -> list
 def consistency_problem(rec: dict, rtol: float) -> str | None:
     """Measured vs analytic drafter weights disagreeing beyond `rtol`: the engine holds more (or less)
     than the drafter's own checkpoint. It fails the method's memory test in every run, an update run
-    too; being no correctness test, it blocks no --update-baselines of the other figures."""
+    too; being no correctness test, it blocks no baselines update of the other figures."""
     measured, analytic = rec.get("static_mib_measured"), rec.get("static_mib_analytic")
     if measured is None or analytic is None or analytic == 0 and measured == 0:
         return None

@@ -338,7 +338,7 @@ class RequestsCheck:
                 )
         if stored is None and self.ctx.strict and not self.ctx.update:
             failing.setdefault(SAMPLED_ACCEPTANCE, []).append(
-                self.ctx.baselines.missing(method, self.gate, key) + " (--specgate-strict)"
+                self.ctx.baselines.missing(method, self.gate, key) + f" ({self.ctx.say('strict')})"
             )
         return record
 

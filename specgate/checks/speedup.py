@@ -326,5 +326,5 @@ class SpeedupCheck:
             f"{stored['throughput_tok_s']:.1f} stored "
             f"({ratio:.2f}x, outside machine_rtol {rtol}; {self.ctx.baselines.source(BASELINE, self.gate)}), so this "
             f"is not the machine (or the load) the speedups were stored under. Store this machine's with "
-            f"`pytest -m gpu --specgate-profile {self.ctx.profile.name} --update-baselines`"
+            f"`{self.ctx.baselines.update_command}`"
         )

@@ -62,7 +62,16 @@ def chosen(profile, args: argparse.Namespace) -> list:
     """The methods --methods names, else every method of the profile but its canaries (deliberately worse
     configurations for the stored-baseline gates), which --canaries adds."""
     names = [n.strip() for n in args.methods.split(",") if n.strip()] if args.methods else None
-    return [m for m in profile.select(names) if names or getattr(args, "canaries", False) or not m.canary_of]
+    selected = profile.select(names, spelling())
+    return [m for m in selected if names or getattr(args, "canaries", False) or not m.canary_of]
+
+
+def spelling():
+    """How a command's user spells a gate run's settings in what the layers below say (specgate.settings): the
+    commands' own --profile and --methods; the others as the gate run, pytest, spells them."""
+    from specgate.plugin.options import SPELLING
+
+    return SPELLING.but(profile="--profile", methods="--methods")
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -7,6 +7,7 @@ import argparse
 import json
 from pathlib import Path
 
+from specgate.cli import spelling
 from specgate.errors import BaselineError
 from specgate.formatting import num
 from specgate.store import baselines
@@ -69,7 +70,7 @@ def load_any(path: Path) -> baselines.BaselineFile:
         raise BaselineError(f"baseline file {path} cannot be read ({exc}).") from None
     profile = data.get("profile") if isinstance(data, dict) else None
     hardware = data.get("hardware") if isinstance(data, dict) else None
-    return baselines.load(path, str(profile), str(hardware))
+    return baselines.load(path, str(profile), str(hardware), spelling())
 
 
 def diff_markdown(old: baselines.BaselineFile, new: baselines.BaselineFile) -> str:

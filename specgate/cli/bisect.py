@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from specgate.cli import add_methods, add_profile, add_root, chosen
+from specgate.cli import add_methods, add_profile, add_root, chosen, spelling
 from specgate.gates import EQUIVALENCE, LIFECYCLE
 from specgate.release.bisect.candidates import file_candidates, index_versions, package_of, releases_between
 from specgate.release.bisect.steps import CHASEABLE, RUN_GATES, BisectError
@@ -20,7 +20,7 @@ def main(args: argparse.Namespace) -> int:
     from specgate.release.bisect.session import bisect
 
     root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
+    profile = load_profile(find_profile(args.profile, root, spelling()), root)
     package = package_of(profile.hardware)
     methods = [m.name for m in chosen(profile, args)]
     gates = [g.strip() for g in args.gate.split(",") if g.strip()] if args.gate else []

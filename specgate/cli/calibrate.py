@@ -7,7 +7,7 @@ import argparse
 import time
 from pathlib import Path
 
-from specgate.cli import add_methods, add_profile, add_root, chosen
+from specgate.cli import add_methods, add_profile, add_root, chosen, spelling
 from specgate.release import calibrate
 
 
@@ -15,7 +15,7 @@ def main(args: argparse.Namespace) -> int:
     from specgate.profile import find_profile, load_profile
 
     root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
+    profile = load_profile(find_profile(args.profile, root, spelling()), root)
     if note := calibrate.restore_kept(root, profile.baselines_name):
         print(note, flush=True)
     names = [m.name for m in chosen(profile, args)]

@@ -7,7 +7,7 @@ import argparse
 import os
 from pathlib import Path
 
-from specgate.cli import add_root
+from specgate.cli import add_root, spelling
 from specgate.release import download
 
 
@@ -17,11 +17,11 @@ def main(args: argparse.Namespace) -> int:
     from specgate.profile import find_profile, load_profile
 
     root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
+    profile = load_profile(find_profile(args.profile, root, spelling()), root)
     if getattr(args, "write", False) and not args.pin:
         raise download.DownloadError("specgate download: --write writes the pins of --pin; give both (--pin --write).")
     api = HfApi(token=os.environ.get("HF_TOKEN") or None)
-    methods = profile.select(args.methods.split(",") if args.methods else None)
+    methods = profile.select(args.methods.split(",") if args.methods else None, spelling())
     if getattr(args, "pin", False):
         return download.pin(profile, methods, api, args.write)
     return download.fetch(profile, methods, api, args.dry_run)

@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from specgate.cli import add_profile, add_root
+from specgate.cli import add_profile, add_root, spelling
 from specgate.errors import SpecgateError
 from specgate.machine import detect_device, hardware_key
 from specgate.store.baselines import baselines_dir, provenance_of
@@ -130,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
     from specgate.report import history as page
 
     root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
+    profile = load_profile(find_profile(args.profile, root, spelling()), root)
     if args.hardware == "all":
         hardware = None
     elif args.hardware:
@@ -149,7 +149,7 @@ def main(args: argparse.Namespace) -> int:
         raise HistoryError(
             f"no committed update of {baselines_dir(root) / profile.name}"
             f"{'/' + hardware + '.json' if hardware else ''} and no results directory given: nothing to show. "
-            f"Commit a baseline file (pytest -m gpu --update-baselines) first."
+            f"Commit a baseline file ({spelling().command(update_baselines=True)}) first."
         )
     out = Path(args.out or root / "results" / f"history-{profile.name}")
     paths = page.write(out, profile.name, hardware or "every machine", rows, releases(rows), history.problem)

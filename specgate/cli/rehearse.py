@@ -6,7 +6,7 @@ import argparse
 import time
 from pathlib import Path
 
-from specgate.cli import add_methods, add_profile, add_root, chosen
+from specgate.cli import add_methods, add_profile, add_root, chosen, spelling
 
 
 def main(args: argparse.Namespace) -> int:
@@ -14,7 +14,7 @@ def main(args: argparse.Namespace) -> int:
     from specgate.release import rehearse, venvs
 
     root = Path(args.root).resolve()
-    profile = load_profile(find_profile(args.profile, root), root)
+    profile = load_profile(find_profile(args.profile, root, spelling()), root)
     methods = [profile.baseline, *chosen(profile, args)]
     old = (args.old, venvs.release_python(root, args.old, profile.hardware, args.from_python))
     new = (args.new, venvs.release_python(root, args.new, profile.hardware, args.to_python))

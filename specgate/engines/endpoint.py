@@ -1,7 +1,7 @@
 """Endpoint mode: the same measurements against an already running OpenAI-compatible vLLM server.
 
-`--specgate-endpoint METHOD=URL` (repeatable; METHOD may be `baseline`) points a profile method at a
-server someone else started, e.g. `vllm serve ... --speculative-config ...`. Prompts go in as token
+The run's endpoints setting, `METHOD=URL` pairs (METHOD may be `baseline`), points profile methods at
+servers someone else started, e.g. `vllm serve ... --speculative-config ...`. Prompts go in as token
 ids (`/v1/completions` accepts them) with streaming and `return_token_ids`, so each streamed chunk
 is one engine step and carries its token ids; the spec-decode counters come from the server's
 Prometheus `/metrics`. What a client cannot see (the server's memory, its shutdown, worker step
@@ -21,6 +21,7 @@ from specgate.errors import EngineStalled, SpecgateError
 from specgate.figures.acceptance import COUNTER_NAMES, PER_POSITION, SpecCounters
 from specgate.figures.completions import Reply, collect, reply_of
 from specgate.lifetime.watchdog import Overdue, Watch, describe
+from specgate.settings import NAMES, Spelling
 
 REQUEST_TIMEOUT_S = 600.0
 
@@ -29,18 +30,19 @@ class EndpointError(SpecgateError):
     """The server could not be reached or answered something that is not vLLM's API."""
 
 
-def parse_endpoints(values: list[str]) -> dict[str, str]:
-    """['ngram=http://host:8000', ...] -> {'ngram': 'http://host:8000'}; a bare URL names no method."""
+def parse_endpoints(values: list[str], say: Spelling = NAMES) -> dict[str, str]:
+    """['ngram=http://host:8000', ...] -> {'ngram': 'http://host:8000'}; a bare URL names no method. A bad value
+    is an EndpointError naming the setting as the caller's user spells it (`say`)."""
     endpoints: dict[str, str] = {}
     for value in values:
         name, sep, url = value.partition("=")
         if not sep or not name.strip() or not url.strip().startswith(("http://", "https://")):
             raise EndpointError(
-                f"--specgate-endpoint {value!r}: expected METHOD=URL, e.g. eagle3=http://127.0.0.1:8000 (METHOD is a "
+                f"{say('endpoints')} {value!r}: expected METHOD=URL, e.g. eagle3=http://127.0.0.1:8000 (METHOD is a "
                 "method of the profile, or 'baseline' for a server without speculation)."
             )
         if name.strip() in endpoints:
-            raise EndpointError(f"--specgate-endpoint: method {name.strip()!r} is given twice.")
+            raise EndpointError(f"{say('endpoints')}: method {name.strip()!r} is given twice.")
         endpoints[name.strip()] = url.strip().rstrip("/")
     return endpoints
 
@@ -122,7 +124,7 @@ class Endpoint(StreamingBackend):
         except httpx.HTTPError as exc:
             raise EndpointError(
                 f"endpoint {self.url} (method '{self.method_name}'): GET {path} failed ({type(exc).__name__}: {exc}); "
-                "is the server running and reachable? Check the URL given to --specgate-endpoint."
+                "is the server running and reachable? Check the URL the run was given for this method."
             ) from None
 
     def served_model(self) -> str:

@@ -113,7 +113,7 @@ def boot_failed(exc: Exception, where: str, release: str, method: str, log_path:
     reason, lines = root_cause(log_path, exc)
     return EngineBootError(
         f"{where} failed to boot on {release}: {reason} Full engine log: {log_path}. Check the method's "
-        "speculative_config and model paths in the profile, or run with --specgate-methods to skip it.",
+        "speculative_config and model paths in the profile, or leave the method out of the run's methods.",
         log_tail=lines,
         method=method,
         reason=reason,

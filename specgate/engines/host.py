@@ -3,7 +3,7 @@
 At most one method's engine is alive: asking for another method's engine shuts the current one down
 first and records whether its memory came back. With an interleaved baseline (profile
 `speedup.interleave_baseline`) the baseline engine stays up next to each method's, for paired
-speedup trials, and goes down last. In endpoint mode (--specgate-endpoint) nothing is booted: each
+speedup trials, and goes down last. In endpoint mode (the run's endpoints setting) nothing is booted: each
 method is a client of a server someone else runs.
 """
 
@@ -17,6 +17,7 @@ from specgate.engines import enginelog
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.gates import LIFECYCLE, MEMORY
 from specgate.profile import BASELINE, Method
+from specgate.settings import NAMES, Spelling
 
 
 @dataclass
@@ -44,8 +45,9 @@ class EngineHost:
         boot: BootEngine,
         endpoints: dict[str, str] | None = None,
         keep_reference: bool = False,
+        say: Spelling = NAMES,  # how the run's user spells its settings (specgate.settings)
     ):
-        self.profile, self.root, self.log_dir, self.boot = profile, Path(root), Path(log_dir), boot
+        self.profile, self.root, self.log_dir, self.boot, self.say = profile, Path(root), Path(log_dir), boot, say
         self.endpoints = endpoints
         self.keep_reference = keep_reference and endpoints is None
         self.by_name = {BASELINE: profile.baseline, **{m.name: m for m in methods}}
@@ -170,7 +172,7 @@ class EngineHost:
 
         if name not in self.endpoints:
             raise NotMeasurable(
-                f"endpoint mode: no server for '{name}' (give --specgate-endpoint {name}=URL to measure it"
+                f"endpoint mode: no server for '{name}' (give {self.say('endpoints')} {name}=URL to measure it"
                 + (", e.g. a `vllm serve` of the target without --speculative-config" if name == BASELINE else "")
                 + ")"
             )

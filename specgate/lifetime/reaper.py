@@ -10,7 +10,7 @@ removes the file and exits.
 
 A state file whose owner and reaper are both gone (the machine's OOM killer took both, say) still
 names the processes: the next run finds them (`stale_runs`) and says so, and stops them when asked
-(`--specgate-kill-stale`).
+(the run's kill_stale setting).
 """
 
 from __future__ import annotations

@@ -18,6 +18,26 @@ profile and orders the items so each method's tests run together, baseline first
 engine at a time serves them all with one boot per method. The `judge` fixture boots the test's
 engine during setup and returns `judge(method, param) -> Judgement`. Everything else is plain
 Python: session.py and below.
+
+When it acts. Installed, the plugin is loaded by every pytest run of the environment (a GPU runner's venv
+also runs the team's own tests). It acts on a gate run only, decided before collection from what the
+command line says (xdist's controller picks its scheduler and starts its workers before any test is
+collected; each worker decides the same from the same options), by options.selects_gate:
+  - with `-m EXPR`: a gate run when EXPR, by pytest's own expression rules, keeps a gate test (markers
+    `gpu` and `specgate`, the correctness gates `correctness` too) and leaves out a test with no marker:
+    `-m gpu`, `-m "gpu and not slow"`, `-m correctness` are gate runs; `-m "not gpu"`,
+    `-m "not (gpu or slow)"` and `-m "not slow"` are not, whatever specgate option is also given;
+  - without `-m`: a gate run when a specgate option is given (any --specgate-* or --update-baselines, other
+    than its default); $SPECGATE_GPU_PROFILE alone is a runner's environment, not a request;
+  - `-k` does not decide: it selects by names, unknown before collection (in a gate run it narrows the
+    gate's tests).
+Any other run goes as if specgate were not installed: xdist schedules as its --dist says, no SPECGATE_*
+(or VLLM_*) variable is set, no temporary or results directory made, no signal handler installed,
+pytest-benchmark's options and pytest's log handlers untouched, and a test's own fixture named `method`,
+`category`, `concurrency` or `temperature` is its own (only tests marked `specgate` are parametrized
+here). Gate tests such a run collects anyway (`pytest tests/gate`, no -m) still get their session and
+run, as plain tests otherwise. The ini option `specgate_xdist_scheduler = true` gives every `-n` run of
+a project specgate's scheduler (this project's own suite: its `xdist_group`s, its slowest tests first).
 """
 
 from __future__ import annotations
@@ -45,6 +65,7 @@ _OUTCOMES_KEY = pytest.StashKey["OutcomeRecorder"]()
 _WORKERS_KEY = pytest.StashKey[list]()
 _RUN_KEY = pytest.StashKey["RunLife"]()
 _GROUPS_KEY = pytest.StashKey[str]()  # the controller's directory of the workers' xdist groups
+_SCHEDULE_KEY = pytest.StashKey[bool]()  # whether specgate's xdist scheduler serves this run
 MARKERS = (
     "gpu: boots an inference engine (real vLLM); the gate itself",
     "correctness: a failure here blocks --update-baselines (given to the tests of every gate that guards "
@@ -75,7 +96,9 @@ def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(recorder, "specgate-outcomes")
     config.stash[_WORKERS_KEY] = []
     config.stash[_RUN_KEY] = life = RunLife()
-    if options.selects_gate(config):
+    gate = options.selects_gate(config)  # the same answer in xdist's controller and in each of its workers
+    config.stash[_SCHEDULE_KEY] = gate or config.getini(options.XDIST_INI)
+    if gate:
         life.start(config, options.project_root(config))
         config.pluginmanager.register(life, "specgate-run-life")
     out = (
@@ -85,11 +108,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     config.stash[_OUT_KEY] = Path(out)
     if getattr(config.option, "numprocesses", None) and not scaleout.worker_id(config):
-        os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
-        import tempfile
+        if gate:
+            os.environ.setdefault(scaleout.RUN_OUT_ENV, str(out))  # one results directory: workers inherit it
+        if config.stash[_SCHEDULE_KEY]:
+            import tempfile
 
-        config.stash[_GROUPS_KEY] = os.environ[scaleout.GROUPS_ENV] = tempfile.mkdtemp(prefix="specgate-groups-")
-    if options.selects_gate(config) and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
+            config.stash[_GROUPS_KEY] = os.environ[scaleout.GROUPS_ENV] = tempfile.mkdtemp(prefix="specgate-groups-")
+    if gate and hasattr(config.option, "benchmark_json") and not config.option.benchmark_json:
         # pytest-benchmark keeps the speedup trials' timings next to the results, where
         # `pytest-benchmark compare` can read two runs side by side.
         Path(out).mkdir(parents=True, exist_ok=True)
@@ -102,7 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
         or os.environ.get(options.GPU_PROFILE_ENV)
         or config.getoption("--specgate-endpoint")
     )
-    if explicit:
+    if gate and explicit:
         run_plan(config)
 
 
@@ -116,8 +141,9 @@ def run_plan(config: pytest.Config):
 
 # -- collection -------------------------------------------------------------------------------------
 def _ours(metafunc: pytest.Metafunc, argname: str) -> bool:
-    """A gate argument this plugin fills in, unless the test parametrizes it itself."""
-    if argname not in metafunc.fixturenames:
+    """A gate argument this plugin fills in: in a test marked `specgate`, unless the test parametrizes it itself
+    (another test's own fixture of that name is its own)."""
+    if argname not in metafunc.fixturenames or metafunc.definition.get_closest_marker("specgate") is None:
         return False
     for mark in metafunc.definition.iter_markers("parametrize"):
         names = mark.args[0] if mark.args else mark.kwargs.get("argnames", "")
@@ -185,7 +211,8 @@ def _param_of(item: pytest.Item):
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Build the session for what was collected, then group gate items by method (baseline first),
     then by stage, keeping file order otherwise."""
-    if (worker := scaleout.worker_id(config)) and (groups := os.environ.get(scaleout.GROUPS_ENV)):
+    worker, groups = scaleout.worker_id(config), os.environ.get(scaleout.GROUPS_ENV)
+    if worker and groups and config.stash[_SCHEDULE_KEY]:  # (not a directory an outer run's workers passed down)
         scaleout.record_groups(items, groups, worker)  # for the controller's scheduler (method_scheduler)
     gates = {item: gate_of(item) for item in items}
     if not any(gates.values()):
@@ -209,6 +236,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         frozenset(g[0] for g in gates.values() if g), tuple(c for c in plan.profile.concurrency if c in levels)
     )
     session = config.stash[_SESSION_KEY] = GateSession(plan, selection, boot=_booter(config))
+    logstream.keep_out_of_reports(config.pluginmanager.get_plugin("logging-plugin"))
     order = {name: i for i, name in enumerate(plan.method_order)}
 
     def key(indexed):
@@ -240,10 +268,13 @@ def _booter(config: pytest.Config):
 
 @pytest.hookimpl(optionalhook=True, tryfirst=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under xdist, schedule a method's gate tests as one unit (whatever --dist says): splitting them
-    over workers would boot the method's engine on each; and the tests of one `xdist_group` as one.
-    (xdist's own `loadgroup` renames node ids, which pytest 9 no longer lets it do, so the method is
-    read from the test id and the group from what the workers recorded.)"""
+    """Under xdist, in a gate run (or where the ini option specgate_xdist_scheduler asks), schedule a method's
+    gate tests as one unit (whatever --dist says): splitting them over workers would boot the method's engine on
+    each; and the tests of one `xdist_group` as one. (xdist's own `loadgroup` renames node ids, which pytest 9
+    no longer lets it do, so the method is read from the test id and the group from what the workers
+    recorded.) Any other run: None, and xdist schedules as its --dist says."""
+    if not config.stash.get(_SCHEDULE_KEY, False):
+        return None
     try:
         methods = run_plan(config).method_order
     except pytest.UsageError:
@@ -337,10 +368,6 @@ def _ran(session, config: pytest.Config) -> bool:
         return False
     judged = bool(config.stash[_OUTCOMES_KEY].outcomes)
     return bool(session.host.engines_booted or session.plan.endpoints or session.interrupted or judged)
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    logstream.keep_out_of_reports(session.config.pluginmanager.get_plugin("logging-plugin"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -14,12 +14,40 @@ from specgate import machine
 from specgate.errors import SpecgateError
 from specgate.plugin import scaleout
 from specgate.profile import BASELINE
+from specgate.settings import Spelling
 
 GPU_PROFILE_ENV = "SPECGATE_GPU_PROFILE"
 
 
+# How a pytest user spells each of a gate run's settings (specgate.settings): the plugin hands it to the
+# layers below, whose messages name settings, and release/ builds its pytest command lines from it.
+SPELLING = Spelling(
+    {
+        "profile": "--specgate-profile",
+        "methods": "--specgate-methods",
+        "update_baselines": "--update-baselines",
+        "strict": "--specgate-strict",
+        "endpoints": "--specgate-endpoint",
+        "dtype": "--specgate-dtype",
+        "kill_stale": "--specgate-kill-stale",
+        "out": "--specgate-out",
+    },
+    gate_run="pytest -m gpu",
+)
+OPTIONS = tuple(SPELLING.flags.values())
+
+
 def add(parser: pytest.Parser) -> None:
-    """The --specgate-* options, in one group; a bad value is a UsageError naming the option."""
+    """The --specgate-* options (OPTIONS), in one group; a bad value is a UsageError naming the option. And the
+    ini option that gives every `-n` run specgate's xdist scheduler, not only gate runs."""
+    parser.addini(
+        XDIST_INI,
+        type="bool",
+        default=False,
+        help="specgate: every -n run uses specgate's xdist scheduler (the tests of one xdist_group on one worker, "
+        "which xdist's own loadgroup cannot keep together under pytest 9; scopes handed out in collection order), "
+        "not only gate runs. Default: false.",
+    )
     group = parser.getgroup("specgate", "speculative-decoding regression gate")
     group.addoption(
         "--specgate-profile",
@@ -101,16 +129,24 @@ def project_root(config: pytest.Config) -> Path:
 
 # The markers a gate test carries (tests/gate/: every one `gpu`; the correctness gates `correctness` too)
 GATE_MARKS = (frozenset({"gpu", "specgate"}), frozenset({"gpu", "specgate", "correctness"}))
+XDIST_INI = "specgate_xdist_scheduler"
 
 
 def selects_gate(config: pytest.Config) -> bool:
-    """Whether the run's `-m` expression selects a gate test, by pytest's own expression rules (`-m gpu`,
-    `-m "gpu and not slow"`: yes; `-m "not gpu"`, `-m "not (gpu or slow)"`: no). No `-m`: no (`pytest -m gpu`
-    runs the gate). An expression pytest cannot parse: no (pytest itself reports it)."""
-    return marks_select_gate(config.getoption("markexpr", "") or "")
+    """Whether this is a gate run, from what pytest knows before collection (the rule: the plugin's
+    docstring). With `-m`: whether the expression picks gate tests out (marks_select_gate). Without: whether a
+    specgate option is given (other than its default). `-k` does not decide: it selects by names, which are
+    unknown before collection."""
+    expression = config.getoption("markexpr", "") or ""
+    if expression.strip():
+        return marks_select_gate(expression)
+    return any(config.getoption(name) not in (None, False, [], "auto") for name in OPTIONS)
 
 
 def marks_select_gate(expression: str) -> bool:
+    """Whether a `-m` expression, by pytest's own rules, keeps a gate test and leaves out a test that carries
+    no marker (`gpu`, `gpu and not slow`, `correctness`: yes; `not gpu`, `not (gpu or slow)`, `not slow`: no,
+    the last two keep every unmarked test). An expression pytest cannot parse: no (pytest itself reports it)."""
     if not expression.strip():
         return False
     from _pytest.mark.expression import Expression  # pytest's -m grammar (not exported under a public name)
@@ -119,7 +155,8 @@ def marks_select_gate(expression: str) -> bool:
         compiled = Expression.compile(expression)
     except SyntaxError:
         return False
-    return any(compiled.evaluate(_carries(marks)) for marks in GATE_MARKS)
+    keeps_gate = any(compiled.evaluate(_carries(marks)) for marks in GATE_MARKS)
+    return keeps_gate and not compiled.evaluate(_carries(frozenset()))
 
 
 def _carries(marks: frozenset):
@@ -160,7 +197,7 @@ def plan(config: pytest.Config, out: Path):
 
     root = project_root(config)
     try:
-        profile = load_profile(find_profile(profile_name(config), root), root)
+        profile = load_profile(find_profile(profile_name(config), root, SPELLING), root)
         if dtype := config.getoption("--specgate-dtype"):
             profile = profile.with_dtype(dtype)
         profile = calibrated(profile, root)
@@ -168,13 +205,13 @@ def plan(config: pytest.Config, out: Path):
         if config.getoption("--specgate-endpoint"):
             from specgate.engines.endpoint import parse_endpoints
 
-            endpoints = parse_endpoints(config.getoption("--specgate-endpoint"))
-            served = [name for name in endpoints if name != BASELINE]
-            methods = profile.select(served) if served else []
+            endpoints = parse_endpoints(config.getoption("--specgate-endpoint"), SPELLING)
+            served = [name for name in endpoints if name != BASELINE]  # the methods named by the endpoints given
+            methods = profile.select(served, SPELLING.but(methods=SPELLING("endpoints"))) if served else []
         else:
-            methods = profile.select(config.getoption("--specgate-methods"))
+            methods = profile.select(config.getoption("--specgate-methods"), SPELLING)
             # remote code, and under --specgate-strict any hub model, not pinned to a commit: refused before a boot
-            if refused := refusal(profile, methods, config.getoption("--specgate-strict")):
+            if refused := refusal(profile, methods, config.getoption("--specgate-strict"), SPELLING):
                 raise refused
         scaleout.pin_worker(profile, config=config)  # before anything in this process touches CUDA
     except SpecgateError as exc:
@@ -189,6 +226,7 @@ def plan(config: pytest.Config, out: Path):
         strict=config.getoption("--specgate-strict"),
         endpoints=endpoints,
         log_dir=log_dir,
+        say=SPELLING,
     )
 
 

@@ -22,6 +22,7 @@ from specgate.profile.prompt_sources import prompt_file, resolve_sources
 from specgate.profile.schema import Checker, did_you_mean
 from specgate.profile.spec import MODEL_FREE_METHODS, Method, Profile
 from specgate.profile.tables import Scenarios
+from specgate.settings import NAMES, Spelling
 
 MODEL_KEYS = ("model", "tokenizer")  # speculative_config (and engine kwargs) keys that name a model
 
@@ -156,20 +157,21 @@ def profile_dir(root: Path) -> Path:
     return Path(root) / "fixtures" / "profiles"
 
 
-def find_profile(name_or_path: str, root: Path) -> Path:
-    """`cpu-tiny` -> fixtures/profiles/cpu-tiny.toml; a path is taken as is."""
+def find_profile(name_or_path: str, root: Path, say: Spelling = NAMES) -> Path:
+    """`cpu-tiny` -> fixtures/profiles/cpu-tiny.toml; a path is taken as is. A profile not found is a
+    ProfileError naming the setting as the caller's user spells it (`say`)."""
     candidate = Path(name_or_path)
     if candidate.suffix == ".toml" or "/" in name_or_path:
         if not candidate.is_absolute():
             candidate = Path(root) / candidate
         if not candidate.is_file():
-            raise ProfileError(f"--specgate-profile: profile file {candidate} does not exist.")
+            raise ProfileError(f"{say('profile')}: profile file {candidate} does not exist.")
         return candidate
     available = sorted(p.stem for p in profile_dir(root).glob("*.toml"))
     path = profile_dir(root) / f"{name_or_path}.toml"
     if not path.is_file():
         raise ProfileError(
-            f"--specgate-profile: no profile named {name_or_path!r} in {profile_dir(root)}"
+            f"{say('profile')}: no profile named {name_or_path!r} in {profile_dir(root)}"
             f"{did_you_mean(name_or_path, available)}; available: {', '.join(available)}."
         )
     return path

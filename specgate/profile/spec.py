@@ -22,6 +22,7 @@ from specgate.models import revision_problem
 from specgate.profile.prompt_sources import PromptSource, parse_sources
 from specgate.profile.schema import Checker, did_you_mean, held_as_float, non_negative, one_of, positive, rule, setting
 from specgate.profile.tables import Equivalence, KnownIssue, Scenarios, Speedup, Tolerance
+from specgate.settings import NAMES, Spelling
 
 # Methods that draft from the prompt/history and load no drafter weights.
 MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
@@ -316,7 +317,7 @@ class Profile:
     # Derived, never read from the file:
     prompts: tuple[Path, ...] = ()  # the files `prompt_sources` read (resolve.py)
     # Where its baselines live (baselines/<this>/): the profile's name, or "<name>@<dtype>" when a run
-    # overrides its dtype (--specgate-dtype), so a bf16 figure never judges a float32 run, nor the reverse.
+    # overrides its dtype (the run's dtype setting), so a bf16 figure never judges a float32 run, nor the reverse.
     baselines_name: str = ""
     tolerance_file: str = (
         ""  # this machine's calibrated tolerances applied over [tolerance] (specgate.store.tolerances)
@@ -348,14 +349,15 @@ class Profile:
             return self
         return replace(self, dtype=dtype, equivalence=equivalence, baselines_name=f"{self.name}@{dtype}")
 
-    def select(self, names: list[str] | None) -> list[Method]:
-        """The methods to run, in profile order; unknown names raise with the available ones."""
+    def select(self, names: list[str] | None, say: Spelling = NAMES) -> list[Method]:
+        """The methods to run, in profile order; unknown names raise with the available ones, naming the
+        setting as the caller's user spells it (`say`)."""
         if not names:
             return list(self.methods.values())
         for n in names:
             if n not in self.methods:
                 raise ProfileError(
-                    f"--specgate-methods: profile {self.name!r} ({self.path}) has no method {n!r}"
+                    f"{say('methods')}: profile {self.name!r} ({self.path}) has no method {n!r}"
                     f"{did_you_mean(n, self.methods)}; available: {', '.join(self.methods)}."
                 )
         return [m for m in self.methods.values() if m.name in names]

@@ -13,8 +13,8 @@ catches, per level; for a tie-aware profile (bf16), logprob_margin and max_forgi
 honest near-ties. A level the machine disturbed in a judged run is dropped from that run; one no judged run
 measured, or a storing run without speed figures, stops it, writing nothing. It ends with that table and the
 TOML of `baselines/<profile>/<hardware>.tolerance.toml`, which `--write` puts there: a run on this machine then
-holds the methods to it (specgate.store.tolerances). First week on a new runner: `pytest -m gpu
---update-baselines`, `specgate calibrate --write`, commit both.
+holds the methods to it (specgate.store.tolerances). First week on a new runner: a gate run that updates
+the baselines, `specgate calibrate --write`, commit both.
 """
 
 from __future__ import annotations
@@ -319,6 +319,8 @@ def _level(key: str) -> int | None:
 
 def run_gate(root: Path, profile_path: Path, methods: list[str], out: Path, scratch: Path, update: bool) -> float:
     """One gate run of the speedup and lifecycle tests; its wall time. CalibrationError when it wrote no results."""
+    from specgate.plugin.options import SPELLING  # the gate run's own options
+
     cmd = [
         sys.executable,
         "-m",
@@ -330,14 +332,9 @@ def run_gate(root: Path, profile_path: Path, methods: list[str], out: Path, scra
         "no:cacheprovider",
         "-k",
         CALIBRATED_TESTS,
-        "--specgate-profile",
-        str(profile_path),
-        "--specgate-methods",
-        ",".join(methods),
-        "--specgate-out",
-        str(out),
+        *SPELLING.args(profile=profile_path, methods=",".join(methods), out=out),
         "--benchmark-disable",
-        *(["--update-baselines"] if update else []),
+        *SPELLING.args(update_baselines=update),
     ]
     started = time.monotonic()
     log = out.with_suffix(".log")

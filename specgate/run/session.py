@@ -32,6 +32,7 @@ from specgate.profile import BASELINE, Method, Profile
 from specgate.prompts.inputs import PromptInputs
 from specgate.run.measurements import MeasurementStore
 from specgate.run.scenarios import ScenarioRuns
+from specgate.settings import NAMES, Spelling
 from specgate.store.baseline_store import BaselineStore
 from specgate.store.baselines import describe_move
 from specgate.store.history import History, read
@@ -46,9 +47,10 @@ class RunPlan:
     out_dir: Path
     update_baselines: bool = False
     strict: bool = False
-    endpoints: dict[str, str] | None = None  # --specgate-endpoint: servers instead of booted engines
+    endpoints: dict[str, str] | None = None  # servers instead of booted engines
     log_dir: Path | None = None  # engine logs (default: <out_dir>/engines)
     hardware: str | None = None  # the baseline file's key (default: detected, e.g. cpu-amd-epyc-2c)
+    say: Spelling = NAMES  # how the run's user spells these settings (specgate.settings): the caller's
     inputs: PromptInputs = field(init=False)
 
     def __post_init__(self) -> None:
@@ -101,9 +103,11 @@ class GateSession:
             from specgate.engines.engine import boot_engine as boot
         self.plan, self.profile, self.selection = plan, plan.profile, selection
         interleave = plan.profile.speedup.interleave_baseline and SPEEDUP in selection.gates
-        self.host = EngineHost(plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave)
+        self.host = EngineHost(
+            plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave, say=plan.say
+        )
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
-        self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware)
+        self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware, say=plan.say)
         self._history: History | None = None
         self._models: dict[str, dict[str, dict]] = {}
         ctx = Context(
@@ -115,6 +119,7 @@ class GateSession:
             release_of=self.host.release_of,
             measured_now=self._measured_now,
             history=self.history,
+            say=plan.say,
         )
         self.scenarios = ScenarioRuns(self.store)
         self.checks = build_checks(Parts(ctx, self.store, self.scenarios, self.host, plan.inputs, plan.root))
@@ -140,7 +145,7 @@ class GateSession:
         not pinned to a commit, then the store's notes (baselines set aside, other machines' files used)
         and, when the run judges drift, why it could not."""
         lines = self.model_lines()
-        if self.plan.endpoints is None and (unpinned := unpinned_line(self.profile, self.plan.methods)):
+        if self.plan.endpoints is None and (unpinned := unpinned_line(self.profile, self.plan.methods, self.plan.say)):
             lines.append(unpinned)
         lines += self.baselines.header()
         drift_rtol = self.profile.tolerance.drift_rtol
@@ -235,7 +240,7 @@ class GateSession:
 
     @property
     def measured(self) -> dict[str, dict[str, dict[str, dict]]]:
-        """What an --update-baselines run stores: method -> gate -> key -> values."""
+        """What a run that updates the baselines stores: method -> gate -> key -> values."""
         out: dict = {}
         for (method, gate, key), j in self.judgements.items():
             if j.record is not None:
@@ -251,23 +256,24 @@ class GateSession:
         self.host.release_all()
 
     def write_baselines(self, correctness_failures=()) -> str:
-        """--update-baselines: store this run's measurements and say what moved (the old -> new table), or
+        """The baselines update: store this run's measurements and say what moved (the old -> new table), or
         why nothing was written. Refused when a correctness test failed in this run (`correctness_failures`:
         a build that changes outputs must not become the reference); a corrupt stored file is said, even
         when nothing was measured, and never overwritten."""
+        update = self.plan.say("update_baselines")
         if correctness_failures:
             return (
-                f"--update-baselines: refusing to write baselines: {len(correctness_failures)} correctness test(s) "
+                f"{update}: refusing to write baselines: {len(correctness_failures)} correctness test(s) "
                 f"failed in this run ({', '.join(correctness_failures[:3])}); a build that changes outputs must not "
                 "become the new reference. Fix them and rerun."
             )
         try:
             self.baselines.file()  # a corrupt file is said even when nothing was measured
             if not self.measured:
-                return "--update-baselines: nothing was measured in this run; no baseline written."
+                return f"{update}: nothing was measured in this run; no baseline written."
             return self._store()
         except SpecgateError as exc:
-            return f"--update-baselines: not written: {exc}"
+            return f"{update}: not written: {exc}"
 
     def _store(self) -> str:
         """The write: speed figures not at all when the machine was disturbed at any level (a busy machine

@@ -17,6 +17,7 @@ from specgate.figures.stats import within_rtol
 from specgate.gates import MEMORY, SPEEDUP
 from specgate.machine import detect_device, hardware_key, provenance
 from specgate.profile import BASELINE
+from specgate.settings import NAMES, Spelling
 from specgate.store.baselines import (
     BaselineFile,
     baseline_path,
@@ -57,10 +58,11 @@ class BaselineStore:
     is bad), the profile's other machines' files for portable figures, the message for a missing
     entry, and the locked, merging, atomic write with its machine-stamp policy."""
 
-    def __init__(self, root: Path, profile, hardware: str | None = None):
+    def __init__(self, root: Path, profile, hardware: str | None = None, say: Spelling = NAMES):
         self.root, self.profile = Path(root), profile
+        self.say = say  # how the run's user spells its settings (specgate.settings)
         self.hardware = hardware or hardware_key(*detect_device(profile.hardware))
-        self.name = profile.baselines_name  # the profile's name, or name@dtype under --specgate-dtype
+        self.name = profile.baselines_name  # the profile's name, or name@dtype when the run sets the dtype
         self.path = baseline_path(self.root, self.name, self.hardware)
         self._file: BaselineFile | None = None
         self._others: list[BaselineFile] | None = None
@@ -69,12 +71,12 @@ class BaselineStore:
     @property
     def update_command(self) -> str:
         """The command that stores this run's kind of figures."""
-        dtype = f" --specgate-dtype {self.profile.dtype}" if self.name != self.profile.name else ""
-        return f"pytest -m gpu --specgate-profile {self.profile.name}{dtype} --update-baselines"
+        dtype = self.profile.dtype if self.name != self.profile.name else None
+        return self.say.command(profile=self.profile.name, dtype=dtype, update_baselines=True)
 
     def file(self) -> BaselineFile:
         if self._file is None:
-            self._file = load(self.path, self.name, self.hardware)
+            self._file = load(self.path, self.name, self.hardware, self.say)
         return self._file
 
     def others(self) -> list[BaselineFile]:
@@ -88,7 +90,7 @@ class BaselineStore:
                     hardware = json.loads(path.read_text(encoding="utf-8")).get("hardware")
                 except (json.JSONDecodeError, UnicodeDecodeError, AttributeError):
                     hardware = None
-                self._others.append(load(path, self.name, str(hardware)))
+                self._others.append(load(path, self.name, str(hardware), self.say))
         return self._others
 
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
@@ -202,7 +204,7 @@ class BaselineStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         device, count = detect_device(self.profile.hardware)
         with FileLock(str(self.path) + ".lock", timeout=600):
-            stored = load(self.path, self.name, self.hardware)
+            stored = load(self.path, self.name, self.hardware, self.say)
             held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
             if held_back:  # the summary (geometric mean, crossover) is made of every level's ratio
                 held_back.add(SPEEDUP.key(None))
@@ -245,5 +247,5 @@ class BaselineStore:
             f"against {' / '.join(there)} stored (outside machine_rtol {rtol}), and the stored "
             f"speedups of {', '.join(sorted(others))} were measured on that other machine; storing this run's would "
             f"mix two machines' ratios in {stored.path}. To move the speedup baselines to this machine, update every "
-            f"method at once (`{self.update_command}` without --specgate-methods)."
+            f"method at once (`{self.update_command}` without {self.say('methods')})."
         )

@@ -36,6 +36,7 @@ from typing import Any
 from specgate.errors import BaselineError
 from specgate.formatting import num
 from specgate.gates import ACCEPTANCE, EDGES, LOAD, MEMORY, REQUESTS, SPEEDUP, STRUCTURED
+from specgate.settings import NAMES, Spelling
 from specgate.store.revisions import short
 
 SCHEMA = 1
@@ -103,11 +104,12 @@ def baseline_path(root: Path, profile: str, hardware: str) -> Path:
     return baselines_dir(root) / profile / f"{hardware}.json"
 
 
-def load(path: Path, profile: str, hardware: str) -> BaselineFile:
-    """The stored baselines (empty when the file does not exist yet); BaselineError when it is bad."""
+def load(path: Path, profile: str, hardware: str, say: Spelling = NAMES) -> BaselineFile:
+    """The stored baselines (empty when the file does not exist yet); BaselineError when it is bad, saying
+    what to do with the settings spelled as the caller's user spells them (`say`)."""
     if not path.exists():
         return BaselineFile(path, profile, hardware, {})
-    fix = "restore it from git (git checkout -- FILE) or delete it and rerun with --update-baselines"
+    fix = f"restore it from git (git checkout -- FILE) or delete it and rerun with {say('update_baselines')}"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

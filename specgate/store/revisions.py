@@ -9,8 +9,8 @@
     held(profile, methods, root)    ref -> revision of every model these engines load (what a bisection holds
                                     fixed); not_held(held, loaded) names those a run loaded at another revision
     refusal(profile, methods, strict)   why a gate run must not start: remote code not pinned to a commit on a
-                                    cuda run (unless allow_unpinned_code), or under --specgate-strict any hub
-                                    model not pinned to a commit
+                                    cuda run (unless allow_unpinned_code), or in a strict run any hub model
+                                    not pinned to a commit
 
 A revision is resolved from what is on this disk: the commit a pin names, else the snapshot the cache's
 refs point at (where vLLM, or `specgate download`, put it), looked up with local_files_only. Hashes and
@@ -26,6 +26,7 @@ from pathlib import Path
 
 from specgate.errors import ProfileError
 from specgate.models import is_commit, is_hub, zoo_dir
+from specgate.settings import NAMES, Spelling
 
 HASH_LIMIT = 512 * 1024**2  # bytes: a local directory larger than this is fingerprinted, not read
 PIN_COMMAND = "specgate download --profile {name} --pin"
@@ -200,21 +201,23 @@ def describe_unpinned(models: list[Model]) -> str:
     )
 
 
-def unpinned_line(profile, methods) -> str:
-    """The summary's line naming the hub models not pinned to a commit ('' when every one is)."""
+def unpinned_line(profile, methods, say: Spelling = NAMES) -> str:
+    """The summary's line naming the hub models not pinned to a commit ('' when every one is); `say`: how the
+    run's user spells its settings."""
     if not (models := unpinned(profile, methods)):
         return ""
     return (
         f"hub models not pinned to a commit: {describe_unpinned(models)}; a new upload to the hub changes what this "
         f"gate measures: `{PIN_COMMAND.format(name=profile.name)}` on a machine that reaches the hub prints the "
-        "pins (--specgate-strict refuses such a run)"
+        f"pins ({say('strict')} refuses such a run)"
     )
 
 
-def refusal(profile, methods, strict: bool = False) -> ProfileError | None:
+def refusal(profile, methods, strict: bool = False, say: Spelling = NAMES) -> ProfileError | None:
     """Why this gate run must not start, as one paragraph naming the file, the models and the keys: a
     cuda run loading remote code (trust_remote_code) whose code_revision is not a commit, unless the
-    profile says allow_unpinned_code = true; under --specgate-strict, any hub model not pinned to a commit."""
+    profile says allow_unpinned_code = true; in a strict run, any hub model not pinned to a commit (the
+    setting spelled as the caller's user spells it: `say`)."""
     pin = PIN_COMMAND.format(name=profile.name)
     if profile.hardware == "cuda" and not profile.allow_unpinned_code:
         code, seen = [], set()
@@ -237,8 +240,8 @@ def refusal(profile, methods, strict: bool = False) -> ProfileError | None:
             )
     if strict and (models := unpinned(profile, methods)):
         return ProfileError(
-            f"profile {profile.path}: --specgate-strict refuses hub models not pinned to a commit: "
+            f"profile {profile.path}: {say('strict')} refuses hub models not pinned to a commit: "
             f"{describe_unpinned(models)}. Run `{pin}` once on a machine that reaches the hub (it prints the lines "
-            "to paste, or writes them with --write) and commit the profile, or run without --specgate-strict."
+            f"to paste, or writes them with --write) and commit the profile, or run without {say('strict')}."
         )
     return None

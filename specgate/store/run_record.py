@@ -30,7 +30,8 @@ SCHEMA = 1
 GATE, REHEARSAL = "gate", "rehearsal"
 DIED, NO_BOOT = "engine died", "engine did not boot"  # Outcome.cause: the check could not judge
 HINT = (
-    "a results directory is what a gate run writes (results/<run-id>/ or --specgate-out); rerun the gate to recreate it"
+    "a results directory is what a gate run writes (results/<run-id>/, or where the run was told to write); rerun "
+    "the gate to recreate it"
 )
 
 

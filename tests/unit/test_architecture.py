@@ -21,8 +21,9 @@ MAX_LINES = 450
 MAX_FUNCTION_LINES = 80
 LAYERS = (
     # the vocabulary: the exceptions, how numbers are written, what this machine is, every run ends
-    # (lifetime/), every vLLM internal (vllm_compat/); nothing here knows about profiles or runs
-    ("errors", "formatting", "gates", "machine", "lifetime", "vllm_compat"),
+    # (lifetime/), every vLLM internal (vllm_compat/), the gate registry (gates), a run's settings by name (how
+    # a caller spells them); nothing here knows about profiles or runs
+    ("errors", "formatting", "gates", "machine", "lifetime", "vllm_compat", "settings"),
     # model references (zoo: / paths / hub ids); the rejection samplers the properties drive
     ("models", "sampler"),
     # a run's inputs: the profile (parse, then resolve), then its prompt sets; the measurements' own arithmetic

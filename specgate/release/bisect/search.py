@@ -144,6 +144,8 @@ class Bisection:
 
     # -- what it found ---------------------------------------------------------------------------
     def lines(self) -> list[str]:
+        from specgate.plugin.options import SPELLING  # the gate run's own options
+
         s = self.settings
         chased = [g for g in self.chase or [] if g != EQUIVALENCE]
         everything = not chased or set(chased) >= set(RUN_GATES) - {EQUIVALENCE}
@@ -178,7 +180,8 @@ class Bisection:
                 f"not bisected: the bad end {self.bad} passes against {self.good}'s figures measured here in this "
                 f"session ({bad.reason}): between these releases nothing moved that the gate sees on this "
                 f"machine. A red gate on {self.bad} came from what it was compared with (baselines stored on "
-                f"another machine or day: re-measure them with --update-baselines), from noise, or from a "
+                f"another machine or day: re-measure them with `{SPELLING.command(update_baselines=True)}`), from "
+                "noise, or from a "
                 f"method or gate left out here (--methods, --gate)."
             )
             return out

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from specgate import cli, report
 from specgate.store import baselines
+from tests.unit.fakes import fake_profile
 from tests.unit.report.test_report import fabricated_run, fabricated_table
 
 PROV = {
@@ -117,6 +118,19 @@ def test_diff_errors_name_the_file_and_exit_2(tmp_path, capsys):
         assert cli.main(["baselines", "diff", str(good), str(path)]) == 2
         err = capsys.readouterr().err
         assert words in err and str(path) in err and "Traceback" not in err
+
+
+def test_a_commands_own_flags_name_the_setting_at_fault(tmp_path, capsys):
+    """`specgate calibrate --methods` is told of its --methods, not of the gate run's pytest option: the profile
+    names the setting, the command how its user spells it."""
+    (tmp_path / "fixtures" / "profiles").mkdir(parents=True)
+    (tmp_path / "fixtures" / "profiles" / "fake.toml").write_text(
+        fake_profile('[methods.ngram]\nspeculative_config = { method = "ngram", num_speculative_tokens = 2 }\n')
+    )
+    assert cli.main(["calibrate", "--root", str(tmp_path), "--profile", "fake", "--methods", "eagle"]) == 2
+    assert capsys.readouterr().err.startswith("specgate: --methods: profile 'fake' ")
+    assert cli.main(["calibrate", "--root", str(tmp_path), "--profile", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("specgate: --profile: no profile named 'nope'")
 
 
 def test_usage_errors_exit_2(capsys):

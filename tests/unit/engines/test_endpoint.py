@@ -6,6 +6,7 @@ import threading
 import pytest
 
 from specgate.engines.endpoint import EndpointError, counters_from_prometheus, parse_endpoints
+from specgate.settings import Spelling
 
 METRICS = """\
 # HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
@@ -43,8 +44,11 @@ def test_endpoint_option_parsing():
         "eagle3": "http://127.0.0.1:8000",
         "baseline": "https://h:1",
     }
+    flag = Spelling({"endpoints": "--server"})  # how the caller's user gave them
     for bad in (["http://127.0.0.1:8000"], ["eagle3=localhost:8000"], ["a=http://x", "a=http://y"]):
-        with pytest.raises(EndpointError, match="--specgate-endpoint"):
+        with pytest.raises(EndpointError, match="^--server"):
+            parse_endpoints(bad, flag)
+        with pytest.raises(EndpointError, match="^endpoints"):  # no spelling: the setting's name
             parse_endpoints(bad)
 
 

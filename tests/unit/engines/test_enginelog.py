@@ -86,21 +86,26 @@ def test_shutdown_fails_on_leftover_processes_or_kept_memory():
 
 
 @pytest.fixture
-def routed_vllm(tmp_path):
+def routed_vllm(tmp_path, request):
     """vLLM's records routed to an engine's log from the setup phase on, as a gate run's first boot leaves
-    them: pytest then enters the test's own phase with "vllm" already a non-propagating logger."""
+    them: pytest then enters the test's own phase with "vllm" already a non-propagating logger. pytest's
+    handlers filtered as the plugin filters them where it builds a gate session (this run has none)."""
     import logging
 
     from specgate.engines import logstream
 
     logger = logging.getLogger("vllm")
     before = (list(logger.handlers), logger.propagate, logger.level, logstream.STREAM.path)
+    logging_plugin = request.config.pluginmanager.get_plugin("logging-plugin")
+    logstream.keep_out_of_reports(logging_plugin)
     logstream.STREAM.route_to(tmp_path / "ngram.log")
     logstream.take_vllm_records()
     yield logstream
     for handler in logger.handlers[len(before[0]) :]:
         logger.removeHandler(handler)
     logger.propagate, logger.level, logstream.STREAM.path = before[1], before[2], before[3]
+    for handler in (logging_plugin.caplog_handler, logging_plugin.report_handler):
+        handler.removeFilter(logstream.not_routed)
 
 
 def test_vllms_records_go_to_the_engines_log_not_into_the_running_tests_output(routed_vllm, tmp_path, caplog):

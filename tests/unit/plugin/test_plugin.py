@@ -439,24 +439,3 @@ def test_a_cpu_only_torch_is_told_from_its_version_file_without_importing_it(tmp
     version_py.write_text("from typing import Optional\n__version__ = '2.13.0'\n" + built_for + "\n")
     assert torch_is_cpu_only_build(version_py) is cpu_only
     assert torch_is_cpu_only_build(tmp_path / "missing.py") is False
-
-
-@pytest.mark.parametrize(
-    ("expression", "selects"),
-    [
-        ("gpu", True),
-        ("gpu and not slow", True),
-        ("correctness", True),  # the correctness gates
-        ("not slow", True),  # a gate test is not slow: it runs, and the run is the gate's
-        ("", False),
-        ("not gpu", False),
-        ("not (gpu or slow)", False),  # a regex that looked for "not " right before "gpu" read this as the gate
-        ("slow and not gpu", False),
-        ("not gpu and not slow and not system", False),
-        ("(gpu", False),  # pytest reports the expression itself
-    ],
-)
-def test_the_marker_expression_selects_the_gate_by_pytests_rules(expression, selects):
-    from specgate.plugin.options import marks_select_gate
-
-    assert marks_select_gate(expression) is selects

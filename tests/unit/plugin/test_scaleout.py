@@ -78,8 +78,10 @@ def test_a_pytest_started_by_a_worker_is_no_worker_itself(root, monkeypatch):
 
 def test_the_tests_of_one_xdist_group_run_on_one_worker(pytester):
     """pytest 9 forbids xdist's loadgroup its renamed node ids: the method scheduler keeps the groups the
-    workers recorded (the property suite's cases, the matrix run's module fixture)."""
+    workers recorded (the property suite's cases, the matrix run's module fixture), in a project that asks for
+    it outside gate runs (this one's pyproject.toml does)."""
     pytest.importorskip("xdist")
+    pytester.makeini("[pytest]\nspecgate_xdist_scheduler = true\n")
     pytester.makepyfile(
         test_groups="""
         import os, pytest

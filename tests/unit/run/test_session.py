@@ -68,10 +68,12 @@ def stored(profile, tmp_path, *methods, hardware=None, **behaviours):
 def test_a_missing_baseline_skips_saying_how_to_create_it_and_fails_under_strict(profile, tmp_path):
     j = session(profile, tmp_path, "good").judge("acceptance", "good", CATEGORY)
     assert (
-        j.verdict is Verdict.SKIP and "--update-baselines" in j.message and "no stored acceptance baseline" in j.message
+        j.verdict is Verdict.SKIP
+        and "`a gate run with profile fake, update_baselines`" in j.message  # fake_session: settings by name
+        and "no stored acceptance baseline" in j.message
     )
     strict = session(profile, tmp_path, "good", strict=True).judge("acceptance", "good", CATEGORY)
-    assert strict.verdict is Verdict.FAIL and strict.message.endswith("(--specgate-strict)")
+    assert strict.verdict is Verdict.FAIL and strict.message.endswith("(strict)")
 
 
 def test_stored_acceptance_passes_unchanged_and_fails_a_worse_drafter_naming_every_number(profile, tmp_path):
@@ -189,7 +191,7 @@ def test_a_machine_without_its_own_file_judges_portable_figures_against_another_
     header = here.baselines.header()
     assert header[0].startswith("no baselines of this machine (cpu-new-2c) for some figures: portable ones")
     assert header[1].startswith("speedup and process memory: no baselines for cpu-new-2c")
-    assert "--update-baselines` once on this machine" in header[1]
+    assert "update_baselines` once on this machine" in header[1]
 
 
 def test_an_update_on_a_disturbed_machine_stores_no_speed_figure_at_any_level(profile, tmp_path):

@@ -9,6 +9,7 @@ from specgate import machine
 from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import BaselineError
 from specgate.figures.acceptance import AcceptanceResult, SpecCounters
+from specgate.settings import Spelling
 from specgate.store import baselines
 
 PROV = {
@@ -52,8 +53,10 @@ def test_bad_baseline_file_is_named_and_left_untouched(tmp_path, content, words)
     path = tmp_path / "cpu-x-2c.json"
     path.write_text(content)
     with pytest.raises(BaselineError, match=words) as err:
+        baselines.load(path, "p", "cpu-x-2c", Spelling({"update_baselines": "--store"}))
+    assert str(path) in str(err.value) and str(err.value).endswith("rerun with --store.")
+    with pytest.raises(BaselineError, match="rerun with update_baselines"):  # no spelling: the setting's name
         baselines.load(path, "p", "cpu-x-2c")
-    assert str(path) in str(err.value) and "--update-baselines" in str(err.value)
     assert path.read_text() == content
 
 

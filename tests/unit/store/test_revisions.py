@@ -13,6 +13,7 @@ from specgate.engines.engine_args import engine_kwargs
 from specgate.errors import ProfileError
 from specgate.models import ZOO_MODELS, zoo_dir
 from specgate.profile import find_profile, load_profile
+from specgate.settings import Spelling
 from specgate.store import revisions
 
 from ..fakes import stand_in_hub
@@ -182,10 +183,12 @@ def test_unpinned_hub_models_are_named_once_and_refused_only_under_strict(tmp_pa
         "(methods.eagle3.speculative_config.revision 'main', a branch or tag that can move);"
     )
     assert revisions.refusal(p, p.select(None)) is None
-    strict = str(revisions.refusal(p, p.select(None), strict=True))
-    assert strict.startswith(
-        f"profile {p.path}: --specgate-strict refuses hub models not pinned to a commit: org/target"
+    strict = str(revisions.refusal(p, p.select(None), strict=True, say=Spelling({"strict": "--strict"})))
+    assert strict.startswith(f"profile {p.path}: --strict refuses hub models not pinned to a commit: org/target")
+    assert strict.endswith("or run without --strict.") and "(--strict refuses such a run)" in revisions.unpinned_line(
+        p, p.select(None), Spelling({"strict": "--strict"})
     )
+    assert str(revisions.refusal(p, p.select(None), strict=True)).endswith("or run without strict.")
     pinned = hub_profile(tmp_path, top=f'target_revision = "{SHA}"', sc=f', revision = "{SHA2}"')
     assert revisions.unpinned_line(pinned, pinned.select(None)) == ""
     assert revisions.refusal(pinned, pinned.select(None), strict=True) is None
