@@ -94,7 +94,7 @@ class Gate(str):
         gate.stage = stage  # lower stages of a method's tests run first (a test's marker may say its own)
         gate.axis = axis  # "", CATEGORY or CONCURRENCY: what its tests are parametrized over besides the method
         gate._keys = keys or (name,)  # an axis-less gate's key: one, or (the baseline's, a method's)
-        gate.correctness = correctness  # its failure blocks --update-baselines
+        gate.correctness = correctness  # its failure blocks a baselines update (the correctness marker)
         gate.scenario = scenario  # a scenario: it runs where the profile has its [scenarios.<name>] table
         gate.own_engine = own_engine  # its check boots the engine it measures (not the method's)
         gate.reference = reference  # the baseline engine runs it too, as the reference its methods are held to
