@@ -52,6 +52,7 @@ def __getattr__(name: str):
         return getattr(v2, name)
     raise AttributeError(f"module 'specgate.sampler' has no attribute {name!r}")
 
+
 __all__ = [
     "BlockReferenceSampler",
     "FlyReferenceSampler",
