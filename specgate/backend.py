@@ -9,6 +9,12 @@
                            endpoint.Endpoint (a running server) build on it
     specgate.testing.FakeEngine   a scripted engine for tests without vLLM
 
+What the protocol's members take and return is public with it: BatchResult, RequestsResult, ShutdownReport
+(here), and from the figures the gate computes with: SpecCounters (spec-decode counters; `-` gives a
+measurement's own), GreedyOutput (an output's tokens and top logprobs), LoadRun and RequestTrace (a closed-loop
+trial and each request's timed chunks), Reply and Completion (what a request with its own parameters gave),
+KvStats (the scheduler's KV-cache counters) and MemoryReading (an engine's memory).
+
 `BootEngine` is how an engine comes to life: `boot(profile, method, root, log_path) -> Backend`;
 engine.boot_engine is the real one, and the pytest hook `pytest_specgate_boot_engine` lets a
 conftest supply another (see specgate/hooks.py: which attributes of the profile and the method it may read).
@@ -26,13 +32,28 @@ from typing import Any, Protocol, runtime_checkable
 
 from specgate.errors import NotMeasurable
 from specgate.figures.acceptance import SpecCounters
+from specgate.figures.completions import Completion, Reply
 from specgate.figures.equivalence import GreedyOutput
 from specgate.figures.kvstats import KvStats
 from specgate.figures.load import LoadRun, RequestTrace, closed_loop
 from specgate.figures.memory import MemoryReading
 from specgate.profile import Method, Profile
 
-__all__ = ["Backend", "BatchResult", "RequestsResult", "ShutdownReport"]  # the public surface (specgate.PUBLIC)
+# the public surface (specgate.PUBLIC): the protocol, and what its members take and return
+__all__ = [
+    "Backend",
+    "BatchResult",
+    "Completion",
+    "GreedyOutput",
+    "KvStats",
+    "LoadRun",
+    "MemoryReading",
+    "Reply",
+    "RequestTrace",
+    "RequestsResult",
+    "ShutdownReport",
+    "SpecCounters",
+]
 
 GIB = 1024**3
 # After shutdown the engine's processes must be gone and this process's resident memory back within
@@ -101,7 +122,7 @@ class Backend(Protocol):
     alive: bool  # False once shut down: the host boots the method's engine again when it is asked for it
     boot_s: float  # the boot's wall time in seconds (the summary)
     runner: str  # the worker's model runner ('v1', 'v2') for the summary; '' when the engine does not say
-    # What the last closed_loop streamed (specgate.figures.load.RequestTrace each), kept when the trial raised on
+    # What the last closed_loop streamed (a RequestTrace per request), kept when the trial raised on
     # the way (EngineDied): the load gate reports what the requests emitted before the engine stopped
     last_traces: Sequence[RequestTrace]
 
@@ -130,7 +151,7 @@ class Backend(Protocol):
 
     def run_requests(self, requests, what: str = "the requests scenario", limit: int | None = None) -> RequestsResult:
         """`requests`, (tag, prompt token ids, SamplingParams keywords, stream) each, sent at once (at most
-        `limit` in flight when given): each one's specgate.figures.completions.Reply by tag (a request the
+        `limit` in flight when given): each one's Reply by tag (a request the
         engine refuses is a Reply with `refused`, in the engine's words) and the spec-decode counters the
         batch moved. `what` names the wait in messages. NotMeasurable: the engine cannot be sent requests
         with their own parameters (the requests and edges scenarios skip)."""

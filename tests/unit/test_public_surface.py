@@ -14,7 +14,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PINNED = {
     "specgate.testing": {"FakeBoot", "FakeEngine", "FakeScript", "fake_session"},
     "specgate.hooks": {"Method", "Profile", "pytest_specgate_boot_engine"},  # the hook and what it receives
-    "specgate.backend": {"Backend", "BatchResult", "RequestsResult", "ShutdownReport"},
+    "specgate.backend": {  # the protocol, and what its members take and return
+        "Backend",
+        "BatchResult",
+        "Completion",
+        "GreedyOutput",
+        "KvStats",
+        "LoadRun",
+        "MemoryReading",
+        "Reply",
+        "RequestTrace",
+        "RequestsResult",
+        "ShutdownReport",
+        "SpecCounters",
+    },
     "specgate.errors": {
         "BaselineError",
         "EngineBootError",
