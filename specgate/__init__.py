@@ -7,9 +7,12 @@ package is private by convention and may change in any commit.
 
     specgate.testing   FakeEngine, FakeBoot, FakeScript, fake_session: a whole gate on scripted engines
                        (`pytest -p specgate.testing`, the script in $SPECGATE_FAKE)
-    specgate.hooks     pytest_specgate_boot_engine: a conftest.py's own engine for a method
-    specgate.backend   Backend, the engine a hook returns, and what it hands back (BatchResult,
-                       RequestsResult, ShutdownReport)
+    specgate.hooks     pytest_specgate_boot_engine: a conftest.py's own engine for a method, and what
+                       the hook receives (Profile, Method: the attributes it may read are listed there)
+    specgate.backend   Backend, the engine a hook returns (every member the gate calls), and what its
+                       members take and hand back (BatchResult, RequestsResult, ShutdownReport, the
+                       figures' SpecCounters, GreedyOutput, LoadRun, RequestTrace, Reply, Completion,
+                       KvStats, MemoryReading)
     specgate.errors    SpecgateError and its kinds: what a hook raises (EngineBootError) or a tool catches
 """
 

@@ -1,31 +1,59 @@
 """The engine seam: what the gates need from an inference engine, in one interface.
 
-    Backend                the interface (a Protocol): run_batch, closed_loop, counters,
-                           memory_reading, timed_steps, shutdown; a context manager
-    StreamingBackend       run_batch / closed_loop written once over `steps()`, an async iterator
-                           of each engine step's new tokens; engine.Engine (vLLM's AsyncLLM in this
-                           process) and endpoint.Endpoint (a running server) build on it
+    Backend                the interface (a Protocol): every member the gate reads or calls on an
+                           engine, each saying what it returns and how an engine declines
+                           (NotMeasurable, None or '') what it cannot do
+    StreamingBackend       run_batch / closed_loop / run_requests written once over `steps()` (an async
+                           iterator of each engine step's new tokens) and `complete()`, with the declining
+                           defaults of the rest; engine.Engine (vLLM's AsyncLLM in this process) and
+                           endpoint.Endpoint (a running server) build on it
     specgate.testing.FakeEngine   a scripted engine for tests without vLLM
+
+What the protocol's members take and return is public with it: BatchResult, RequestsResult, ShutdownReport
+(here), and from the figures the gate computes with: SpecCounters (spec-decode counters; `-` gives a
+measurement's own), GreedyOutput (an output's tokens and top logprobs), LoadRun and RequestTrace (a closed-loop
+trial and each request's timed chunks), Reply and Completion (what a request with its own parameters gave),
+KvStats (the scheduler's KV-cache counters) and MemoryReading (an engine's memory).
 
 `BootEngine` is how an engine comes to life: `boot(profile, method, root, log_path) -> Backend`;
 engine.boot_engine is the real one, and the pytest hook `pytest_specgate_boot_engine` lets a
-conftest supply another (see specgate/hooks.py).
+conftest supply another (see specgate/hooks.py: which attributes of the profile and the method it may read).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from specgate.errors import NotMeasurable
 from specgate.figures.acceptance import SpecCounters
+from specgate.figures.completions import Completion, Reply
 from specgate.figures.equivalence import GreedyOutput
-from specgate.figures.load import LoadRun, closed_loop
+from specgate.figures.kvstats import KvStats
+from specgate.figures.load import LoadRun, RequestTrace, closed_loop
+from specgate.figures.memory import MemoryReading
+from specgate.profile import Method, Profile
 
-__all__ = ["Backend", "BatchResult", "RequestsResult", "ShutdownReport"]  # the public surface (specgate.PUBLIC)
+# the public surface (specgate.PUBLIC): the protocol, and what its members take and return
+__all__ = [
+    "Backend",
+    "BatchResult",
+    "Completion",
+    "GreedyOutput",
+    "KvStats",
+    "LoadRun",
+    "MemoryReading",
+    "Reply",
+    "RequestTrace",
+    "RequestsResult",
+    "ShutdownReport",
+    "SpecCounters",
+]
 
 GIB = 1024**3
 # After shutdown the engine's processes must be gone and this process's resident memory back within
@@ -81,16 +109,31 @@ class ShutdownReport:
 
 @runtime_checkable
 class Backend(Protocol):
-    """A live engine for one method of the profile."""
+    """A live engine for one method of the profile: every member the gate reads or calls on it, and
+    nothing else (an engine written to this protocol runs every gate and scenario: tests/unit/test_backend.py).
 
-    alive: bool
-    boot_s: float
+    Where an engine cannot do something the protocol says how it declines: a measurement it cannot take
+    raises specgate.errors.NotMeasurable (the tests that need it skip, quoting the message), a figure it
+    does not know is None, a finding it cannot make is ''. Any other exception fails the tests that
+    needed it; specgate.errors.EngineDied (or EngineStalled) says the engine is gone: its method's later
+    tests say so in a line instead of asking again. `prompts` are specgate's tokenized prompts: `.id`,
+    `.category` and `.token_ids` (ints) each."""
+
+    alive: bool  # False once shut down: the host boots the method's engine again when it is asked for it
+    boot_s: float  # the boot's wall time in seconds (the summary)
+    runner: str  # the worker's model runner ('v1', 'v2') for the summary; '' when the engine does not say
+    # What the last closed_loop streamed (a RequestTrace per request), kept when the trial raised on
+    # the way (EngineDied): the load gate reports what the requests emitted before the engine stopped
+    last_traces: Sequence[RequestTrace]
 
     @property
-    def method_name(self) -> str: ...
+    def method_name(self) -> str:
+        """The profile method this engine serves (`Method.name`; 'baseline' for the engine without speculation)."""
 
-    def counters(self) -> SpecCounters:
-        """The engine's spec-decode counters now (monotone; measurements are differences)."""
+    @property
+    def longest_idle_s(self) -> float:
+        """The longest wait on this engine without a token or a log line, in seconds (evidence for the profile's
+        stall_timeout_s, in the summary); 0.0 where nothing watched it."""
 
     def run_batch(
         self,
@@ -101,40 +144,86 @@ class Backend(Protocol):
         seed: int | None = None,
         schema: dict | None = None,
     ) -> BatchResult:
-        """Continuations of `prompts` (greedy unless a temperature is given; under a JSON `schema`
-        when given), submitted at once; per prompt the tokens each step emitted."""
+        """Continuations of `prompts`, submitted at once: greedy, or sampled at `temperature` with `seed`
+        (one per request); under a JSON `schema` when given (structured outputs); with the top
+        `top_logprobs` logprobs of each token when > 0. Per prompt the tokens each step emitted, the
+        spec-decode counters the batch moved, and per-request step figures where the engine gives them."""
 
-    def kv_stats(self):
-        """specgate.figures.kvstats.KvStats now: preemptions, prefix-cache queries and hits (counters), usage."""
-
-    def reset_prefix_cache(self) -> None:
-        """Empty the prefix cache (NotMeasurable when this engine cannot be told to)."""
+    def run_requests(self, requests, what: str = "the requests scenario", limit: int | None = None) -> RequestsResult:
+        """`requests`, (tag, prompt token ids, SamplingParams keywords, stream) each, sent at once (at most
+        `limit` in flight when given): each one's Reply by tag (a request the
+        engine refuses is a Reply with `refused`, in the engine's words) and the spec-decode counters the
+        batch moved. `what` names the wait in messages. NotMeasurable: the engine cannot be sent requests
+        with their own parameters (the requests and edges scenarios skip)."""
 
     def closed_loop(
         self, prompts, concurrency: int, max_tokens: int, temperature: float = 0.0
     ) -> tuple[LoadRun, SpecCounters]:
-        """One closed-loop trial (exactly `concurrency` requests in flight) and the counters it moved."""
+        """One closed-loop trial (exactly `concurrency` requests in flight, the next sent as one finishes,
+        every streamed step's arrival timed) and the spec-decode counters it moved."""
+
+    def kv_stats(self) -> KvStats:
+        """The scheduler's KV-cache figures now (preemptions, prefix-cache queries and hits: counters; usage);
+        NotMeasurable when the engine does not show them (the preemption and prefix-soak scenarios skip)."""
+
+    def reset_prefix_cache(self) -> None:
+        """Empty the prefix cache; NotMeasurable when this engine cannot be told to (the prefix soak skips;
+        the edges scenario then does not hold its split prefills to the same prompts prefilled whole)."""
+
+    def kv_block_size(self) -> int | None:
+        """Tokens per KV-cache block as the engine was configured; None when it does not say (the edges
+        scenario then takes the profile's block_size, else the platform's default)."""
+
+    def token_budget(self) -> int | None:
+        """The scheduler's tokens per step (max_num_batched_tokens); None when it does not say (the edges
+        scenario then sends no split-prefill class, and seeded requests on CPU are limited as for 2048)."""
+
+    def sampling_broken(self) -> str:
+        """Why this engine's sampled verification is known broken (the probe's finding for
+        vllm-project/vllm#55005), or '' (sound, or nothing known)."""
+
+    def sampling_repaired(self) -> AbstractContextManager[str]:
+        """A context manager the requests scenario enters where sampling_broken() said something: while it is
+        active the engine samples with the repair in its workers; it yields the finding it repaired, or ''
+        where it put no repair in (an engine that cannot repair yields '': its samples are then judged as
+        shipped)."""
 
     def timed_steps(self, work: Callable[[], Any]) -> dict[str, float] | None:
-        """Run `work()` with timers around the target's forward pass and the drafter, if possible."""
+        """Run `work()` with timers in the worker around the target's forward pass and the drafter: seconds
+        and calls of each ({'forward_s', 'forward_calls', 'propose_s', 'propose_calls'}); None when the
+        engine has no such timers (it need not run `work()` then: the speedup gate's model check is not made)."""
 
-    def memory_reading(self):
-        """specgate.figures.memory.MemoryReading of the live engine (NotMeasurable when it cannot be seen)."""
+    def memory_reading(self) -> MemoryReading:
+        """The live engine's memory: KV capacity, its processes' peak memory, the drafter's own weights;
+        NotMeasurable when it cannot be seen (the memory gate skips)."""
 
     def shutdown(self) -> ShutdownReport | None:
-        """Stop the engine; a report of what came back (None when there was nothing to stop)."""
+        """Stop the engine: a report of what came back (processes gone, memory returned: the lifecycle
+        gate), or None when there was nothing of this process's to stop. Called when the gate is done with
+        the engine (at the latest at the end of the run); `alive` is False after it."""
 
 
-BootEngine = Callable[[Any, Any, Path, Path], Backend]
+# boot(profile, method, root, log_path) -> a live engine; raises specgate.errors.EngineBootError when it will not start
+BootEngine = Callable[[Profile, Method, Path, Path], Backend]
 
 
 class StreamingBackend:
-    """run_batch and closed_loop over `steps()`. Subclasses provide `run(coro)` (run on their event
-    loop), `counters()` and `steps(...)`, an async iterator of (new token ids, top-logprob dicts)
-    per engine step."""
+    """A Backend's run_batch, closed_loop and run_requests over `steps()` and `complete()`, and the
+    declining defaults of the rest (NotMeasurable, None, ''). Subclasses provide `method_name`, `run(coro)`
+    (run on their event loop), `counters()` (the spec-decode counters now: monotone, so a measurement is a
+    difference), `steps(...)`, an async iterator of (new token ids, top-logprob dicts) per engine step, and
+    `complete(...)` for run_requests; `take_step_histograms` / `take_step_series` hand run_batch vLLM's
+    per-request figures where the engine keeps them."""
 
     alive: bool  # subclasses (dataclasses) give the values
     boot_s: float
+    runner: str = ""
+    last_traces: Sequence[RequestTrace] = ()  # closed_loop keeps a list of its own
+    watch = None  # a subclass's specgate.lifetime.watchdog.Watch, where one watches its waits
+
+    @property
+    def longest_idle_s(self) -> float:
+        return self.watch.longest_idle_s if self.watch is not None else 0.0
 
     def __enter__(self):
         return self
@@ -166,6 +255,19 @@ class StreamingBackend:
 
     def reset_prefix_cache(self) -> None:
         raise NotMeasurable(f"engine '{self.method_name}' cannot be told to empty its prefix cache")
+
+    def kv_block_size(self) -> int | None:
+        return None
+
+    def token_budget(self) -> int | None:
+        return None
+
+    def sampling_broken(self) -> str:
+        return ""
+
+    @contextlib.contextmanager
+    def sampling_repaired(self) -> Iterator[str]:
+        yield ""
 
     def timed_steps(self, work):
         work()

@@ -74,6 +74,7 @@ class Endpoint(StreamingBackend):
     loop: EventLoopThread = field(default_factory=EventLoopThread)
     model: str | None = None
     alive: bool = True
+    boot_s: float = 0.0  # nothing booted: a client of a server someone else started
     watch: Watch | None = None  # the profile's stall_timeout_s: a server that stops answering fails, in time
     _requests: int = 0
     # tag -> the server's per-request figures of a finished request (its final usage chunk's

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from specgate.backend import Backend, BootEngine, ShutdownReport
 from specgate.engines import enginelog
@@ -18,6 +19,9 @@ from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.gates import LIFECYCLE, MEMORY
 from specgate.profile import BASELINE, Method
 from specgate.settings import NAMES, Spelling
+
+if TYPE_CHECKING:
+    from specgate.engines.endpoint import Endpoint
 
 
 @dataclass
@@ -54,7 +58,7 @@ class EngineHost:
         self.records = {name: MethodRecord(name) for name in self.by_name}
         self.reference: Backend | None = None  # the baseline engine kept alive for interleaving
         self._engine: Backend | None = None
-        self._clients: dict[str, Backend] = {}
+        self._clients: dict[str, Endpoint] = {}  # endpoint mode: a client per method (its server's version too)
 
     @property
     def engines_booted(self) -> int:
@@ -86,7 +90,7 @@ class EngineHost:
             record.boot_error = exc
             raise
         record.boot_s.append(self._engine.boot_s)
-        record.runner = getattr(self._engine, "runner", "")
+        record.runner = self._engine.runner
         return self._engine
 
     def scenario_engine(self, name: str, scenario: str, **engine_kwargs) -> Backend:
@@ -207,8 +211,7 @@ class EngineHost:
     def _ended(self, engine: Backend, report: ShutdownReport | None) -> None:
         record = self.records[engine.method_name]
         record.shutdown = report
-        if (watch := getattr(engine, "watch", None)) is not None:
-            record.longest_idle_s = max(record.longest_idle_s, watch.longest_idle_s)
+        record.longest_idle_s = max(record.longest_idle_s, engine.longest_idle_s)
 
     def release(self, name: str) -> ShutdownReport | None:
         """Shut down `name`'s engine if it is alive; return its shutdown report."""

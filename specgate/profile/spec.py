@@ -67,7 +67,11 @@ def _regex(pattern: str) -> str | None:
 
 @dataclass(frozen=True)
 class Method:
-    """One row of the method matrix: a name and the `speculative_config` handed to vLLM."""
+    """One row of the method matrix: a name and the `speculative_config` handed to vLLM.
+
+    Public (specgate.hooks.Method, what a boot hook receives; kept from release to release): name, kind,
+    speculative_config, num_speculative_tokens, draft_model, engine_kwargs. The other fields are the gate's
+    own and may change in any commit."""
 
     name: str
     speculative_config: dict[str, Any] | None = setting(
@@ -198,7 +202,11 @@ def _known_issues(check: Checker, key: str, value: dict, _) -> dict[str, KnownIs
 
 @dataclass(frozen=True, kw_only=True)
 class Profile:
-    """A validated profile. Paths are absolute; model references are resolved later by `models`."""
+    """A validated profile. Paths are absolute; model references are resolved later by `models`.
+
+    Public (specgate.hooks.Profile, what a boot hook receives; kept from release to release): name, path,
+    target, dtype, hardware, max_model_len, max_tokens, seed, engine_kwargs, engine_env, boot_timeout_s,
+    stall_timeout_s, methods, baseline. The other fields are the gate's own and may change in any commit."""
 
     path: Path
     name: str = setting(kind=str, required=True, measures=False, doc="the profile's name: its baselines' directory")

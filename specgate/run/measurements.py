@@ -241,7 +241,7 @@ class MeasurementStore:
                 run, _ = self.measuring(engine.closed_loop, self._warm_batch(), top, self._max_tokens, cfg.temperature)
                 self._warmups[name] = run
             except EngineDied:  # kept, its requests possibly cut short
-                self._warmups[name] = LoadRun(top, list(getattr(engine, "last_traces", ())), 0.0, 0.0, interrupted=True)
+                self._warmups[name] = LoadRun(top, list(engine.last_traces), 0.0, 0.0, interrupted=True)
                 raise
         self._warmed.add(name)
 
@@ -311,7 +311,7 @@ class MeasurementStore:
             self.measuring(repeat or _repeat, one_trial, n)
         except EngineDied:
             done = {id(t) for run in result.runs for t in run.requests}  # (the paired engine's stop leaves none)
-            cut = [t for t in getattr(engine, "last_traces", ()) if id(t) not in done]
+            cut = [t for t in engine.last_traces if id(t) not in done]
             result.interrupted = LoadRun(concurrency, cut, 0.0, 0.0, interrupted=True) if cut else None
             raise
         result.counters = functools.reduce(lambda a, b: a + b, counters)

@@ -162,10 +162,10 @@ class ScenarioRuns:
             k = max(
                 (m.num_speculative_tokens for m in self.store.host.by_name.values() if m.name != BASELINE), default=1
             )
-            block = (getattr(engine, "kv_block_size", None) or (lambda: None))() or int(
+            block = (engine.kv_block_size() if engine is not None else None) or int(
                 self.profile.engine_kwargs.get("block_size") or DEFAULT_BLOCK_SIZE[self.profile.hardware]
             )
-            budget = (getattr(engine, "token_budget", None) or (lambda: None))()
+            budget = engine.token_budget() if engine is not None else None
             config = self.profile.scenarios.edges
             self._edge_plan = edge_cases.build(
                 inputs.tokenized(),
@@ -305,14 +305,13 @@ class ScenarioRuns:
             matrix_s = time.monotonic() - started
             # the baseline's samples, when they were taken already: the shipped samples of a sampler the probe
             # shows broken can stop at the first look
-            broken = name != BASELINE and (getattr(engine, "sampling_broken", None) or (lambda: ""))()
+            broken = engine.sampling_broken() if name != BASELINE else ""
             base = self._requests.get(BASELINE) if broken else None
             run = RequestRun(replies, counters, self._samples(engine, name, base.sampled if base else None))
             run.seconds = {"matrix": matrix_s, "samples": time.monotonic() - started - matrix_s}
-            repair = getattr(engine, "sampling_repaired", None)
-            if name != BASELINE and repair is not None:
+            if broken:  # the samples and seeded repeats again, with the repair in the worker where it goes in
                 started = time.monotonic()
-                with repair() as why:
+                with engine.sampling_repaired() as why:
                     if why:
                         run.repaired, run.repair = self._samples(engine, name), why
                         run.repaired_replies = send(seeded_batches)[0]
@@ -333,7 +332,7 @@ class ScenarioRuns:
         and its verified tokens. On CUDA a generator has an offset: no limit."""
         if self.profile.hardware != "cpu":
             return None
-        budget = (getattr(engine, "token_budget", None) or (lambda: None))() or 2048
+        budget = engine.token_budget() or 2048
         lengths = {p.id: len(p.token_ids) for p in self.store.inputs.tokenized()}
         ids = [c.prompt_id for c in cases] + list(prompt_ids)
         longest = max((lengths[i] for i in ids), default=self.store.inputs.max_prompt_tokens)

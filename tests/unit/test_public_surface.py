@@ -13,8 +13,21 @@ ROOT = Path(__file__).resolve().parents[2]
 # the surface as released: changing it is a decision (and a line in the release notes), not a side effect
 PINNED = {
     "specgate.testing": {"FakeBoot", "FakeEngine", "FakeScript", "fake_session"},
-    "specgate.hooks": {"pytest_specgate_boot_engine"},
-    "specgate.backend": {"Backend", "BatchResult", "RequestsResult", "ShutdownReport"},
+    "specgate.hooks": {"Method", "Profile", "pytest_specgate_boot_engine"},  # the hook and what it receives
+    "specgate.backend": {  # the protocol, and what its members take and return
+        "Backend",
+        "BatchResult",
+        "Completion",
+        "GreedyOutput",
+        "KvStats",
+        "LoadRun",
+        "MemoryReading",
+        "Reply",
+        "RequestTrace",
+        "RequestsResult",
+        "ShutdownReport",
+        "SpecCounters",
+    },
     "specgate.errors": {
         "BaselineError",
         "EngineBootError",
