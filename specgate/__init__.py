@@ -14,9 +14,11 @@ package is private by convention and may change in any commit.
                        figures' SpecCounters, GreedyOutput, LoadRun, RequestTrace, Reply, Completion,
                        KvStats, MemoryReading)
     specgate.errors    SpecgateError and its kinds: what a hook raises (EngineBootError) or a tool catches
+    specgate.sampler   the rejection-sampler harness the property tests drive: the reference samplers of
+                       each verification rule, SpecRequest, and vLLM's V1 and V2 samplers behind adapters
 """
 
 __version__ = "0.1.0"
 
 # the modules users may import; each one's __all__ names what it offers (the test pins both)
-PUBLIC = ("specgate.testing", "specgate.hooks", "specgate.backend", "specgate.errors")
+PUBLIC = ("specgate.testing", "specgate.hooks", "specgate.backend", "specgate.errors", "specgate.sampler")

@@ -435,7 +435,7 @@ def fake_session(
     hardware: str | None = None,
 ):
     """A GateSession over fake engines, for testing verdicts and baseline policy without pytest or vLLM:
-    `fake_session(profile, tmp_path).judge("acceptance", "ngram", "code")`."""
+    `fake_session(profile, tmp_path).judge(ACCEPTANCE, "ngram", "code")` (specgate.gates)."""
     from specgate.run.session import GateSession, RunPlan, Selection
 
     plan = RunPlan(

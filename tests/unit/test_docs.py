@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from specgate.profile.plants import PLANTS
 from specgate.profile.schema import key_of, settings
 from specgate.profile.spec import Method, Profile
 from specgate.profile.tables import KnownIssue
@@ -42,3 +43,10 @@ def test_the_profile_reference_names_every_key():
     tables = {"tolerance", "equivalence", "speedup", "scenarios"}  # whole tables: their keys are listed
     missing = [k for k in keys if k not in tables and f"`{k}`" not in text]
     assert not missing, f"docs/profile-reference.md, 'Every key', lacks: {missing}"
+
+
+def test_the_profile_reference_lists_every_plant():
+    text = (ROOT / "docs" / "profile-reference.md").read_text(encoding="utf-8")
+    section = text.split("## Plants", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"^\| `(\w+)(?::\w+)?` \|", section, re.M))
+    assert listed == set(PLANTS), f"docs/profile-reference.md, 'Plants': {sorted(listed ^ set(PLANTS))}"
