@@ -648,3 +648,29 @@ def test_acceptance_per_request_shows_each_methods_distribution_its_lowest_reque
     assert "- eagle: lowest requests code-00 1.20 (2), code-01 2.10 (2.10), code-02" in section
     files, failures = report.render_plots(table, tmp_path)
     assert {"acceptance_requests", "acceptance_windows"} <= set(files) and not failures
+
+
+def test_decided_by_names_each_check_once_and_a_failing_request_by_its_prompt():
+    from specgate.report.glance import decided
+
+    def row(metric, value, baseline, bound):
+        return {
+            "metric": metric,
+            "gate": "acceptance",
+            "value": value,
+            "baseline": baseline,
+            "bound": bound,
+            "position": None,
+        }
+
+    passing = [row("mean_acceptance_length", 2.0, 2.0, 1.98), row("drift_mean_acceptance_length", 2.0, 2.0, 1.9)]
+    passing += [row(f"request_acceptance_length[doc_prose-{i:02d}]", 2.0, 2.0, 1.98) for i in range(1, 13)]
+    passing += [row("request_acceptance_p10", 1.5, 1.5, 1.35), row("requests_below_floor", 0.0, None, 0.0)]
+    assert decided(passing, "pass") == (
+        "acceptance floor, drift floor, per-request floor, 10 % quantile floor, requests below their floors"
+    )
+    failing = passing[:3] + [row("request_acceptance_length[doc_prose-03]", 1.04, 1.31, 1.29)]
+    failing.append(row("requests_below_floor", 1.0, None, 0.0))
+    assert decided(failing, "fail") == (
+        "per-request floor (doc_prose-03): 1.31 → 1.04 (-20.6%), floor 1.29; requests below their floors: 1, ceiling 0"
+    )
