@@ -89,6 +89,7 @@ class Gate(str):
         own_engine: bool = False,
         reference: bool = False,
         canary: tuple[str, ...] = (),
+        stored: str = "",
     ) -> Gate:
         gate = super().__new__(cls, name)
         gate.stage = stage  # lower stages of a method's tests run first (a test's marker may say its own)
@@ -102,6 +103,10 @@ class Gate(str):
         # canary mimics another method in this gate ([methods.X] canary_of names it); "floors", when the canary
         # has absolute floors of its own; else never
         gate.canary = canary
+        # what a baselines update stores of it: its records, under this provenance group of the baseline file
+        # (store.baselines: "portable" figures belong to the model and vLLM, the others to a machine or to one
+        # scenario's run); "" stores nothing
+        gate.stored = stored
         return gate
 
     def __reduce__(self):  # pickled (xdist, multiprocessing) as the registry's entry of that name
@@ -128,16 +133,16 @@ class Gate(str):
 # (the requests scenario's thousands of requests would move the peak); requests and edges before the shutdown
 # (lifecycle); preemption last, on an engine of its own with a small KV cache.
 EQUIVALENCE = Gate("equivalence", stage=10, keys=("greedy",), correctness=True, canary=("always",))
-ACCEPTANCE = Gate("acceptance", stage=20, axis=CATEGORY, canary=("mimic", "floors"))
-SPEEDUP = Gate("speedup", stage=60, axis=CONCURRENCY, canary=("mimic",))
-LOAD = Gate("load", stage=62, axis=CONCURRENCY, correctness=True)
-MEMORY = Gate("memory", stage=90, keys=("engine", "overhead"), canary=("mimic",))
+ACCEPTANCE = Gate("acceptance", stage=20, axis=CATEGORY, canary=("mimic", "floors"), stored="portable")
+SPEEDUP = Gate("speedup", stage=60, axis=CONCURRENCY, canary=("mimic",), stored="speed")
+LOAD = Gate("load", stage=62, axis=CONCURRENCY, correctness=True, stored="portable")
+MEMORY = Gate("memory", stage=90, keys=("engine", "overhead"), canary=("mimic",), stored="memory")
 LIFECYCLE = Gate("lifecycle", stage=100, canary=("always",))
-STRUCTURED = Gate("structured", stage=25, keys=("constrained",), scenario=True, reference=True)
+STRUCTURED = Gate("structured", stage=25, keys=("constrained",), scenario=True, reference=True, stored="portable")
 PREFIX_SOAK = Gate("prefix_soak", stage=70, keys=("replayed",), scenario=True)
 PREEMPTION = Gate("preemption", stage=110, keys=("preempted",), scenario=True, own_engine=True)
-REQUESTS = Gate("requests", stage=95, keys=("sent",), scenario=True, reference=True)
-EDGES = Gate("edges", stage=96, keys=("classes",), scenario=True, reference=True)
+REQUESTS = Gate("requests", stage=95, keys=("sent",), scenario=True, reference=True, stored="requests")
+EDGES = Gate("edges", stage=96, keys=("classes",), scenario=True, reference=True, stored="portable")
 
 GATES: tuple[Gate, ...] = (
     EQUIVALENCE,

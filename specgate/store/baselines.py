@@ -12,7 +12,7 @@ provenance of the run that measured it (vLLM / torch / Python versions, device, 
 and "models": the ref and resolved revision of every model its engine loaded, specgate.store.revisions),
 so a run filtered to one method updates that method alone and the others keep theirs.
 
-Provenance is per group of figures (GROUPS: speed, memory, requests, the portable rest): "provenance" is the
+Provenance is per group of figures (group_of: speed, memory, requests, the portable rest): "provenance" is the
 newest run that stored any of the method's figures, and "provenance.groups" holds the provenance of
 each group a later run did not re-measure (speed figures kept from another machine, say); a group
 not listed there was measured by that newest run. A file written before groups has no "groups": its
@@ -35,21 +35,23 @@ from typing import Any
 
 from specgate.errors import BaselineError
 from specgate.formatting import num
-from specgate.gates import ACCEPTANCE, EDGES, LOAD, MEMORY, REQUESTS, SPEEDUP, STRUCTURED
+from specgate.gates import GATES, gate_named
 from specgate.settings import NAMES, Spelling
 from specgate.store.revisions import short
 
 SCHEMA = 1
-KINDS = (ACCEPTANCE, SPEEDUP, LOAD, MEMORY, STRUCTURED, REQUESTS, EDGES)  # load: acceptance at
-# each concurrency level (checks.load); structured: acceptance under a JSON schema; requests: acceptance at
-# T > 0 (checks.requests); edges: acceptance per traffic edge class (checks.edges)
-# Figures that one run may store while another's are kept: each group carries the provenance of its own run.
-GROUPS = {SPEEDUP: "speed", MEMORY: "memory", REQUESTS: "requests"}  # any other kind: "portable"
+# The kinds of figures a file holds: the gates whose records an update stores (the registry's `Gate.stored`):
+# acceptance per category; speedup per level; load: acceptance at each concurrency level (checks.load);
+# memory; structured: acceptance under a JSON schema; requests: acceptance at T > 0 (checks.requests); edges:
+# acceptance per traffic edge class (checks.edges)
+KINDS = tuple(g for g in GATES if g.stored)
 ROLES = ("target", "tokenizer", "drafter")  # the models a method entry records, in the order they are said
 
 
 def group_of(kind: str) -> str:
-    return GROUPS.get(kind, "portable")
+    """The provenance group of a kind: figures that one run may store while another's are kept (speed, memory,
+    requests) each carry the provenance of their own run; the rest are "portable"."""
+    return getattr(gate_named(kind), "stored", "") or "portable"
 
 
 def provenance_of(entry: dict[str, Any], kind: str | None = None) -> dict[str, Any]:
