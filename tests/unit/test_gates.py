@@ -91,3 +91,13 @@ def test_no_module_compares_a_gate_with_its_spelled_out_name():
 def test_the_scan_finds_a_spelled_out_comparison():
     tree = ast.parse('if gate == "speedup" or row["gate"] in ("memory", "load"): pass')
     assert len(list(_gate_comparisons(tree))) == 2
+
+
+def test_a_gate_test_may_ask_for_its_gates_axis_only():
+    from specgate.plugin import axis_problem
+
+    assert axis_problem(ACCEPTANCE, ["judge", "method", "category", "temperature"]) == ""
+    assert axis_problem(SPEEDUP, ["judge", "engine_method", "concurrency", "benchmark"]) == ""
+    assert axis_problem(SPEEDUP, ["judge", "method"]) == ""  # the summary over the levels
+    assert "asks for category" in axis_problem(SPEEDUP, ["judge", "method", "category"])
+    assert "its axis: none" in axis_problem(gates.EQUIVALENCE, ["judge", "method", "concurrency"])
