@@ -122,6 +122,17 @@ class Gate(str):
             return Level(param)
         return Named(self._keys[0] if baseline or len(self._keys) == 1 else self._keys[1])
 
+    def axis_problem(self, fixturenames) -> str:
+        """Why a test of this gate asking for these fixtures cannot be keyed ('' when it can): one that asks
+        for another gate's axis (`category` in a speedup test) would be filed under this gate's key without it."""
+        asked = [axis for axis in (CATEGORY, CONCURRENCY) if axis in fixturenames and axis != self.axis]
+        if not asked:
+            return ""
+        return (
+            f"a test of the {self} gate asks for {', '.join(asked)}, which the {self} gate is not parametrized "
+            f"over (its axis: {self.axis or 'none, one key per method'}; specgate/gates.py)"
+        )
+
     def parse(self, text: str) -> Key:
         """A stored or tabled key of this gate, typed (ValueError when it is not one)."""
         return {CATEGORY: Category, CONCURRENCY: Level}.get(self.axis, Named).parse(text)

@@ -51,7 +51,7 @@ import pytest
 from specgate.checks import Verdict
 from specgate.engines import logstream
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable, SpecgateError
-from specgate.gates import CATEGORY, CONCURRENCY, GATES, LIFECYCLE, Gate, gate_named
+from specgate.gates import CONCURRENCY, GATES, LIFECYCLE, Gate, gate_named
 from specgate.plugin import options, scaleout, xdist_handover
 from specgate.plugin.recorders import CAUSE, MESSAGE, CorrectnessWatch, OutcomeRecorder, RunLife
 from specgate.profile import BASELINE
@@ -193,22 +193,10 @@ def pytest_itemcollected(item: pytest.Item) -> None:
     before -m selects (`-m correctness`) and before a failure of it is watched for."""
     if not (gate := gate_of(item)):
         return
-    if problem := axis_problem(gate[0], getattr(item, "fixturenames", ())):
+    if problem := gate[0].axis_problem(getattr(item, "fixturenames", ())):
         raise pytest.UsageError(f"{item.nodeid}: {problem}")
     if gate[0].correctness and not item.get_closest_marker("correctness"):
         item.add_marker(pytest.mark.correctness)
-
-
-def axis_problem(gate: Gate, fixturenames) -> str:
-    """Why a test of `gate` asking for these fixtures cannot be keyed ('' when it can): one that asks for
-    another gate's axis (`category` for speedup) would be filed under its gate's key without it."""
-    asked = [axis for axis in (CATEGORY, CONCURRENCY) if axis in fixturenames and axis != gate.axis]
-    if not asked:
-        return ""
-    return (
-        f"a test of the {gate} gate asks for {', '.join(asked)}, which the {gate} gate is not parametrized over "
-        f"(its axis: {gate.axis or 'none, one key per method'}; specgate/gates.py)"
-    )
 
 
 def method_of(item: pytest.Item) -> str:

@@ -94,10 +94,8 @@ def test_the_scan_finds_a_spelled_out_comparison():
 
 
 def test_a_gate_test_may_ask_for_its_gates_axis_only():
-    from specgate.plugin import axis_problem
-
-    assert axis_problem(ACCEPTANCE, ["judge", "method", "category", "temperature"]) == ""
-    assert axis_problem(SPEEDUP, ["judge", "engine_method", "concurrency", "benchmark"]) == ""
-    assert axis_problem(SPEEDUP, ["judge", "method"]) == ""  # the summary over the levels
-    assert "asks for category" in axis_problem(SPEEDUP, ["judge", "method", "category"])
-    assert "its axis: none" in axis_problem(gates.EQUIVALENCE, ["judge", "method", "concurrency"])
+    assert ACCEPTANCE.axis_problem(["judge", "method", "category", "temperature"]) == ""
+    assert SPEEDUP.axis_problem(["judge", "engine_method", "concurrency", "benchmark"]) == ""
+    assert SPEEDUP.axis_problem(["judge", "method"]) == ""  # the summary over the levels
+    assert "asks for category" in SPEEDUP.axis_problem(["judge", "method", "category"])
+    assert "its axis: none" in gates.EQUIVALENCE.axis_problem(["judge", "method", "concurrency"])
