@@ -25,6 +25,22 @@ from specgate.figures import distribution
 from specgate.figures.acceptance import AcceptanceResult
 
 LOW_QUANTILE = 0.1  # the distribution's low end, shown with its median
+# The rows this check writes, by metric name (the report and `specgate calibrate` read them by these names)
+REQUEST = "request_acceptance_length["  # one request's: request_acceptance_length[<prompt id>]
+BELOW_FLOOR = "requests_below_floor"
+LOW_END = f"request_acceptance_p{round(LOW_QUANTILE * 100)}"
+WINDOW = "window_tokens_per_step"
+
+
+def request_metric(prompt_id: str) -> str:
+    return f"{REQUEST}{prompt_id}]"
+
+
+def prompt_of(metric: str) -> str | None:
+    """The prompt id of a request's row (request_metric's inverse); None for any other metric."""
+    return metric[len(REQUEST) : -1] if metric.startswith(REQUEST) else None
+
+
 SHOWN = 5  # failing requests quoted in a message
 
 
@@ -73,7 +89,7 @@ def _each_request(where, result: AcceptanceResult, kept: Mapping, windows: bool,
         base = then[0] if then else None
         floor = None if base is None or not rtol else base * (1 - rtol)
         low = floor is not None and r.length is not None and r.length < floor - ROUNDING
-        rows.append(Row(f"request_acceptance_length[{pid}]", r.length, base, floor, failing=low))
+        rows.append(Row(request_metric(pid), r.length, base, floor, failing=low))
         # its tokens-per-step histogram (the table's position: tokens a step emitted)
         rows += [Row(f"request_steps[{pid}]", float(n), position=i + 1) for i, n in enumerate(r.histogram) if n]
         if low:
@@ -81,7 +97,7 @@ def _each_request(where, result: AcceptanceResult, kept: Mapping, windows: bool,
     if not rtol:
         return rows, []
     allowed = math.floor(tol.collapsed_share * len(result.requests) + 1e-9)
-    rows.append(Row("requests_below_floor", float(len(lower)), bound=float(allowed), failing=len(lower) > allowed))
+    rows.append(Row(BELOW_FLOOR, float(len(lower)), bound=float(allowed), failing=len(lower) > allowed))
     if len(lower) <= allowed:
         return rows, []
     more = f"\n... and {len(lower) - SHOWN} more" if len(lower) > SHOWN else ""
@@ -105,7 +121,7 @@ def _low_end(where, result: AcceptanceResult, kept: Mapping, tol):
     low = floor is not None and now is not None and now < floor - ROUNDING
     rows = [
         Row("request_acceptance_median", distribution.quantile(lengths, 0.5)),
-        Row(f"request_acceptance_p{round(LOW_QUANTILE * 100)}", now, then, floor, failing=low),
+        Row(LOW_END, now, then, floor, failing=low),
     ]
     if not low:
         return rows, []
@@ -122,7 +138,7 @@ def _by_window(where, result: AcceptanceResult, stored: Sequence | None, tol):
         base = stored[i] if stored and i < len(stored) else None
         bound = None if base is None else base * (1 - tol.position_rtol)
         low = bound is not None and value is not None and value < bound - ROUNDING
-        rows.append(Row("window_tokens_per_step", value, base, bound, position=i, failing=low))
+        rows.append(Row(WINDOW, value, base, bound, position=i, failing=low))
         if low:
             failures.append(
                 f"{where}: {_span(i, window)}: {value:.4g} tokens a step against {base:.4g} stored (floor "

@@ -30,6 +30,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from specgate.checks.distribution import prompt_of
 from specgate.errors import SpecgateError
 from specgate.gates import ACCEPTANCE, EQUIVALENCE, LOAD, SPEEDUP, Gate
 from specgate.machine import detect_device, hardware_key
@@ -124,9 +125,6 @@ def unjudged(cells: dict[tuple[str, str], Cell]) -> dict[str, list[str]]:
     return out
 
 
-REQUEST = "request_acceptance_length["  # the measurements' per-request rows: request_acceptance_length[<prompt id>]
-
-
 def shortfall(stored: float | None, high: float | None) -> float:
     """How far below the stored value a run's upper bound fell, relative (0 when it did not)."""
     return 0.0 if not stored or high is None else max(0.0, 1 - high / stored)
@@ -216,12 +214,12 @@ def suggest(
         if drops:
             values["acceptance_rtol"] = tolerances.suggest_relative(max(drops), margin=0.005, step=0.005, floor=0.01)
         requests = [  # each request's length in each judged run against the stored one (checks/distribution.py)
-            shortfall((c.stored.get("requests", {}).get(metric[len(REQUEST) : -1]) or [None])[0], value)
+            shortfall((c.stored.get("requests", {}).get(prompt) or [None])[0], value)
             for (m, _), c in (acceptance or {}).items()
             if m == name
             for r in c.runs
             for metric, value in r.items()
-            if metric.startswith(REQUEST)
+            if (prompt := prompt_of(metric)) is not None
         ]
         if requests:
             values["request_acceptance_rtol"] = tolerances.suggest_relative(

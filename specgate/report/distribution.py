@@ -9,14 +9,13 @@ from __future__ import annotations
 import pandas as pd
 
 from specgate.checks import FAILED
+from specgate.checks.distribution import BELOW_FLOOR, REQUEST, WINDOW
 from specgate.figures.distribution import LENGTHS_FROM_ENGINE, WINDOWS_FROM_ENGINE, quantile
 from specgate.formatting import fmt, present
 from specgate.gates import ACCEPTANCE
 from specgate.report.data import ordered
 from specgate.report.figure import failing, grid, legend, pyplot
 
-REQUEST = "request_acceptance_length["
-WINDOW = "window_tokens_per_step"
 LOWEST = 5
 HEADER = [
     "method",
@@ -59,7 +58,7 @@ def summary(table: pd.DataFrame) -> tuple[list[list[str]], list[str]]:
         mine = requests[requests["method"] == method]
         now = [v for v in mine["value"] if present(v)]
         then = [v for v in mine["baseline"] if present(v)]
-        below = _total(table, method, "requests_below_floor")  # as the check counted them, per category
+        below = _total(table, method, BELOW_FLOOR)  # as the check counted them, per category
         windows, stored = _windows(table, method)
         first_last = "–"
         if windows:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.checks import FAILED, Verdict, worst
+from specgate.checks import FAILED, Verdict, distribution, worst
 from specgate.formatting import fmt, present, with_interval
 from specgate.gates import (
     ACCEPTANCE,
@@ -88,23 +88,23 @@ CHECKS = {
     "sampled.p_value": ("two-sample test at T > 0", False),
     "sampled_repaired.p_value": ("two-sample test, sampler repaired", False),
     "counted_past_end": ("counters within the output", True),
-    "requests_below_floor": ("requests below their floors", True),
-    "request_acceptance_p10": ("10 % quantile floor", False),
-    "window_tokens_per_step": ("per-window floor", False),
+    distribution.BELOW_FLOOR: ("requests below their floors", True),
+    distribution.LOW_END: ("10 % quantile floor", False),
+    distribution.WINDOW: ("per-window floor", False),
 }
 
 
-# Figures named by a prefix: one request's (`request_acceptance_length[<prompt id>]`), a drift figure's
-# (`drift_<metric>`, a floor or a ceiling as the metric is)
-PER_REQUEST = ("request_acceptance_length[", ("per-request floor", False))
+# Figures named by a prefix: one request's (checks.distribution.request_metric), a drift figure's (`drift_<metric>`,
+# a floor or a ceiling as the metric is)
+PER_REQUEST = ("per-request floor", False)
 DRIFT = "drift_"
 
 
 def _check(metric: str) -> tuple[str, bool] | None:
     """CHECKS of a metric, or of its last part (`block.counted_past_end`: a class's figure), or of its
     prefix (PER_REQUEST, DRIFT)."""
-    if metric.startswith(PER_REQUEST[0]):
-        return PER_REQUEST[1]
+    if distribution.prompt_of(metric) is not None:
+        return PER_REQUEST
     if metric.startswith(DRIFT) and (of := _check(metric[len(DRIFT) :])):
         return ("drift ceiling" if of[1] else "drift floor", of[1])
     return CHECKS.get(metric) or CHECKS.get(metric.rpartition(".")[2])
@@ -127,8 +127,8 @@ def cell(row: dict[str, Any]) -> str:
 def moved_words(row: dict[str, Any]) -> str:
     """'speedup floor: 1.22 → 0.89 (-27.0 %), floor 1.04': what a failing figure did."""
     name, ceiling = _check(row["metric"]) or (row["metric"].replace("_", " "), is_ceiling(row["metric"], row["gate"]))
-    if row["metric"].startswith(PER_REQUEST[0]):
-        name += f" ({row['metric'][len(PER_REQUEST[0]) : -1]})"  # which request
+    if (prompt := distribution.prompt_of(row["metric"])) is not None:
+        name += f" ({prompt})"  # which request
     elif (part := row["metric"].rpartition(".")[0]) and row["metric"] not in CHECKS and _check(row["metric"]):
         name += f" ({part})"  # a class's figure: which class
     what = f"{fmt(row['value'])}"
