@@ -12,6 +12,7 @@ import pytest
 
 from specgate import machine
 from specgate.errors import SpecgateError
+from specgate.gates import GATES
 from specgate.plugin import scaleout
 from specgate.profile import BASELINE
 from specgate.settings import Spelling
@@ -127,8 +128,10 @@ def project_root(config: pytest.Config) -> Path:
     return candidates[0]
 
 
-# The markers a gate test carries (tests/gate/: every one `gpu`; the correctness gates `correctness` too)
-GATE_MARKS = (frozenset({"gpu", "specgate"}), frozenset({"gpu", "specgate", "correctness"}))
+# The markers a gate test carries (tests/gate/: every one `gpu`; a correctness gate's `correctness` too, which the
+# plugin gives it from the registry)
+_MARKED = frozenset({"gpu", "specgate"})
+GATE_MARKS = tuple(dict.fromkeys(_MARKED | {"correctness"} if g.correctness else _MARKED for g in GATES))
 XDIST_INI = "specgate_xdist_scheduler"
 
 
