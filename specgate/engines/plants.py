@@ -40,6 +40,7 @@ def install(worker, name: str) -> bool:
             "verify_temperature_scaled": _verify_temperature_scaled,
             "wrong_token_in_large_batches": _wrong_token_in_large_batches,
             "accept_less_in_large_batches": _accept_less_in_large_batches,
+            "drafts_stop_in_large_batches": _drafts_stop_in_large_batches,
             "accept_less_for_prompt": _accept_less_for_prompt,
             "accept_less_after_position": _accept_less_after_position,
         }[name](runner, strength)
@@ -220,6 +221,29 @@ def _accept_less_in_large_batches(runner, rows: float) -> bool:
         return out
 
     sampler.forward = planted
+    return True
+
+
+def _drafts_stop_in_large_batches(runner, rows: float) -> bool:
+    """In greedy batches of at least `rows` requests, every other request of the batch (its odd rows) gets no drafts
+    for its next step: the drafts the runner hands the scheduler after the step (`take_draft_token_ids`, which V1's
+    engine core calls when no async scheduling runs, as on the CPU engine) lose those rows' tokens, so the scheduler
+    schedules a plain decode step for them. What was drafted is verified as before. (A batch with a sampled request
+    keeps its drafts: there fewer drafts would draw other random numbers and change the samples, which the requests
+    scenario's seeded samples at T > 0 would show; this plant is the bug only the drafted steps show.)"""
+    take = runner.take_draft_token_ids
+
+    def planted():
+        drafts = take()
+        if drafts is None or len(drafts.req_ids) < rows or not runner.input_batch.all_greedy:
+            return drafts
+        lists = [list(d) for d in drafts.draft_token_ids]
+        for row in range(1, len(lists), 2):
+            lists[row] = []
+        drafts.draft_token_ids = lists
+        return drafts
+
+    runner.take_draft_token_ids = planted
     return True
 
 

@@ -75,6 +75,14 @@ PLANTS = {
         "keeps one token less than it accepted: outputs unchanged, acceptance lower only there (vLLM #27379's shape)",
         "the load gate's acceptance at the levels whose batches are that large",
     ),
+    "drafts_stop_in_large_batches": (
+        "in greedy batches of at least N requests (`drafts_stop_in_large_batches:N`) every other request of the "
+        "batch gets no drafts for its next step (the drafter's proposals lost on their way to the scheduler): outputs "
+        "unchanged, and the acceptance of the steps that did draft too; only the share of steps that drafted falls, "
+        "and the speed (vLLM #49548, #27379's shape: drafting that collapses under load)",
+        "the load gate's drafted-steps figures (draft share, draft tokens per output token) at the levels whose "
+        "batches are that large",
+    ),
     "corrupt_near_max_model_len": (
         "a request within a draft window of max_model_len gets the wrong token at every verification step there "
         "(vLLM #53812, #44185's neighbourhood)",
@@ -110,6 +118,7 @@ STRENGTHS = {
     "verify_temperature_scaled": (lambda v: 0 < v <= 4, "a factor in (0, 4] (verify_temperature_scaled:0.2)"),
     "wrong_token_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
     "accept_less_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
+    "drafts_stop_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
     "accept_less_for_prompt": (lambda v: 1 <= v <= 99 and v == int(v), "a prompt number 1-99 (…:3)"),
     "accept_less_after_position": (lambda v: v >= 1 and v == int(v), "an output position >= 1 (…:32)"),
 }

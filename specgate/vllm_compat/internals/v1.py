@@ -19,6 +19,16 @@ V1 = (
     ),
     Internal("vllm.v1.spec_decode.ngram_proposer:NgramProposer.propose", "plants: the n-gram proposer's drafts"),
     Internal(
+        "vllm.v1.worker.gpu_model_runner:GPUModelRunner.take_draft_token_ids",
+        "plants: the drafts a step hands the scheduler",
+    ),
+    Internal(
+        "vllm.v1.outputs:DraftTokenIds",
+        "plants: the drafts handed to the scheduler, a list per request",
+        fields=("req_ids", "draft_token_ids"),
+    ),
+    Internal("vllm.v1.worker.gpu_input_batch:InputBatch.all_greedy", "plants: whether a step's batch samples nothing"),
+    Internal(
         "vllm.v1.worker.gpu_model_runner:GPUModelRunner._model_forward",
         "V1 runner: one target forward (timed)",
         params=("input_ids", "positions"),
