@@ -22,6 +22,8 @@ import json
 import math
 import os
 import random
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,11 +68,12 @@ class FakeMethod:
     stalls: bool = False
     # > 0: closed loops after this many (the warm-up is the first) stop producing half-way, as `stalls` does
     stalls_after: int = 0
-    # In closed-loop trials at this concurrency and above (0: never), a bug only large batches meet: outputs
-    # wrong at `large_diverge_at` and/or `large_accepted` drafts accepted per step instead of `accepted`.
+    # In closed-loop trials at this concurrency and above (0: never), a bug only large batches meet: outputs wrong at
+    # `large_diverge_at`, `large_accepted` drafts accepted per step, every `large_undrafted`-th step without drafts.
     large_from: int = 0
     large_diverge_at: int | None = None
     large_accepted: float | None = None
+    large_undrafted: int = 0  # (a step without drafts emits one token and counts nothing, as vLLM's do)
     sampling_probe: str = ""  # what sampling_broken() says (the repair then changes nothing: the fake samples soundly)
 
 
@@ -135,13 +138,9 @@ class FakeEngine:
 
     def _start_core(self):
         """A real process standing in for the engine core that stops answering."""
-        import subprocess
-        import sys
-
         from specgate.lifetime.watchdog import python_stacks_env
 
-        stacks = Path(self.log_path).with_suffix(".stacks")
-        env = {**os.environ, **python_stacks_env(stacks)}
+        env = {**os.environ, **python_stacks_env(Path(self.log_path).with_suffix(".stacks"))}
         return subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"], env=env)
 
     def _stall(self, what: str):
@@ -248,11 +247,12 @@ class FakeEngine:
             emitted = 0
             while emitted < max_tokens:
                 t += step * b.chunk_steps
-                n = min(per_step * b.chunk_steps, max_tokens - emitted)
+                drafts = not (large and b.large_undrafted) or (len(trace.arrivals) + 1) % b.large_undrafted != 0
+                n = min((per_step if drafts else 1) * b.chunk_steps, max_tokens - emitted)
                 trace.arrivals.append((t, n))
                 trace.token_ids.extend(output[emitted : emitted + n])
                 emitted += n
-                steps += b.chunk_steps
+                steps += b.chunk_steps if drafts else 0
             lanes[lane] = t
             traces.append(trace)
         self.loops += 1

@@ -1,12 +1,13 @@
 """Acceptance per (method, prompt category): mean acceptance length and per-position rates against
-the stored baseline, and the profile's absolute floors."""
+the stored baseline, and the profile's absolute floors; beside them how often the method drafted
+(checks.drafting: the share of decode steps that drafted, draft tokens per output token)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from specgate import vllm_compat
-from specgate.checks import ROUNDING, Basis, Context, Judgement, Row, Verdict
+from specgate.checks import ROUNDING, Basis, Context, Judgement, Row, Verdict, drafting
 from specgate.checks import distribution as per_request
 from specgate.checks.drift import DriftCheck
 from specgate.errors import NotMeasurable
@@ -93,6 +94,9 @@ class AcceptanceCheck:
             return [f"method '{method}', category '{key}': {msg}" for c in checks if (msg := c.fails())]
 
         against_baseline = failed(acceptance_floors(result, stored, tol.acceptance_rtol, tol.position_rtol, {}, source))
+        schedule = (ctx.method(method).speculative_config or {}).get(drafting.SCHEDULE)
+        prompts = len(self.store.category_runs(method, temperature)[category].outputs)
+        against_baseline += failed(drafting.bounds(result.drafting, stored, tol.draft_rtol, schedule, source, prompts))
         against_floors = [] if ref != method else failed(acceptance_floors(result, None, 0.0, 0.0, floors))
         drift_rows, drifted = self.drift.judge(method, self.gate, key, j.record)
         outputs = self.store.category_runs(method, temperature)[category].outputs
@@ -102,7 +106,8 @@ class AcceptanceCheck:
 
         where = f"method '{method}', category '{key}'"
         request_rows, by_request = per_request.judge(where, result, stored, tol, text)
-        j.rows = self._rows(tol, j.record, stored or {}, floors) + request_rows + drift_rows
+        drafted = drafting.rows(j.record, stored, tol.draft_rtol, schedule)
+        j.rows = self._rows(tol, j.record, stored or {}, floors) + drafted + request_rows + drift_rows
         return ctx.decide(j, stored, against_floors + drifted, against_baseline + by_request)
 
     def _rows(self, tol, values: dict, base: dict, floors: dict[str, float]) -> list[Row]:

@@ -8,7 +8,9 @@ already produced (no extra request; what the timed trials measure is untouched).
     acceptance  the spec-decode counters the level's trials moved: mean acceptance length, acceptance rate
                 and per-position rates against the stored figures (portable, as the acceptance gate's), with
                 load_acceptance_rtol (0: the method's acceptance_rtol, for profiles whose A/A runs show the
-                figure deterministic)
+                figure deterministic); beside them how often the method drafted (checks.drafting: the share
+                of decode steps that drafted, draft tokens per output token, from the same counters and the
+                tokens the trials' requests streamed), with draft_rtol
 
 At the top level a method engine's warm-up (a closed loop there, untimed) is held to the reference too. When
 the engine stops during a level's trials (dies, or makes no progress), what they streamed until then is still
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specgate.checks import Basis, Context, Judgement, Row, Verdict
+from specgate.checks import Basis, Context, Judgement, Row, Verdict, drafting
 from specgate.checks.acceptance import acceptance_floors
 from specgate.errors import EngineDied
 from specgate.figures.acceptance import AcceptanceResult
@@ -100,9 +102,12 @@ class LoadCheck:
         )
         k = ctx.method(method).num_speculative_tokens
         steps = {f"{t}/{r.index}": [n for _, n in r.arrivals] for t, run in enumerate(runs) for r in run.requests}
-        result = AcceptanceResult.from_batch(self.store.load_trials(method, concurrency).counters, steps, k)
+        emitted = (sum(r.output_tokens for run in runs for r in run.requests), sum(len(run.requests) for run in runs))
+        counters = self.store.load_trials(method, concurrency).counters
+        result = AcceptanceResult.from_batch(counters, steps, k, emitted=emitted)
         full = result.record()
-        j.record = {m: full[m] for m in ("mean_acceptance_length", "acceptance_rate", "per_position") if m in full}
+        kept = ("mean_acceptance_length", "acceptance_rate", "per_position", *drafting.WHAT)
+        j.record = {m: full[m] for m in kept if m in full}
         found = ctx.lookup(method, self.gate, key)  # portable: another machine's serves too
         stored, source = (found.values, found.source) if found else (None, "")
         j.basis = Basis.PORTABLE if found and not found.own else Basis.OWN
@@ -113,6 +118,9 @@ class LoadCheck:
             for c in checks
             if (msg := c.fails())
         ]
+        schedule = (ctx.method(method).speculative_config or {}).get(drafting.SCHEDULE)
+        drafts = drafting.bounds(result.drafting, stored, tol.draft_rtol, schedule, source, concurrency)
+        against += [f"method '{method}', C={concurrency}: {msg}" for c in drafts if (msg := c.fails())]
         base = stored or {}
         length, stored_length = j.record.get("mean_acceptance_length"), base.get("mean_acceptance_length")
         bound = None if stored_length is None else stored_length * (1 - rtol)
@@ -138,7 +146,7 @@ class LoadCheck:
                     failing=floor is not None and rate < floor,
                 )
             )
-        j.rows = rows
+        j.rows = rows + drafting.rows(j.record, stored, tol.draft_rtol, schedule, concurrency=concurrency)
         return ctx.decide(j, stored, always, against)
 
     def _warmup(self, method: str, concurrency: int) -> list:

@@ -26,6 +26,13 @@ class Tolerance:
     load_acceptance_rtol: float = setting(
         0.0, float, bound=relative, doc="mean acceptance length per concurrency level (0: acceptance_rtol)"
     )
+    # How often a method drafted (figures.acceptance.Drafting), per category and per concurrency level: the share
+    # of decode steps that drafted and the draft tokens proposed per output token, each held to its stored figure
+    # x (1 - draft_rtol); where the method's speculative_config has a dynamic-speculation schedule
+    # (num_speculative_tokens_per_batch_size), draft tokens per output token also x (1 + draft_rtol): its policy.
+    draft_rtol: float = setting(
+        0.05, float, bound=relative, doc="drafted steps' share and draft tokens per output token, relative"
+    )
     # Each request's acceptance length on the greedy pass (checks/distribution.py), for profiles whose acceptance
     # A/A runs show deterministic (float32 CPU: cpu-tiny); 0 = not judged per request.
     request_acceptance_rtol: float = setting(

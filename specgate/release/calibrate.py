@@ -6,8 +6,8 @@ Repeated gate runs (speedup, equivalence, lifecycle) of the profile's methods ne
 copy of each (every drafting call also sleeps `--slowdown` of a step, `canary_of = { speedup = ... }`): the
 first run stores baselines in a scratch directory (SPECGATE_BASELINES_DIR: the checkout's baselines are
 never touched, whatever happens to the calibration), the next N are judged. From them, per method: the
-smallest speedup_rtol, geomean_rtol, draft_cost_tol, acceptance_rtol and load_acceptance_rtol with no false
-alarm in the A/A runs
+smallest speedup_rtol, geomean_rtol, draft_cost_tol, acceptance_rtol, load_acceptance_rtol and draft_rtol with no
+false alarm in the A/A runs
 whichever of them had stored the baselines (plus a margin), and how many of the slowed copy's runs each then
 catches, per level; for a tie-aware profile (bf16), logprob_margin and max_forgiven_share from the runs'
 honest near-ties. A level the machine disturbed in a judged run is dropped from that run; one no judged run
@@ -32,12 +32,14 @@ from pathlib import Path
 
 from specgate.checks.distribution import prompt_of
 from specgate.errors import SpecgateError
+from specgate.figures.acceptance import DRAFT_SHARE, DRAFT_TOKENS_PER_TOKEN
 from specgate.gates import ACCEPTANCE, EQUIVALENCE, LOAD, SPEEDUP, Gate
 from specgate.machine import detect_device, hardware_key
 from specgate.store import tolerances
 from specgate.store.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, kept_aside
 
 SLOWED = "_slowed"  # the slower copy of method m is m + SLOWED
+DRAFTING = (DRAFT_SHARE, DRAFT_TOKENS_PER_TOKEN)  # how often a method drafted (checks.drafting): draft_rtol
 # the speed tests, the engines' lifecycle, greedy equivalence (its honest near-ties set the tie-aware rule)
 # and acceptance (its A/A spread sets acceptance_rtol; the same greedy pass, no extra engine time), and the
 # load gate (each level's acceptance: its A/A spread sets load_acceptance_rtol; the same trials)
@@ -192,8 +194,8 @@ def suggest(
     """Per method: speedup_rtol (over its levels), geomean_rtol and draft_cost_tol from the A/A runs, such
     that none of them would have failed whichever run had stored the baselines, acceptance_rtol from the
     largest drop of a category's mean acceptance length below its stored value, request_acceptance_rtol from a
-    request's (none collapses at it), and load_acceptance_rtol from the largest drop of a level's (the load gate's
-    cells)."""
+    request's (none collapses at it), load_acceptance_rtol from the largest drop of a level's (the load gate's
+    cells), and draft_rtol from the largest move of a category's or a level's drafted steps (either way)."""
     out = {}
     for name in names:
         levels = [(k, c) for (m, k), c in cells.items() if m == name and _level(k) is not None]
@@ -235,6 +237,17 @@ def suggest(
             values["load_acceptance_rtol"] = tolerances.suggest_relative(
                 max(level_drops), margin=0.005, step=0.005, floor=0.01
             )
+        moves = [  # how often it drafted, per category and per level: held both ways where a schedule is its policy
+            abs(1 - r[metric] / c.stored[metric])
+            for cells in (acceptance or {}, load or {})
+            for (m, _), c in cells.items()
+            if m == name
+            for r in c.runs
+            for metric in DRAFTING
+            if c.stored.get(metric) and r.get(metric) is not None
+        ]
+        if moves:
+            values["draft_rtol"] = tolerances.suggest_relative(max(moves), margin=0.005, step=0.005, floor=0.01)
         out[name] = values
     return out
 

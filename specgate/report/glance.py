@@ -10,7 +10,8 @@ from typing import Any
 
 import pandas as pd
 
-from specgate.checks import FAILED, Verdict, distribution, worst
+from specgate.checks import FAILED, Verdict, distribution, drafting, worst
+from specgate.figures.acceptance import DRAFT_SHARE, DRAFT_TOKENS_PER_TOKEN
 from specgate.formatting import fmt, present, with_interval
 from specgate.gates import (
     ACCEPTANCE,
@@ -28,10 +29,14 @@ from specgate.gates import (
 from specgate.report.data import caught, one_line, ordered, outcome_verdict, verdict_label
 from specgate.store.run_record import RunRecord
 
-# Per gate: (metric, header) of the figures a row shows; at most four, so a row fits a PR comment.
+# Per gate: (metric, header) of the figures a row shows; at most five, so a row fits a PR comment.
 COMPACT = {
     EQUIVALENCE: [("identical", "identical"), ("diverged", "diverged"), ("forgiven", "forgiven near-ties")],
-    ACCEPTANCE: [("mean_acceptance_length", "mean acceptance length"), ("acceptance_rate", "acceptance rate")],
+    ACCEPTANCE: [
+        ("mean_acceptance_length", "mean acceptance length"),
+        (DRAFT_SHARE, "drafted steps"),
+        ("acceptance_rate", "acceptance rate"),
+    ],
     SPEEDUP: [
         ("speedup", "speedup [CI]"),
         ("draft_cost", "draft cost"),
@@ -43,6 +48,7 @@ COMPACT = {
         ("identical", "identical"),
         ("diverged", "prompts diverged"),
         ("mean_acceptance_length", "mean acceptance length"),
+        (DRAFT_SHARE, "drafted steps"),
     ],
     MEMORY: [
         ("static_mib_measured", "drafter MiB"),
@@ -73,6 +79,9 @@ CHECKS = {
     "mean_acceptance_length": ("acceptance floor", False),
     "acceptance_rate": ("acceptance-rate floor", False),
     "position_rate": ("per-position floor", False),
+    DRAFT_SHARE: ("drafted-steps floor", False),
+    DRAFT_TOKENS_PER_TOKEN: ("draft-tokens floor", False),
+    drafting.POLICY: ("drafting-policy ceiling", True),
     "static_mib_measured": ("drafter-weights ceiling", True),
     "static_mib_analytic": ("drafter-weights ceiling", True),
     "kv_tokens_lost": ("KV ceiling", True),

@@ -199,8 +199,9 @@ class MeasurementStore:
         # each request's figures on the greedy pass (at T > 0 they are one sample's: not kept)
         outputs = {pid: out.token_ids for pid, out in run.outputs.items()} if not temperature else None
         window = distribution.window_size(self.profile.max_tokens)
+        emitted = (sum(len(out.token_ids) for out in run.outputs.values()), len(run.outputs))  # how often it drafted
         return AcceptanceResult.from_batch(
-            run.counters, run.tokens_per_step, k, run.step_histograms, outputs, run.step_series, window
+            run.counters, run.tokens_per_step, k, run.step_histograms, outputs, run.step_series, window, emitted
         )
 
     # -- load ----------------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from typing import Any
 from specgate import machine
 from specgate.checks import Basis
 from specgate.checks.speedup import COARSE
+from specgate.figures.acceptance import DRAFT_SHARE
 from specgate.gates import ACCEPTANCE, EQUIVALENCE, GATES, LOAD, MEMORY, SPEEDUP
 from specgate.profile import BASELINE
 from specgate.store import baselines
@@ -268,14 +269,22 @@ def _across_runners(session, method: str) -> str:
     return f"{ours} vs baseline {theirs}" if ours and theirs and ours != theirs else ""
 
 
+def _lengths(records: dict) -> str:
+    """'C=1 2.46 (49 %), C=16 2.67 (51 %)': each key's acceptance length and the share of its decode steps that
+    drafted (checks.drafting), where measured."""
+    return ", ".join(
+        f"{key} {v.get('mean_acceptance_length', float('nan')):.2f}"
+        + (f" ({v[DRAFT_SHARE]:.0%})" if isinstance(v.get(DRAFT_SHARE), (int, float)) else "")
+        for key, v in records.items()
+    )
+
+
 def _figure_lines(kinds: dict, is_baseline: bool, across: str = "") -> list[str]:
     pad, lines = f"  {'':<14}", []
     if accepted := kinds.get(ACCEPTANCE, {}):
-        lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in accepted.items())
-        lines.append(f"{pad} mean acceptance length: {lengths}")
+        lines.append(f"{pad} mean acceptance length (steps that drafted): {_lengths(accepted)}")
     if load := kinds.get(LOAD, {}):
-        lengths = ", ".join(f"{c} {v.get('mean_acceptance_length', float('nan')):.2f}" for c, v in load.items())
-        lines.append(f"{pad} mean acceptance length under load: {lengths}")
+        lines.append(f"{pad} mean acceptance length under load (steps that drafted): {_lengths(load)}")
     if overhead := kinds.get(MEMORY, {}).get(MEMORY.key()):
         lines.append(
             f"{pad} memory: drafter {overhead.get('static_mib_measured', float('nan')):.2f} MiB"

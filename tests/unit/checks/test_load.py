@@ -101,3 +101,17 @@ def test_outputs_written_before_the_engine_wedged_read_as_outputs_not_only_as_a_
     assert j.verdict is Verdict.FAIL, j.message
     assert "C=4:" in j.message and "at token 5:" in j.message and "prompt " in j.message
     assert "then the engine stopped (no progress for" in j.message
+
+
+def test_drafts_that_stop_in_large_batches_fail_the_levels_drafted_steps_while_its_acceptance_holds(tmp_path):
+    stored(tmp_path)
+    s = session(tmp_path, good={"large_from": 4, "large_undrafted": 2})
+    assert s.judge("load", "good", 1).verdict is Verdict.PASS
+    j = s.judge("load", "good", 4)
+    assert j.verdict is Verdict.FAIL
+    rows = {r.metric: r for r in j.rows}
+    # the steps that drafted accepted what they did before: vLLM's mean acceptance length cannot see it
+    assert rows["mean_acceptance_length"].value == pytest.approx(rows["mean_acceptance_length"].baseline)
+    assert rows["draft_share"].failing and rows["draft_tokens_per_token"].failing
+    assert "C=4: share of decode steps that drafted: measured" in j.message and "draft_rtol 0.05" in j.message
+    assert "mean acceptance length" not in j.message

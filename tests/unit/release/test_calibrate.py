@@ -279,3 +279,24 @@ def test_a_level_no_judged_run_measured_stops_calibrate_saying_where(tmp_path, m
     assert "ngram_slowed" not in str(err.value) and "C=1" not in str(err.value)
     assert gates == ["update", "run-1", "run-2"]
     assert not (tmp_path / "calibration.md").exists()
+
+
+def test_draft_rtol_comes_from_the_largest_aa_move_of_a_categorys_or_a_levels_drafted_steps(tmp_path):
+    stored = {
+        "suffix": {
+            "acceptance": {"code": {"draft_share": 0.5, "draft_tokens_per_token": 0.9}},
+            "load": {"C=16": {"draft_share": 0.6, "draft_tokens_per_token": 1.0}},
+        }
+    }
+    update = run(tmp_path / "update", [], stored)
+
+    def row(gate, key, metric, value):
+        return {"gate": gate, "method": "suffix", "key": key, "metric": metric, "value": value}
+
+    judged = [
+        run(tmp_path / "r1", [row("acceptance", "code", "draft_share", 0.48), row("load", "C=16", "draft_share", 0.6)]),
+        # a policy is held both ways: 3 % more draft tokens than stored counts as much as 3 % fewer
+        run(tmp_path / "r2", [row("load", "C=16", "draft_tokens_per_token", 1.03)]),
+    ]
+    acceptance, load = (calibrate.read_runs(update, judged, gate) for gate in ("acceptance", "load"))
+    assert calibrate.suggest({}, ["suffix"], acceptance, load)["suffix"]["draft_rtol"] == 0.045  # 4 % + 0.5 %

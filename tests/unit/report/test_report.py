@@ -674,3 +674,50 @@ def test_decided_by_names_each_check_once_and_a_failing_request_by_its_prompt():
     assert decided(failing, "fail") == (
         "per-request floor (doc_prose-03): 1.31 → 1.04 (-20.6%), floor 1.29; requests below their floors: 1, ceiling 0"
     )
+
+
+def test_the_drafted_steps_sit_beside_the_acceptance_length_and_a_loss_or_a_policy_breach_says_so():
+    rows = [
+        row("ngram", "load", "C=16", "requests", 224, concurrency=16),
+        row("ngram", "load", "C=16", "identical", 224, concurrency=16),
+        row("ngram", "load", "C=16", "diverged", 0, bound=0, concurrency=16),
+        row("ngram", "load", "C=16", "mean_acceptance_length", 2.65, baseline=2.667, bound=2.64, concurrency=16),
+        row("ngram", "load", "C=16", "draft_share", 0.29, baseline=0.51, bound=0.5049, concurrency=16, verdict="fail"),
+        row("ngram", "load", "C=16", "draft_tokens_per_token", 0.5, baseline=0.8, bound=0.792, concurrency=16),
+        row(
+            "ngram",
+            "load",
+            "C=16",
+            "diverged",
+            0,
+            bound=0,
+            concurrency=16,
+            verdict="fail",
+            message="method 'ngram', C=16: share of decode steps that drafted: measured 0.29, baseline 0.51",
+            headline=True,
+        ),
+        row(
+            "eagle3",
+            "acceptance",
+            "code",
+            "mean_acceptance_length",
+            2.5,
+            baseline=2.5,
+            bound=2.475,
+            verdict="fail",
+            message="method 'eagle3', category 'code': draft tokens per output token (policy): measured 1.2",
+            headline=True,
+        ),
+        row("eagle3", "acceptance", "code", "acceptance_rate", 0.5),
+        row("eagle3", "acceptance", "code", "draft_share", 1.0, baseline=1.0, bound=0.99),
+        row("eagle3", "acceptance", "code", "draft_tokens_per_token", 1.2, baseline=1.0, bound=0.99),
+        row("eagle3", "acceptance", "code", "draft_tokens_per_token_policy", 1.2, baseline=1.0, bound=1.01),
+    ]
+    text = report.summary_markdown(report.normalize(pd.DataFrame(rows)), fabricated_run(outcomes=[]))
+    load = text.split("## load")[1].split("## ")[0]
+    assert "| prompts diverged | mean acceptance length | drafted steps | decided by |" in load
+    assert "| 2.65 ≥ 2.64 | 0.290 ≥ 0.505 | drafted-steps floor: 0.510 → 0.290 (-43.1%), floor 0.505; " in load
+    assert "draft-tokens floor: 0.800 → 0.500 (-37.5%), floor 0.792" in load
+    acceptance = text.split("## acceptance")[1].split("## ")[0]
+    assert "| mean acceptance length | drafted steps | acceptance rate |" in acceptance
+    assert "| 1 ≥ 0.990 | 0.500 | drafting-policy ceiling: 1 → 1.20 (+20.0%), ceiling 1.01 |" in acceptance
