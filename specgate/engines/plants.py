@@ -225,21 +225,25 @@ def _accept_less_in_large_batches(runner, rows: float) -> bool:
 
 
 def _drafts_stop_in_large_batches(runner, rows: float) -> bool:
-    """In greedy batches of at least `rows` requests, every other request of the batch (its odd rows) gets no drafts
-    for its next step: the drafts the runner hands the scheduler after the step (`take_draft_token_ids`, which V1's
-    engine core calls when no async scheduling runs, as on the CPU engine) lose those rows' tokens, so the scheduler
-    schedules a plain decode step for them. What was drafted is verified as before. (A batch with a sampled request
-    keeps its drafts: there fewer drafts would draw other random numbers and change the samples, which the requests
-    scenario's seeded samples at T > 0 would show; this plant is the bug only the drafted steps show.)"""
-    take = runner.take_draft_token_ids
+    """In greedy batches of at least `rows` requests, every other step of each request gets no drafts: the drafts the
+    runner hands the scheduler after a step (`take_draft_token_ids`, which V1's engine core calls when no async
+    scheduling runs, as on the CPU engine) lose that request's tokens, so its next step is a plain decode step. Each
+    request loses every other of its large-batch steps' drafts, whatever row it sits in, so the steps that still
+    draft are spread over every request and position as before: what they accept is what they accepted. (A batch
+    with a sampled request keeps its drafts: there fewer drafts would draw other random numbers and change the
+    samples, which the requests scenario's seeded samples at T > 0 would show; this plant is the bug only the
+    drafted steps show.)"""
+    take, seen = runner.take_draft_token_ids, {}
 
     def planted():
         drafts = take()
         if drafts is None or len(drafts.req_ids) < rows or not runner.input_batch.all_greedy:
             return drafts
         lists = [list(d) for d in drafts.draft_token_ids]
-        for row in range(1, len(lists), 2):
-            lists[row] = []
+        for row, req_id in enumerate(drafts.req_ids):
+            seen[req_id] = seen.get(req_id, 0) + 1
+            if seen[req_id] % 2 == 0:
+                lists[row] = []
         drafts.draft_token_ids = lists
         return drafts
 

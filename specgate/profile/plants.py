@@ -76,10 +76,10 @@ PLANTS = {
         "the load gate's acceptance at the levels whose batches are that large",
     ),
     "drafts_stop_in_large_batches": (
-        "in greedy batches of at least N requests (`drafts_stop_in_large_batches:N`) every other request of the "
-        "batch gets no drafts for its next step (the drafter's proposals lost on their way to the scheduler): outputs "
-        "unchanged, and the acceptance of the steps that did draft too; only the share of steps that drafted falls, "
-        "and the speed (vLLM #49548, #27379's shape: drafting that collapses under load)",
+        "in greedy batches of at least N requests (`drafts_stop_in_large_batches:N`) every other step of each "
+        "request gets no drafts (the drafter's proposals lost on their way to the scheduler): outputs unchanged, and "
+        "the acceptance of the steps that did draft too; only the share of steps that drafted falls, and the speed "
+        "(vLLM #49548, #27379's shape: drafting that collapses under load)",
         "the load gate's drafted-steps figures (draft share, draft tokens per output token) at the levels whose "
         "batches are that large",
     ),
