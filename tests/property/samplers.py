@@ -23,7 +23,7 @@ from specgate.sampler.reference import (
 
 from .strategies import BUDGETS, PROFILE
 
-V2_RELEASES = vllm_source.RELEASES
+V2_RELEASES = vllm_source.under_test()  # RELEASES, or $SPECGATE_CUDA_RELEASES (a release not yet supported)
 # What each release's `RejectionSampleMethod` offers (config/speculative.py 0.33:83; 0.32:84): FLy
 # is new in 0.33. A subject asks the sources themselves (rules_offered) before it runs.
 RULES_OF = {"0.32.0": ("standard", "block", "synthetic"), "0.33.0": ("standard", "block", "synthetic", "fly")}

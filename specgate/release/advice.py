@@ -1,0 +1,164 @@
+"""What a runner's owner must do before moving to a new vLLM release: the changes between two releases'
+Facts held against what this project uses — each GPU profile's speculative_config and engine
+arguments, the environment variables its files advise, the vLLM internals the suite reaches
+(vllm_compat.INTERNALS) and the constants it assumes (a KV block size, counter names, a method's extra
+package) — as concrete lines naming the file, the key and the release.
+
+Neighbours: vllm_facts and changes below; release_day gathers the project's side (profiles, mentions,
+the suite's constants) and prints these lines.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from specgate import vllm_compat
+from specgate.release.vllm_facts import Facts
+
+
+@dataclass(frozen=True)
+class ProfileUse:
+    """What one profile asks of vLLM: its file, each method's speculative_config, engine kwargs and env."""
+
+    path: str
+    methods: dict[str, dict]
+    engine_kwargs: dict = field(default_factory=dict)
+    engine_env: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Mention:
+    """An environment variable a project file names (README, docs, ci, profiles, the package), with the
+    value it advises ('' when it gives none)."""
+
+    where: str  # file:line
+    var: str
+    value: str = ""
+
+
+@dataclass(frozen=True)
+class SuiteUse:
+    """What the suite itself assumes of vLLM, with where (file) it assumes it."""
+
+    block_size: tuple[int, str] | None = None  # the CUDA KV block size it sizes caches by, where
+    counters: tuple[tuple[str, ...], str] = ((), "")  # the metric names it reads, where
+    package_mentions: dict[str, tuple[str, ...]] = field(default_factory=dict)  # package -> files naming it
+
+
+MENTION = re.compile(r"\b(VLLM_[A-Z0-9_]+)\b(?:\s*=\s*\"?([\w.-]+)\"?)?")
+
+
+def mentions(root: Path, files: list[Path]) -> list[Mention]:
+    """Every VLLM_* variable named in `files`, with the value written after it (`VAR=0`, `VAR = "0"`)."""
+    out = []
+    for path in files:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for m in MENTION.finditer(text):
+            line = text.count("\n", 0, m.start()) + 1
+            out.append(Mention(f"{path.relative_to(root)}:{line}", m.group(1), m.group(2) or ""))
+    return out
+
+
+def broken_internals(old: Path, new: Path) -> list[str]:
+    """The INTERNALS entries found in the old tree and missing (or changed) in the new one, with why; the
+    entries of a module the new tree does not have are one line."""
+    out, gone = [], {}
+    for internal in vllm_compat.INTERNALS:
+        before, after = vllm_compat.problems(internal, old), vllm_compat.problems(internal, new)
+        if after and not before:
+            instead = internal.instead and not any(
+                vllm_compat.problems(vllm_compat.Internal(name, ""), new) for name in internal.instead
+            )
+            module, _, attr = internal.name.partition(":")
+            if instead:
+                continue
+            if "no module file" in after[0]:
+                gone.setdefault(module, []).append(f"{attr} ({internal.need})")
+            else:
+                out.append(f"{internal.name} ({internal.need}): {after[0]}")
+    lines = [f"{module} is gone, which {len(uses)} entries reach: {'; '.join(uses)}" for module, uses in gone.items()]
+    return lines + out
+
+
+def todo(
+    old: Facts, new: Facts, profiles: list[ProfileUse], found: list[Mention], suite: SuiteUse, internals: list[str]
+) -> list[str]:
+    """The to-do lines, profiles first, then the project's advice, then the suite's own code."""
+    out = []
+    for profile in profiles:
+        out += _profile(old, new, profile)
+    out += _environment(old, new, found)
+    out += [f"specgate/vllm_compat/internals: {line}" for line in internals]
+    out += _suite(old, new, suite)
+    return out
+
+
+def _profile(old: Facts, new: Facts, profile: ProfileUse) -> list[str]:
+    out = []
+    for name, config in profile.methods.items():
+        where = f"{profile.path} [methods.{name}]"
+        method = str(config.get("method", ""))
+        if method in old.methods and new.methods and method not in new.methods:
+            out.append(f"{where}: method '{method}' is no SpeculativeMethod of {new.release}: drop or replace it")
+        for key in config:
+            if key in old.spec_keys and key not in new.spec_keys:
+                out.append(
+                    f"{where}: remove speculative_config.{key}: {new.release}'s SpeculativeConfig has no such key"
+                )
+            elif key in new.deprecated and key not in old.deprecated:
+                out.append(f'{where}: speculative_config.{key} is deprecated in {new.release}: "{new.deprecated[key]}"')
+        a, b = old.speculators.get(method, ()), new.speculators.get(method, ())
+        if method and a[:1] != b[:1]:
+            was = a[0] if a else "no V2 speculator (the engine fell back to Model Runner V1)"
+            out.append(
+                f"{where}: Model Runner V2 builds {b[0] if b else 'no speculator'} for '{method}' in {new.release} "
+                f"({old.release}: {was}): its baselines measure another drafter; rerun with --update-baselines "
+                "and correct what the profile's comments say about its runner"
+            )
+    for key in profile.engine_kwargs:
+        if key in old.engine_args and key not in new.engine_args:
+            out.append(f"{profile.path} [engine] kwargs: remove {key}: {new.release}'s EngineArgs has no such field")
+        elif key in new.engine_deprecated and key not in old.engine_deprecated:
+            out.append(f'{profile.path} [engine] kwargs: {key} is deprecated: "{new.engine_deprecated[key]}"')
+    return out
+
+
+def _environment(old: Facts, new: Facts, found: list[Mention]) -> list[str]:
+    out = []
+    by_var: dict[tuple[str, str], list[str]] = {}
+    for m in found:
+        by_var.setdefault((m.var, m.value), []).append(m.where)
+    for (var, value), places in sorted(by_var.items()):
+        refusals = [r for r in new.refusals if r.var == var]
+        hits = [r for r in refusals if value and r.refuses(value)]
+        where = ", ".join(places)
+        if hits:
+            out.append(f'{where}: {var}={value} raises in {new.release}: "{hits[0].message}" ({hits[0].where})')
+        elif var in new.env_removed:
+            out.append(f'{where}: {var} was removed in {new.release}: "{new.env_removed[var]}"')
+        elif var in old.env_vars and new.env_vars and var not in new.env_vars and not refusals:
+            out.append(f"{where}: {var} is not a vLLM {new.release} environment variable (vllm/envs.py)")
+    return out
+
+
+def _suite(old: Facts, new: Facts, suite: SuiteUse) -> list[str]:
+    out = []
+    default = new.constants.get("CacheConfig.DEFAULT_BLOCK_SIZE", "")
+    if suite.block_size and default.isdigit() and int(default) != suite.block_size[0]:
+        out.append(
+            f"{suite.block_size[1]}: sizes KV caches by blocks of {suite.block_size[0]} tokens; {new.release}'s "
+            f"CacheConfig.DEFAULT_BLOCK_SIZE is {default} ({old.release}: "
+            f"{old.constants.get('CacheConfig.DEFAULT_BLOCK_SIZE', '?')}): read the engine's own block size"
+        )
+    names, where = suite.counters
+    if missing := [n for n in names if new.metrics and n not in new.metrics]:
+        out.append(f"{where}: reads {', '.join(missing)}, which {new.release} no longer names")
+    for package in sorted(set(old.requirements) - set(new.requirements)):
+        for place in suite.package_mentions.get(package, ()):
+            out.append(
+                f"{place}: checks for {package}, which {new.release} no longer needs "
+                f"({old.release}: {old.requirements[package].split(': ', 1)[-1]}): do not skip or install for it there"
+            )
+    return out
