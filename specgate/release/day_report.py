@@ -23,7 +23,7 @@ def _shown(path: Path, root: Path) -> str:
 
 
 def header(day: Day, root: Path, since_given: bool) -> str:
-    chosen = "--since" if since_given else "the newest supported release before it (cuda_sources.RELEASES)"
+    chosen = "--since" if since_given else "the newest supported release before it (specgate/vllm_compat/releases.py)"
     trees = "; ".join(
         f"{r}: {_shown(t, root)}" + (f" (fetched in {day.fetched[r]:.0f} s)" if r in day.fetched else " (here already)")
         for r, t in day.trees.items()

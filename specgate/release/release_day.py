@@ -21,8 +21,10 @@ from pathlib import Path
 
 from specgate.errors import SpecgateError
 from specgate.release import advice, changes, suites, vllm_facts
-from specgate.release.vllm_tree import Tree, version_key
+from specgate.release.vllm_tree import Tree
 from specgate.sampler import cuda_sources
+from specgate.vllm_compat import releases
+from specgate.vllm_compat.releases import version_key
 
 EXIT_OK, EXIT_SUITE_FAILED, EXIT_USAGE, EXIT_OFFLINE = 0, 1, 2, 3
 OFFLINE = re.compile(
@@ -55,9 +57,9 @@ class Offline(ReleaseDayError):
 
 
 def last_supported(before: str) -> str:
-    """The newest supported CUDA release older than `before` ('' when none): what a release is compared with."""
-    older = [r for r in cuda_sources.RELEASES if version_key(r) < version_key(before)]
-    return max(older, key=version_key) if older else ""
+    """The newest supported CUDA release older than `before` ('' when none): what a release is compared with
+    (specgate.vllm_compat.releases, the one table of supported releases)."""
+    return next((r.version for r in releases.supported(releases.CUDA) if r.key < version_key(before)), "")
 
 
 @dataclass
@@ -176,7 +178,7 @@ def prepare(release: str, root: Path, *, since: str = "") -> Day:
     if not since:
         raise ReleaseDayError(
             f"specgate release-day: no supported CUDA release older than {release} to compare it with "
-            f"(supported: {', '.join(cuda_sources.RELEASES)}); give one with --since."
+            f"(supported: {', '.join(r.version for r in releases.supported(releases.CUDA))}); give one with --since."
         )
     if version_key(since) >= version_key(release):
         raise ReleaseDayError(f"specgate release-day: --since {since} is not older than {release}.")

@@ -248,8 +248,3 @@ def strings(tree: ast.AST) -> list[tuple[str, int]]:
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             out.append((node.value, node.lineno))
     return out
-
-
-def version_key(release: str) -> tuple[int, ...]:
-    """0.33.0 -> (0, 33, 0), for ordering releases."""
-    return tuple(int(p) for p in release.split(".") if p.isdigit())

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 
 from specgate import cli
-from specgate.sampler import cuda_sources
-from tests.unit.release.vllm_trees import index, pair
+from specgate.vllm_compat import releases
+from tests.unit.release.vllm_trees import index, pair, supported
 
 
 @pytest.fixture
 def trees(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECGATE_VLLM_CUDA_SRC", str(tmp_path / "src"))
-    monkeypatch.setattr(cuda_sources, "RELEASES", ("1.0.0",))
+    monkeypatch.setattr(releases, "RELEASES", supported("1.0.0"))
     for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL"):
         monkeypatch.setenv(name, "")
     monkeypatch.setenv("PIP_INDEX_URL", index(tmp_path / "index", "1.0.0", "1.1.0"))

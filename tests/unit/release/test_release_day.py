@@ -12,8 +12,9 @@ import pytest
 from specgate.release import release_day
 from specgate.release.vllm_tree import TreeError
 from specgate.sampler import cuda_sources
+from specgate.vllm_compat import releases
 
-from .vllm_trees import NEW, index, pair, write
+from .vllm_trees import NEW, index, pair, supported, write
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def cache(tmp_path, monkeypatch):
     """Trees under tmp_path; a fetch asks a local index that has no vllm (no test reaches PyPI)."""
     monkeypatch.setenv("SPECGATE_VLLM_CUDA_SRC", str(tmp_path / "src"))
-    monkeypatch.setattr(cuda_sources, "RELEASES", ("0.9.0", "1.0.0"))
+    monkeypatch.setattr(releases, "RELEASES", supported("0.9.0", "1.0.0"))
     for name in ("PIP_FIND_LINKS", "PIP_EXTRA_INDEX_URL"):
         monkeypatch.setenv(name, "")
     monkeypatch.setenv("PIP_INDEX_URL", index(tmp_path / "empty"))
@@ -30,7 +31,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_the_last_supported_release_before_a_new_one(monkeypatch):
-    monkeypatch.setattr(cuda_sources, "RELEASES", ("0.32.0", "0.33.0", "0.34.0"))
+    monkeypatch.setattr(releases, "RELEASES", supported("0.32.0", "0.33.0", "0.34.0"))
     assert release_day.last_supported("0.34.0") == "0.33.0"
     assert release_day.last_supported("0.35.1") == "0.34.0"
     assert release_day.last_supported("0.32.0") == ""

@@ -301,3 +301,10 @@ def index(tmp_path: Path, *versions: str) -> str:
     links = "".join(f'<a href="vllm-{v}-py3-none-any.whl">vllm-{v}-py3-none-any.whl</a>' for v in versions)
     (tmp_path / "simple" / "vllm" / "index.html").write_text(f"<html><body>{links}</body></html>")
     return (tmp_path / "simple").as_uri()
+
+
+def supported(*versions: str) -> tuple:
+    """A table of supported CUDA releases (for monkeypatching specgate.vllm_compat.releases.RELEASES)."""
+    from specgate.vllm_compat.releases import CUDA, Release
+
+    return tuple(Release(v, CUDA) for v in versions)
