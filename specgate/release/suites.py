@@ -62,7 +62,8 @@ class Plan:
 
 def command(name: str, release: str, tree: Path, junit: Path) -> tuple[list[str], dict[str, str]]:
     """The pytest arguments and the environment a suite runs with."""
-    base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", str(junit)]
+    # a module that fails to import is one error, and the other modules still run
+    base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors", "--junitxml", str(junit)]
     if name == CONTRACT:
         return [*base, "tests/contract"], {"SPECGATE_VLLM_SOURCE": str(tree)}
     # V2's sampler on the interpreter for this release only: its subjects and tests carry its name
@@ -122,14 +123,20 @@ def _read_junit(suite: Suite, path: Path) -> Suite:
 def _test_id(case: ET.Element) -> str:
     """tests.contract.test_x + test_y[p] -> tests/contract/test_x.py::test_y[p] (a class stays after ::)."""
     parts, name = case.get("classname", "").split("."), case.get("name", "")
+    if parts == [""] and name.startswith("tests."):  # a module that could not be collected
+        return name.replace(".", "/") + ".py (collecting it)"
     classes = [p for p in parts if p[:1].isupper()]
     module = "/".join(p for p in parts if p not in classes)
     return "::".join([f"{module}.py" if module else "", *classes, name]).lstrip(":")
 
 
 def _first_line(node: ET.Element) -> str:
-    text = (node.get("message") or node.text or "").strip()
-    for line in text.splitlines():
+    """The failure's message; for pytest's generic ones ('collection failure'), the error its text ends with."""
+    message, text = (node.get("message") or "").strip(), node.text or ""
+    raised = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
+    if raised and (not message or message in ("collection failure", "failed on setup with")):
+        message = raised[-1] if "Error" in raised[-1] or "Exception" in raised[-1] else raised[0]
+    for line in (message or text).splitlines():
         if line.strip():
-            return " ".join(line.split())[:300]
+            return " ".join(line.split())[:240]
     return ""

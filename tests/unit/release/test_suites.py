@@ -1,5 +1,5 @@
-"""A suite run in a child pytest: its counts, failing ids with their first lines and skip reasons come
-back from its JUnit file; a suite that writes none (stopped at its timeout) says so with the end of its
+"""A suite run in a child pytest: its counts, failing ids with their first lines (a module that cannot be
+imported as its error, the other modules run) and skip reasons come back from its JUnit file; a suite that writes none (stopped at its timeout) says so with the end of its
 output; each suite gets the variable that points it at the release."""
 
 from __future__ import annotations
@@ -32,14 +32,18 @@ def test_sleeps():
 def checkout(tmp_path: Path) -> Path:
     (tmp_path / "tests" / "contract").mkdir(parents=True)
     (tmp_path / "tests" / "contract" / "test_it.py").write_text(TESTS)
+    (tmp_path / "tests" / "contract" / "test_broken.py").write_text("RULES = {}\nRULES['0.34.0']\n")
     return tmp_path
 
 
 def test_counts_failures_and_skips_come_back_from_the_junit_file(tmp_path):
     root = checkout(tmp_path)
     run = suites.run(suites.CONTRACT, "1.1.0", tmp_path / "1.1.0", suites.Plan(root, tmp_path / "out"))
-    assert (run.passed, run.failed, run.errors, run.skipped) == (2, 1, 0, 1) and not run.ok
-    assert run.failures == (("tests/contract/test_it.py::test_fails", "AssertionError: the second line is not shown"),)
+    assert (run.passed, run.failed, run.errors, run.skipped) == (2, 1, 1, 1) and not run.ok
+    assert run.failures == (
+        ("tests/contract/test_broken.py (collecting it)", "KeyError: '0.34.0'"),  # and the other module still ran
+        ("tests/contract/test_it.py::test_fails", "AssertionError: the second line is not shown"),
+    )
     assert run.skip_reasons == ("not on this release",)
     assert run.command.startswith(f"SPECGATE_VLLM_SOURCE={tmp_path / '1.1.0'} pytest")
     assert (tmp_path / "out" / "contract.log").is_file() and run.seconds > 0
