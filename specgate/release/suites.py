@@ -11,6 +11,7 @@ Neighbours: specgate.sampler.cuda_sources (the trees, the releases variable) bel
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +22,7 @@ from pathlib import Path
 from specgate.sampler import cuda_sources
 
 CONTRACT, PROPERTIES = "contract", "properties"
+TRACEBACK = "Traceback (most recent call last):"
 SUITES = (CONTRACT, PROPERTIES)
 
 
@@ -136,7 +138,11 @@ def _first_line(node: ET.Element) -> str:
     raised = [line[1:].strip() for line in text.splitlines() if line.startswith("E ") and line[1:].strip()]
     if raised and (not message or message in ("collection failure", "failed on setup with")):
         message = raised[-1] if "Error" in raised[-1] or "Exception" in raised[-1] else raised[0]
-    for line in (message or text).splitlines():
-        if line.strip():
-            return " ".join(line.split())[:240]
-    return ""
+    lines = [" ".join(line.split()) for line in (message or text).splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if lines[0].endswith(TRACEBACK):  # an error carried over from a child process: the one its traceback ends in
+        carried = [e for e in raised if re.match(r"\w+(Error|Exception)\b:", e) and not e.endswith(TRACEBACK)]
+        if carried:
+            return f"{lines[0][: -len(TRACEBACK)]}... {' '.join(carried[0].split())}"[:240]
+    return lines[0][:240]

@@ -94,12 +94,13 @@ class Tree:
         return sorted(str(p.relative_to(self.root)) for p in base.rglob(pattern)) if base.is_dir() else []
 
     @cached_property
-    def _all_text(self) -> dict[str, str]:
-        return {rel: (self.root / rel).read_text(encoding="utf-8", errors="replace") for rel in self.files()}
+    def _all_bytes(self) -> dict[str, bytes]:
+        return {rel: (self.root / rel).read_bytes() for rel in self.files()}
 
     def grep(self, needle: str, under: str = "vllm") -> list[str]:
         """The files under `under` whose text contains `needle` (a cheap filter before parsing)."""
-        return [rel for rel, text in self._all_text.items() if rel.startswith(under) and needle in text]
+        data = needle.encode()
+        return [rel for rel, text in self._all_bytes.items() if rel.startswith(under) and data in text]
 
     def classes(self, rel: str) -> dict[str, ast.ClassDef]:
         tree = self.module(rel)

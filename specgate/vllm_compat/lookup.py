@@ -4,6 +4,7 @@ it (a CUDA wheel's Python files)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 from dataclasses import fields, is_dataclass
@@ -53,6 +54,14 @@ def problems(internal: Internal, source: Path | None = None) -> list[str]:
     return out
 
 
+@functools.lru_cache(maxsize=128)
+def _parsed(path: str, mtime_ns: int):
+    """A module file's syntax tree, parsed once per version of the file (INTERNALS name a few modules often)."""
+    import ast
+
+    return ast.parse(Path(path).read_text(encoding="utf-8"))
+
+
 def _from_source(root: Path, name: str):
     """(parameter names, field / member names) of `name` in a vLLM source tree, or why not found."""
     import ast
@@ -62,7 +71,7 @@ def _from_source(root: Path, name: str):
     path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
     if not path.is_file():
         return f"no module file {path}"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parsed(str(path), path.stat().st_mtime_ns)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 
     def members(node) -> dict:
