@@ -180,7 +180,14 @@ def _engine_args(tree: Tree, unread: list[str]):
     if not args:
         unread.append(f"engine arguments: no class EngineArgs in {ENGINE_ARGS}")
         return {}, {}, {}, {}
-    configs = {name: cls for rel in tree.files(CONFIGS) for name, cls in tree.classes(rel).items()}
+    owners_named = {f.default.partition(".")[0] for f in args.values() if "." in f.default}
+    configs = {  # only the config modules that define a class EngineArgs' defaults name (parsing is the cost)
+        name: cls
+        for owner in owners_named
+        if owner.isidentifier()
+        for rel in tree.grep(f"class {owner}", under=CONFIGS)
+        for name, cls in tree.classes(rel).items()
+    }
     resolved, owners, constants, owned = {}, {}, {}, {}
     for name, f in args.items():
         owner, _, attr = f.default.partition(".")
@@ -277,7 +284,7 @@ def _requirements(tree: Tree) -> dict[str, str]:
     """`if not has_<package>(): raise ...` in the spec-decode code: the packages a method needs."""
     out = {}
     for place in REQUIREMENT_PLACES:
-        for rel in [place] if place.endswith(".py") else tree.grep("has_", under=place):
+        for rel in [place] if place.endswith(".py") else tree.grep("if not has_", under=place):
             module = tree.module(rel)
             for node in ast.walk(module) if module else ():
                 test = node.test if isinstance(node, ast.If) else None

@@ -41,7 +41,7 @@ def _last(dotted: str) -> str:
 def _config_classes(tree: Tree) -> dict[str, tuple[list[str], dict[str, str]]]:
     """Every class in the spec-decode package: name -> (base names, its own string class attributes)."""
     out = {}
-    for rel in tree.grep("class ", under=PACKAGE):
+    for rel in tree.grep("speculator_class", under=PACKAGE):
         for name, cls in tree.classes(rel).items():
             attrs = {}
             for item in cls.body:
