@@ -14,6 +14,8 @@ tests/contract/ checks every entry against the installed vLLM before any engine 
     runner.py      inside vLLM's workers (through `collective_rpc`): runner kind, drafter, TP shards,
                    step timers; they import nothing from specgate beyond this package
     sampler.py     the rejection sampler: metadata, CPU kernels, the vllm#55005 probe and repair, V2
+    interpreted.py Model Runner V2 on a CPU without triton-cpu: Triton's interpreter standing in (its
+                   sitecustomize in _interpreted/ runs it in the engines' processes), the interpreter's shims
 
 Everything is reached as `vllm_compat.NAME`.
 
