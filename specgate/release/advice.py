@@ -49,7 +49,8 @@ class SuiteUse:
 
 
 MENTION = re.compile(r"\b(VLLM_[A-Z0-9_]+)\b(?:\s*=\s*\"?([\w.-]+)\"?)?")
-# the text around a mention already says the advice does not hold everywhere ("... it raises on 0.34")
+# the text around a mention (a line before, two after) already says the advice does not hold everywhere
+# ("... On 0.34.0 that setting raises")
 QUALIFIED = re.compile(r"\b(raises?|no longer|removed|deleted|gone)\b", re.I)
 
 
@@ -67,7 +68,7 @@ def mentions(root: Path, files: list[Path]) -> list[Mention]:
         lines = text.splitlines()
         for m in MENTION.finditer(text):
             line = text.count("\n", 0, m.start()) + 1
-            around = " ".join(lines[line - 1 : line + 1])
+            around = " ".join(lines[max(line - 2, 0) : line + 2])  # the line before it and the two after
             out.append(Mention(f"{where}:{line}", m.group(1), m.group(2) or "", bool(QUALIFIED.search(around))))
     return out
 

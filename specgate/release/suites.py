@@ -1,9 +1,9 @@
 """The project's own test suites run against one vLLM release's sources, each pytest in a child process:
 the contract suite (tests/contract, `SPECGATE_VLLM_SOURCE=<tree>`: every internal specgate reaches,
 read from the tree) and the V2 sampler property suite (tests/property on Triton's interpreter,
-`SPECGATE_CUDA_RELEASES=<release>`, the tests of that release only). What each says is read back from
-its JUnit file: counts, the failing test ids with the first line of each failure, the skip reasons, its
-wall time.
+`SPECGATE_CUDA_RELEASES=<release>`: the tests of that release, and the kernel mutants written into its
+kernels). What each says is read back from its JUnit file: counts, the failing test ids with the first
+line of each failure, the skip reasons, its wall time.
 
 Neighbours: specgate.sampler.cuda_sources (the trees, the releases variable) below; release_day above.
 """
@@ -68,8 +68,9 @@ def command(name: str, release: str, tree: Path, junit: Path) -> tuple[list[str]
     base = ["-m", "pytest", "-q", "-p", "no:cacheprovider", "--continue-on-collection-errors", "--junitxml", str(junit)]
     if name == CONTRACT:
         return [*base, "tests/contract"], {"SPECGATE_VLLM_SOURCE": str(tree)}
-    # V2's sampler on the interpreter for this release only: its subjects and tests carry its name
-    return [*base, "tests/property", "-k", release], {cuda_sources.RELEASES_VARIABLE: release}
+    # V2's sampler on the interpreter for this release only (its subjects and tests carry its name), and the
+    # kernel mutants, which are written into the newest release under test: this one
+    return [*base, "tests/property", "-k", f"{release} or kernel_mutant"], {cuda_sources.RELEASES_VARIABLE: release}
 
 
 def run(name: str, release: str, tree: Path, plan: Plan) -> Suite:

@@ -55,8 +55,8 @@ def test_environment_advice_that_raises_or_names_a_removed_variable(trees, tmp_p
     (tmp_path / "README.md").write_text(
         'Put all on V1: `VLLM_USE_V2_MODEL_RUNNER = "0"` in engine.env.\n'
         "VLLM_USE_V2_MODEL_RUNNER=1 is harmless; VLLM_CPU_KVCACHE_SPACE=4 too.\n"
-        "Set VLLM_OLD_KNOB=2 for speed.\n\n"
-        "Up to 1.0.0 only: VLLM_USE_V2_MODEL_RUNNER=0 forces V1 (it raises where V1 was removed).\n"
+        "Set VLLM_OLD_KNOB=2 for speed.\n\n\n"
+        "Up to 1.0.0 only: VLLM_USE_V2_MODEL_RUNNER=0 forces V1\n(it raises where V1 was removed).\n"
     )
     (tmp_path / "code.py").write_text(
         '"""VLLM_USE_V2_MODEL_RUNNER=0 raises on 1.1.0 (a docstring is not advice)."""\n'
@@ -65,7 +65,7 @@ def test_environment_advice_that_raises_or_names_a_removed_variable(trees, tmp_p
     )
     found = advice.mentions(tmp_path, [tmp_path / "README.md", tmp_path / "code.py"])
     assert [(m.where, m.value, m.qualified) for m in found][4:] == [
-        ("README.md:5", "0", True),
+        ("README.md:6", "0", True),  # the line after it says it raises
         ("code.py:2", "0", False),
         ("code.py:3", "1", False),
     ]

