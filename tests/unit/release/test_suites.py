@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from specgate.release import suites
 from specgate.sampler import cuda_sources
 
@@ -36,6 +38,12 @@ def test_sleeps():
 """
 
 
+@pytest.fixture(autouse=True)
+def bare_pytest(monkeypatch):
+    """The child pytest loads no installed plugin (specgate's, hypothesis, xdist): seconds of start-up here."""
+    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
+
+
 def checkout(tmp_path: Path) -> Path:
     (tmp_path / "tests" / "contract").mkdir(parents=True)
     (tmp_path / "tests" / "contract" / "test_it.py").write_text(TESTS)
@@ -63,9 +71,9 @@ def test_counts_failures_and_skips_come_back_from_the_junit_file(tmp_path):
 def test_a_suite_stopped_at_its_timeout_says_so(tmp_path, monkeypatch):
     root = checkout(tmp_path)
     monkeypatch.setenv("SLOW", "1")
-    run = suites.run(suites.CONTRACT, "1.1.0", tmp_path / "1.1.0", suites.Plan(root, tmp_path / "out", timeout_s=3))
+    run = suites.run(suites.CONTRACT, "1.1.0", tmp_path / "1.1.0", suites.Plan(root, tmp_path / "out", timeout_s=2))
     assert run.returncode == 124 and not run.junit and not run.ok
-    assert "stopped after 3 s (--suite-timeout)" in run.tail
+    assert "stopped after 2 s (--suite-timeout)" in run.tail
 
 
 def test_the_property_suite_runs_the_release_only():
