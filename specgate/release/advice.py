@@ -96,24 +96,53 @@ def _set_in_code(text: str) -> list[tuple[str, str, int]]:
 
 
 def broken_internals(old: Path, new: Path) -> list[str]:
-    """The INTERNALS entries found in the old tree and missing (or changed) in the new one, with why; the
-    entries of a module the new tree does not have are one line."""
+    """The INTERNALS entries found in the old tree and missing (or changed) in the new one, judged as the
+    contract suite judges them: an entry of Model Runner V1 where the new release has none, or an optional
+    one not checked on it, or one whose replacement is there, skips there (one line names what they lost);
+    every other is a to-do, the entries of a module the new tree does not have on one line."""
+    from specgate.vllm_compat.releases import CUDA, Release
+
+    label = Release(vllm_compat.identify(new)[0] or "0.0.0", CUDA).label
+    v1_gone = vllm_compat.v1_gone(new)
     out, gone = [], {}
+    foreseen: dict[str, dict[str, int | str]] = {"Model Runner V1's": {}, "optional": {}}
     for internal in vllm_compat.INTERNALS:
         before, after = vllm_compat.problems(internal, old), vllm_compat.problems(internal, new)
-        if after and not before:
-            instead = internal.instead and not any(
-                vllm_compat.problems(vllm_compat.Internal(name, ""), new) for name in internal.instead
-            )
-            module, _, attr = internal.name.partition(":")
-            if instead:
-                continue
-            if "no module file" in after[0]:
-                gone.setdefault(module, []).append(f"{attr} ({internal.need})")
-            else:
-                out.append(f"{internal.name} ({internal.need}): {after[0]}")
+        if not after or before:
+            continue
+        replaced = internal.instead and not any(
+            vllm_compat.problems(vllm_compat.Internal(name, ""), new) for name in internal.instead
+        )
+        module, _, attr = internal.name.partition(":")
+        lost = module if "no module file" in after[0] else internal.name
+        if internal.model_runner == "v1" and v1_gone:
+            _count(foreseen["Model Runner V1's"], lost, after[0])
+        elif internal.optional and label not in internal.checked:
+            _count(foreseen["optional"], lost, after[0])
+        elif not replaced and lost == module:
+            gone.setdefault(module, []).append(f"{attr} ({internal.need})")
+        elif not replaced:
+            out.append(f"{internal.name} ({internal.need}): {after[0]}")
     lines = [f"{module} is gone, which {len(uses)} entries reach: {'; '.join(uses)}" for module, uses in gone.items()]
+    said = [
+        f"{sum(1 if isinstance(v, str) else v for v in lost.values())} {kind} entries ({_lost(lost)})"
+        for kind, lost in foreseen.items()
+        if lost
+    ]
+    if said:
+        lines.append(f"{' and '.join(said)} skip on {label}, as the entries foresee: nothing to do")
     return lines + out
+
+
+def _count(lost: dict, what: str, problem: str) -> None:
+    if what.partition(":")[2]:  # an attribute that changed: what vLLM lacks of it, in lookup's words
+        lost[what] = problem.split(f"{what} ", 1)[-1].split(" (it has ")[0]
+    else:  # a module that is gone: how many entries reach it
+        lost[what] = int(lost.get(what, 0)) + 1
+
+
+def _lost(lost: dict) -> str:
+    return "; ".join(f"{what}: {n}" if isinstance(n, str) else f"{what} gone: {n}" for what, n in lost.items())
 
 
 def todo(

@@ -123,12 +123,13 @@ def test_the_real_033_to_034_report_finds_what_issue_73_found(monkeypatch):
         'the CPU platform now raises: "vLLM on x86 CPUs requires Triton (triton-cpu)."',
         "vllm.v1.worker.cpu.model_runner",
         'VLLM_USE_V2_MODEL_RUNNER: refused: "VLLM_USE_V2_MODEL_RUNNER={value} is no longer supported',
-        "vllm.v1.sample.rejection_sampler is gone",
-        "vllm.v1.spec_decode.ngram_proposer is gone",
-        "vllm.v1.spec_decode.metadata is gone",
-        "vllm.v1.sample.metadata is gone",
-        "vllm.v1.sample.sampler is gone",
-        "CachedRequestData has no field(s) ['resumed_req_ids']",
+        "vllm/v1/sample/rejection_sampler.py: removed",
+        "vllm.v1.sample.rejection_sampler gone: 6",
+        "vllm.v1.spec_decode.ngram_proposer gone: 1",
+        "vllm.v1.spec_decode.metadata gone: 1",
+        "vllm.v1.sample.metadata gone: 1",
+        "vllm.v1.sample.sampler gone: 2",
+        "CachedRequestData: has no field(s) ['resumed_req_ids']",
     ):
         assert found in text, found
     assert day.unread == []
