@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import subprocess
 import sys
 import time
@@ -80,7 +81,7 @@ def run(name: str, release: str, tree: Path, plan: Plan) -> Suite:
     args, extra = command(name, release, tree, junit)
     env = dict(os.environ, **extra)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(plan.root), env.get("PYTHONPATH", "")]))
-    shown = " ".join(f"{k}={v}" for k, v in extra.items()) + " pytest " + " ".join(args[2:])
+    shown = " ".join(f"{k}={v}" for k, v in extra.items()) + " pytest " + shlex.join(args[2:])
     start = time.monotonic()
     try:
         proc = subprocess.run(
