@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from specgate import vllm_compat
+from specgate.plugin.options import SPELLING
 from specgate.release.vllm_facts import Facts
 
 
@@ -177,7 +178,8 @@ def _profile(old: Facts, new: Facts, profile: ProfileUse) -> list[str]:
             was = a[0] if a else "no V2 speculator (the engine fell back to Model Runner V1)"
             out.append(
                 f"{where}: Model Runner V2 builds {b[0] if b else 'no speculator'} for '{method}' in {new.release} "
-                f"({old.release}: {was}): its baselines measure another drafter; rerun with --update-baselines "
+                f"({old.release}: {was}): its baselines measure another drafter; store them anew "
+                f"({SPELLING.command(profile=Path(profile.path).stem, methods=name, update_baselines=True)}) "
                 "and correct what the profile's comments say about its runner"
             )
     for key in profile.engine_kwargs:

@@ -38,8 +38,9 @@ def test_a_profiles_changed_methods_keys_and_engine_arguments(trees):
     where = "fixtures/profiles/p.toml [methods."
     assert lines == [
         f"{where}suffix]: Model Runner V2 builds SuffixSpeculator for 'suffix' in 1.1.0 (1.0.0: no V2 speculator (the "
-        "engine fell back to Model Runner V1)): its baselines measure another drafter; rerun with --update-baselines "
-        "and correct what the profile's comments say about its runner",
+        "engine fell back to Model Runner V1)): its baselines measure another drafter; store them anew (pytest -m gpu "
+        "--specgate-profile p --specgate-methods suffix --update-baselines) and correct what the profile's comments "
+        "say about its runner",
         f"{where}eagle]: remove speculative_config.disable_padded_drafter_batch: "
         "1.1.0's SpeculativeConfig has no such key",
         f"{where}custom]: method 'custom_class' is no SpeculativeMethod of 1.1.0: drop or replace it",
