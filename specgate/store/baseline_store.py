@@ -188,7 +188,7 @@ class BaselineStore:
         this = self.identity.against(known[0]) if len(known) == 1 and len(files) == 1 else self.identity.describe()
         own = "without baselines of its own" if not self.file().methods else f"without some of them in {self.path.name}"
         return (
-            f"{what} held to another machine's baselines: {stored}; this is {this} (machine {self.identity.id}), "
+            f"{what} held to another machine's baselines: {stored}; this is {this}, machine {self.identity.id}, "
             f"{own}: `{self.update_command}` stores them"
         )
 

@@ -81,7 +81,7 @@ def test_two_machines_under_one_name_keep_their_own_figures_and_judge_each_other
         "speed judged coarsely (coarse_speedup_rtol 0.35), step cost and process memory not judged, portable figures "
         f"(acceptance, drafter weights, KV tokens lost) held to another machine's baselines: {zen5_file.name}, "
         "stored on AMD EPYC (AuthenticAMD family 26 model 2 stepping 1, Zen 5; AVX-512 bf16; L2 1 MiB, L3 32 MiB; 2 "
-        f"cores); this is AuthenticAMD family 25 model 17 stepping 1, Zen 4 (machine {ZEN4.id}), without baselines "
+        f"cores); this is AuthenticAMD family 25 model 17 stepping 1, Zen 4, machine {ZEN4.id}, without baselines "
         "of its own: `a gate run with profile fake, update_baselines` stores them"
     )
     # portable figures strictly: an acceptance loss fails there all the same
