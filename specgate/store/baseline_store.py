@@ -194,11 +194,14 @@ class BaselineStore:
 
     def upgrade(self) -> str:
         """'baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0' when the stored baselines were
-        measured with another vLLM than the running one, else ''."""
+        measured with another vLLM than the running one, else ''. A machine without a file of its own: those of
+        the other machines' files it was judged against."""
         try:
-            stored = measured_by(self.file())
+            names = set().union(*self.borrowed.values()) if not self.file().methods else set()
+            files = [f for f in self.others() if f.path.name in names] or [self.file()]
         except BaselineError:
             return ""
+        stored = sorted({line for f in files for line in measured_by(f)})
         running = machine.module_version("vllm")
         if not stored or {s.split(" (")[0] for s in stored} == {f"vLLM {running}"}:
             return ""
