@@ -100,3 +100,28 @@ def test_a_stored_identity_reads_back_as_the_same_machine_and_none_reads_as_none
     here = cpu_identity(ZEN4, caches(tmp_path))
     assert Identity.from_json(here.to_json()) == here and Identity.from_json(here.to_json()).id == here.id
     assert Identity.from_json(None) is None and Identity.from_json({}) is None
+
+
+def test_the_gpus_identity_asks_nvidia_smi_for_the_visible_devices_and_falls_back_to_torch(tmp_path, monkeypatch):
+    import sys
+    from types import SimpleNamespace
+
+    from specgate import machine
+
+    asked = tmp_path / "asked"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\necho "$@" > {asked}\nprintf "{H100_CAPPED.strip()}\\n"\n')
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    props = SimpleNamespace(name="NVIDIA H100 80GB HBM3", total_memory=81559 * 2**20, multi_processor_count=132)
+    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: 1, get_device_properties=lambda i: props)
+    monkeypatch.setitem(sys.modules, "torch", SimpleNamespace(cuda=cuda))
+    capped = machine.identity_of("NVIDIA H100 80GB HBM3", 1)
+    query = [f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits"]
+    assert asked.read_text().split() == [*query, "-i", "3"]  # the visible device alone
+    assert capped == gpu_identity(H100_CAPPED, [132])
+    smi.write_text("#!/bin/sh\nexit 9\n")  # a driver that does not answer: what torch knows
+    assert machine.identity_of("NVIDIA H100 80GB HBM3", 1).facts["gpus"] == [
+        {"name": "NVIDIA H100 80GB HBM3", "memory_mib": 81559, "sm_count": 132}
+    ]
