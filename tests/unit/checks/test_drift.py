@@ -173,6 +173,12 @@ def test_the_history_table_lists_each_update_with_its_vllm_and_marks_the_release
         ("0.31.0", 2.83),
     ]
     assert [(old, new) for _, old, new in cli_history.releases(rows)] == [("0.29.0", "0.30.0"), ("0.30.0", "0.31.0")]
+    # one hardware name's history: every identity's file of that name (here this machine's), and no other name's
+    named = history.read(repo, "fake", "cpu-test-2c")
+    assert [u.path for u in named.updates] == [u.path for u in h.updates] and named.updates[0].path.endswith(
+        f"cpu-test-2c.{machine.this_identity('cpu').id}.json"
+    )
+    assert history.read(repo, "fake", "cpu-other-2c").updates == []
 
 
 def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_after_the_updates(
