@@ -88,9 +88,9 @@ class Identity:
         return [
             ("name", str(f.get("name") or "?")),
             ("chip", chip + (f", {arch}" if arch else "")),
-            ("isa", _isa(f.get("flags", []))),
+            ("isa", _isa(f["flags"]) if "flags" in f else ""),
             ("caches", ", ".join(f"{k} {_size(v)}" for k, v in sorted(f.get("caches", {}).items()) if k[:2] >= "L2")),
-            ("cores", f"{f.get('cores')} core{'' if f.get('cores') == 1 else 's'}"),
+            ("cores", f"{f['cores']} core{'' if f['cores'] == 1 else 's'}" if f.get("cores") else ""),
         ]
 
     def describe(self) -> str:
@@ -105,7 +105,7 @@ class Identity:
         """What this machine is where it differs from `stored` ('family 25 model 17 stepping 1, Zen 4; 1 cores'),
         the flags that differ named where the summaries agree."""
         mine, theirs = dict(self.aspects()), dict(stored.aspects())
-        out = [w for k, w in mine.items() if theirs.get(k) != w]
+        out = [w for k, w in mine.items() if w and theirs.get(k) != w]
         flags = set(self.facts.get("flags", [])) ^ set(stored.facts.get("flags", []))
         if flags and mine.get("isa") == theirs.get("isa"):
             ours = set(self.facts.get("flags", []))
