@@ -319,9 +319,14 @@ def test_setup_gpu_installs_the_newest_supported_cuda_release_or_exactly_the_one
     assert f"the newest CUDA release specgate supports, {newest}" in proc.stdout
     proc, _, pin = _setup_gpu(tmp_path / "asked", VLLM_VERSION="0.33.0")
     assert proc.returncode == 0 and pin == "vllm==0.33.0", proc.stderr
-    proc, calls, pin = _setup_gpu(tmp_path / "untested", VLLM_VERSION="0.35.0")
+    major, minor, _ = releases.newest(releases.CUDA).key
+    untested = f"{major}.{minor + 1}.0"
+    proc, calls, pin = _setup_gpu(tmp_path / "untested", VLLM_VERSION=untested)
     assert proc.returncode == 1 and not pin and "-e .[gpu,dev]" not in calls
-    assert "VLLM_VERSION: vllm 0.35.0 is not a release specgate supports (vllm>=0.32.0,<0.35" in proc.stderr
+    assert (
+        f"VLLM_VERSION: vllm {untested} is not a release specgate supports ({releases.requirement('cuda')}"
+        in proc.stderr
+    )
     proc, calls, pin = _setup_gpu(tmp_path / "wheel", VLLM_REQUIREMENT="vllm @ https://example.invalid/vllm.whl")
     assert proc.returncode == 0 and not pin and "-e .[gpu,dev] vllm @ https://example.invalid/vllm.whl" in calls
 
