@@ -2,12 +2,15 @@
 pass, and the acceptance its trials moved held to the stored figure; a bug only large batches meet fails
 there, naming the level, the prompt and the position, while the level below passes."""
 
+import re
+
 import pytest
 
 from specgate.checks import Verdict
 from specgate.errors import EngineStalled
 from specgate.gates import gate_named
 from specgate.profile import load_profile
+from specgate.run.results import summary_lines
 from specgate.testing import FakeScript, fake_session
 
 from ..fakes import fake_profile
@@ -143,3 +146,7 @@ def test_after_the_engine_stalled_at_the_top_level_each_load_level_is_judged_on_
             as_the_plugin_runs(s, "load", "good", 4)
     with pytest.raises(EngineStalled, match="not judged"):  # the gates that need the engine still say so
         as_the_plugin_runs(s, "memory", "good")
+    (line,) = [line for line in summary_lines(s) if line.startswith("  good ")]  # the engine's line: wrong, then died
+    assert re.search(
+        r"good +load C=4: [1-9]\d* prompts diverged, then died: no progress" if wrong else r"good +died:", line
+    )
