@@ -65,7 +65,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
         elif r.boot_error:
             state = f"boot failed: {r.boot_error.reason or r.boot_error}"
         elif r.died:
-            state = f"died: {r.died.reason}"
+            state = f"{_wrong_before(session, r.method)}died: {r.died.reason}"
         else:
             state = f"boot {', '.join(f'{s:.1f}' for s in r.boot_s)} s" + (f" (runner {r.runner})" if r.runner else "")
             if r.longest_idle_s:
@@ -90,6 +90,19 @@ def summary_lines(session, outcomes=()) -> list[str]:
     if boots:
         lines.append(f"  warning: booted more than once: {boots} (tests reordered, or an engine was lost)")
     return lines
+
+
+def _wrong_before(session, method: str) -> str:
+    """'load C=16: 42 prompts diverged, then ' where the load gate found wrong tokens in what a method's engine
+    streamed (before it stopped, for the level where it stopped), else ''."""
+    said = [
+        f"load {key}: {row.value:.0f} prompts diverged"
+        for (m, gate, key), j in session.judgements.items()
+        if m == method and gate == LOAD
+        for row in j.rows
+        if row.metric == "diverged" and row.value
+    ]
+    return f"{', '.join(said)}, then " if said else ""
 
 
 def _spent(bucket: str, seconds: float) -> str:

@@ -200,8 +200,11 @@ class GateSession:
     def boot(self, method: str, gate: Gate | str | None = None) -> None:
         """Bring up `method`'s engine now (a boot failure raises EngineBootError). The baseline engine
         measured before a method booted (an xdist worker) is not booted a second time; a gate that
-        boots an engine of its own (the preemption scenario) does not boot the method's."""
-        if gate is not None and _entry(gate).own_engine:
+        boots an engine of its own (the preemption scenario) does not boot the method's, and one that judges
+        what the engine produced (the load gate) does not ask again for an engine that stopped: its check judges
+        what it streamed before it stopped."""
+        gate = _entry(gate) if gate is not None else None
+        if gate is not None and (gate.own_engine or (gate.after_stop and self.host.stopped(method))):
             return
         if not (method == BASELINE and self.store.reference_ready):
             with self._timed("boots" if not self.host.alive(method) else self._bucket(gate, method)):
