@@ -214,12 +214,15 @@ def pins(profile, methods, api) -> list:
     from specgate.store.revisions import models_of
 
     out: dict[str, Pin] = {}
+    asked: dict[tuple, str] = {}  # (repo, revision) -> commit: two methods loading one model ask the hub once
     for method in [profile.baseline, *methods]:
         for m in models_of(profile, method):
             todo = [k for k, v in ((m.key, m.pin), (m.code_key, m.code_pin)) if k and k not in out and not is_commit(v)]
             if not m.hub or not todo:
                 continue
-            commit = model_info(api, m.ref, m.pin).sha
+            if (m.ref, m.pin) not in asked:
+                asked[m.ref, m.pin] = model_info(api, m.ref, m.pin).sha
+            commit = asked[m.ref, m.pin]
             for key in todo:
                 out[key] = Pin(key, commit, f"{m.ref} at {m.pin or 'its default branch'} on {_today()}")
     return list(out.values())
