@@ -25,11 +25,13 @@ shutdown own. A user's own regression belongs in their own boot hook (specgate.h
 from __future__ import annotations
 
 from specgate.engines import batch_plants
-from specgate.profile.plants import FRONTEND, split
+from specgate.profile.plants import FRONTEND, names, split
 
 
 def install(worker, name: str) -> bool:
-    """Runs inside the vLLM worker: put plant `name` into this worker's model runner."""
+    """Runs inside the vLLM worker: put plant `name` (several: 'a + b') into this worker's model runner."""
+    if len(parts := names(name)) > 1:
+        return all([install(worker, part) for part in parts])
     runner = worker.model_runner
     if not hasattr(runner, "_update_states") or not hasattr(runner, "rejection_sampler"):
         return False  # not V1's runner
@@ -61,7 +63,10 @@ def install(worker, name: str) -> bool:
 
 def install_frontend(client, name: str):
     """In this process: the front end's share of plant `name` on engine `client` (vLLM's AsyncLLM) alone;
-    returns a callable that undoes a patch shared with other engines (None when there is none)."""
+    returns a callable that undoes a patch shared with other engines (None when there is none). Of several plants
+    ('a + b') one at most has a front-end share (the profile checks it)."""
+    if len(parts := names(name)) > 1:
+        return next((undo for part in parts if (undo := install_frontend(client, part)) is not None), None)
     name, _ = split(name)
     if name not in FRONTEND:
         return None

@@ -6,6 +6,7 @@ speculative decoding, placed where only one of the gate's checks can see it.
     PLANTS[name] = (what it breaks, who sees it)
     FRONTEND                           the plants with a share in the front end (vLLM's AsyncLLM)
     split("verify_temperature_scaled:0.2") -> ("verify_temperature_scaled", 0.2)
+    names("a + b:13") -> ["a", "b:13"]      a method's plants (two plants that different checks see share an engine)
 
 The profile checks a method's plant against these when it is resolved; specgate.engines.plants installs them
 into an engine at boot. Nothing here imports vLLM.
@@ -137,3 +138,8 @@ def split(plant: str) -> tuple[str, float | None]:
     """'verify_temperature_scaled:0.2' -> ('verify_temperature_scaled', 0.2); a plain name has no strength."""
     name, _, value = plant.partition(":")
     return name, float(value) if value else None
+
+
+def names(plant: str) -> list[str]:
+    """A method's plants: 'corrupt_near_max_model_len + drafts_stop_in_large_batches:13' -> both, in order."""
+    return [part.strip() for part in plant.split("+") if part.strip()]

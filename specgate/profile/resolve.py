@@ -75,26 +75,31 @@ def _method(check: Checker, method: Method, root: Path) -> Method:
         if key in kwargs:
             kwargs[key] = model_ref(check, prefix + "engine.kwargs." + key, kwargs[key], root)
     if method.plant:
-        from specgate.profile.plants import PLANTS, STRENGTHS, split
+        _check_plants(check, prefix + "plant", method.plant)
+    return replace(method, speculative_config=sc, engine_kwargs=kwargs)
 
+
+def _check_plants(check: Checker, key: str, plant: str) -> None:
+    """Each of a method's plants known, with the strength it takes; at most one with a share in the front end."""
+    from specgate.profile.plants import FRONTEND, PLANTS, STRENGTHS, names, split
+
+    for part in names(plant):
         try:
-            name, strength = split(method.plant)
+            name, strength = split(part)
         except ValueError:
-            raise check.fail(prefix + "plant", f"{method.plant!r}: a strength is a number (name:0.2).") from None
+            raise check.fail(key, f"{part!r}: a strength is a number (name:0.2).") from None
         if name not in PLANTS:
-            raise check.fail(
-                prefix + "plant",
-                f"is not a known plant{did_you_mean(name, PLANTS)}; known: {', '.join(PLANTS)}.",
-            )
+            raise check.fail(key, f"is not a known plant{did_you_mean(name, PLANTS)}; known: {', '.join(PLANTS)}.")
         rule = STRENGTHS.get(name)
         if (strength is not None) != (rule is not None) or (rule is not None and not rule[0](strength)):
             raise check.fail(
-                prefix + "plant",
-                f"{method.plant!r}: "
-                + "; ".join(f"{plant} takes {says}" for plant, (_, says) in STRENGTHS.items())
+                key,
+                f"{part!r}: "
+                + "; ".join(f"{known} takes {says}" for known, (_, says) in STRENGTHS.items())
                 + ", the other plants none.",
             )
-    return replace(method, speculative_config=sc, engine_kwargs=kwargs)
+    if len([n for n in names(plant) if split(n)[0] in FRONTEND]) > 1:
+        raise check.fail(key, f"{plant!r}: one plant with a share in the front end a method ({', '.join(FRONTEND)}).")
 
 
 def _check_offered(check: Checker, key: str, kind: str) -> None:

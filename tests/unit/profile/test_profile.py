@@ -238,6 +238,22 @@ def test_a_plants_strength_is_for_the_plant_that_takes_one(tmp_path):
     assert load_text(tmp_path, planted).methods["ngram"].plant == "verify_temperature_scaled:0.25"
 
 
+def test_a_method_takes_two_plants_each_checked_and_one_with_a_front_end_share_at_most(tmp_path):
+    def planted(plant):
+        return load_text(tmp_path, GOOD.replace("[methods.eagle]", f'plant = "{plant}"\n[methods.eagle]'))
+
+    two = "corrupt_near_max_model_len + drafts_stop_in_large_batches:13"
+    assert planted(two).methods["ngram"].plant == two
+    for plant, says in (
+        ("corrupt_near_max_model_len + drafts_stop_in_large_batches:1", "drafts_stop_in_large_batches:1"),
+        ("corrupt_near_max_model_len + verify_emits_drafts", "did you mean 'verify_emits_draft'"),
+        ("stop_trims_text_not_ids + logprobs_one_late", "one plant with a share in the front end"),
+    ):
+        with pytest.raises(ProfileError, match=r"key 'methods\.ngram\.plant'") as failed:
+            planted(plant)
+        assert says in str(failed.value), failed.value
+
+
 def test_known_issues_are_read_and_name_methods_of_the_profile(tmp_path):
     entry = (
         '[known_issues."vllm#1"]\ncheck = "requests"\ncases = ["sampled"]\nmethods = ["ngram"]\n'
