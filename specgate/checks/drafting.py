@@ -10,6 +10,7 @@ steps that drafted and the draft tokens proposed per output token (specgate.figu
                                                                    per output token also x (1 + rtol): its policy
     rows(record, stored, rtol, schedule, **where) -> [Row]        the same figures for the results table
     batch_k(schedule, batch) -> k                                  what a schedule drafts at a batch size
+    unjudged(judgements, update) -> line or ''                     the keys whose stored record predates them
 
 A figure of the existing checks, not a gate of its own: it qualifies their acceptance length, is stored in their
 records (the portable group) and read from the same step of the run; a gate of its own would add a row per
@@ -112,3 +113,22 @@ def rows(record: dict, stored: dict | None, rtol: float, schedule=None, **where)
             ceiling = b * (1 + rtol)
             out.append(Row(POLICY, value, b, ceiling, failing=value > ceiling + ROUNDING, **where))
     return out
+
+
+def unjudged(judgements, update: str) -> str:
+    """The summary's line for the acceptance and load keys whose stored record was written before drafting was
+    measured (an acceptance length stored, no draft share): their figures are shown, not judged, until `update`
+    (the command that stores them) writes them; '' when there is none."""
+    keys = []
+    for j in judgements:
+        shown = {r.metric: r for r in j.rows if r.position is None}
+        head, share = shown.get("mean_acceptance_length"), shown.get(DRAFT_SHARE)
+        if head is not None and head.baseline is not None and share is not None and share.baseline is None:
+            keys.append(f"{j.method} {j.key}")
+    if not keys:
+        return ""
+    return (
+        f"drafted steps (draft share, draft tokens per output token) shown, not judged, at {len(keys)} key(s) "
+        f"({', '.join(keys[:6])}{', ...' if len(keys) > 6 else ''}): their stored figures were written before "
+        f"drafting was measured; `{update}` stores them"
+    )

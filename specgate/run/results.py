@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate import machine
-from specgate.checks import Basis
+from specgate.checks import Basis, drafting
 from specgate.checks.speedup import COARSE
 from specgate.figures.acceptance import DRAFT_SHARE
 from specgate.gates import ACCEPTANCE, EQUIVALENCE, GATES, LOAD, MEMORY, SPEEDUP
@@ -154,6 +154,8 @@ def header_lines(session) -> list[str]:
         )
     if upgrade := session.baselines.upgrade():
         lines.append(upgrade)
+    if older := drafting.unjudged(session.judgements.values(), session.baselines.update_command):
+        lines.append(older)
     lines += known_issue_lines(session)
     inputs = session.plan.inputs
     load = inputs.speedup_inputs()

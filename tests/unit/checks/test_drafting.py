@@ -9,6 +9,7 @@ import pytest
 from specgate.checks import Verdict, drafting
 from specgate.figures.acceptance import Drafting, SpecCounters
 from specgate.profile import load_profile
+from specgate.run.results import header_lines
 from specgate.testing import FakeScript, fake_session
 
 from ..fakes import fake_profile
@@ -38,6 +39,9 @@ def test_each_figure_is_a_floor_and_a_schedules_draft_tokens_a_ceiling_too():
     (ceiling,) = [b for b in policy if b.ceiling]
     assert ceiling.fails().startswith("draft tokens per output token (policy): measured 0.5, baseline 0.4")
     assert "ceiling 0.42" in ceiling.fails() and "a step of 16 requests drafts 1" in ceiling.fails()
+    # the policy both ways: fewer draft tokens than the schedule gave before fails its floor, the ceiling holds
+    fewer = drafting.bounds(now, {"draft_tokens_per_token": 0.6}, 0.05, [[1, 2, 2], [3, 256, 1]], "vLLM 0.32.0", 16)
+    assert [b.ceiling for b in fewer if b.fails()] == [False] and "floor 0.57" in fewer[0].fails()
     assert drafting.bounds(now, None, 0.05) == [] and drafting.bounds(now, {"mean_acceptance_length": 2}, 0.05) == []
 
 
@@ -116,3 +120,6 @@ def test_figures_stored_before_drafting_was_measured_are_not_judged(tmp_path, ga
     assert j.verdict is Verdict.PASS
     shown = {r.metric: r for r in j.rows}
     assert shown["draft_share"].value is not None and shown["draft_share"].bound is None
+    # and the summary says so once, with the command that stores them
+    (line,) = [line for line in header_lines(s) if line.startswith("drafted steps")]
+    assert f"shown, not judged, at 1 key(s) (good {j.key})" in line and s.baselines.update_command in line
