@@ -79,19 +79,29 @@ if [ -n "${VLLM_VERSION:-}" ]; then
 fi
 "${pip[@]}" install "${constraints[@]}" -e '.[gpu,dev]' ${VLLM_REQUIREMENT:+"$VLLM_REQUIREMENT"}
 
-# Suffix decoding (arctic-inference) is an sdist: it needs a C++20 compiler and the Python headers,
-# and its build pulls torch. Without them the suite installs without it and suffix methods skip,
-# saying why.
+# Suffix decoding: vLLM 0.34's Model Runner V2 has a suffix speculator of its own (spec_decode/suffix/ of its
+# V2 runner), which needs no arctic-inference; the releases before it draft suffix with arctic-inference.
+# That is an sdist: it needs a C++20 compiler and the Python headers, and its build pulls torch. Without them
+# the suite installs without it and suffix methods skip, saying why.
+own_suffix=$("$VENV/bin/python" - 2> /dev/null << 'PY'
+import importlib.util, os
+spec = importlib.util.find_spec("vllm")
+roots = list(spec.submodule_search_locations or []) if spec else []
+print(next((r for r in roots if os.path.isdir(os.path.join(r, "v1", "worker", "gpu", "spec_decode", "suffix"))), ""))
+PY
+)
 suffix_problem=""
 cxx=${CXX:-$(command -v g++ || command -v clang++ || true)}
-if [ -z "$cxx" ]; then
+if [ -n "$own_suffix" ]; then
+  say "suffix decoding: this vLLM's Model Runner V2 drafts it itself ($own_suffix/v1/worker/gpu/spec_decode/suffix): arctic-inference not installed"
+elif [ -z "$cxx" ]; then
   suffix_problem="no C++ compiler (install g++ >= 10 or clang++ >= 12)"
 elif ! echo 'int main() { return 0; }' | "$cxx" -std=c++20 -x c++ - -o /dev/null 2> /dev/null; then
   suffix_problem="$cxx cannot compile C++20 (install g++ >= 10 or clang++ >= 12)"
 elif ! "$VENV/bin/python" -c 'import sysconfig, os, sys; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
   suffix_problem="the Python headers are missing (install python3-dev for $("$VENV/bin/python" -V 2>&1))"
 fi
-if [ -z "$suffix_problem" ] && ! "${pip[@]}" install "${constraints[@]}" -e '.[suffix]'; then
+if [ -z "$own_suffix" ] && [ -z "$suffix_problem" ] && ! "${pip[@]}" install "${constraints[@]}" -e '.[suffix]'; then
   suffix_problem="pip could not build arctic-inference (see the log above)"
 fi
 if [ -n "$suffix_problem" ]; then

@@ -26,7 +26,7 @@ from specgate.sampler import v2 as rejection_v2
 
 from . import expectations, properties
 from .mutants import ReusesUniformsAcrossSteps
-from .samplers import Subject, ids, subjects
+from .samplers import Subject, ids, statistical, subjects
 from .strategies import STEPS_CASE
 
 pytestmark = pytest.mark.correctness
@@ -64,7 +64,7 @@ def release_of(subject: Subject) -> str:
     return ""
 
 
-@pytest.mark.parametrize("subject", STEPS, ids=ids(STEPS))
+@pytest.mark.parametrize("subject", statistical(STEPS))
 def test_first_tokens_across_steps_follow_the_target(built, subject, request):
     """Lossless across steps: a request's first tokens have the target's joint law (strict xfail on 0.32's
     block verification)."""

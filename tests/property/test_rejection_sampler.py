@@ -17,7 +17,7 @@ from scipy import stats
 from specgate.sampler.reference import emitted_tokens
 
 from . import expectations, properties, rule_properties
-from .samplers import Subject, ids, subjects
+from .samplers import Subject, ids, statistical, subjects
 from .strategies import (
     BLOCK_CASE,
     BONUS_CASE,
@@ -47,7 +47,7 @@ def cases_for(subject: Subject, *, with_drafts: bool = False) -> list:
 
 
 def subject_cases(items, **kwargs) -> list:
-    return [pytest.param(s, c, id=f"{s.name}-{c.name}") for s in items for c in cases_for(s, **kwargs)]
+    return statistical(items, lambda s: cases_for(s, **kwargs))
 
 
 @pytest.mark.parametrize("subject", LOSSLESS, ids=ids(LOSSLESS))

@@ -114,3 +114,21 @@ def test_specgates_layout_agrees_with_the_engines_gather(built, release, rule):
         )
 
     paths_agree()
+
+
+def test_the_statistical_cases_sample_the_newest_release_and_skip_the_older_ones_saying_why(monkeypatch):
+    from specgate.vllm_compat.releases import version_key
+
+    from . import samplers
+
+    monkeypatch.setattr(samplers, "V2_RELEASES", ("0.32.0", "0.34.0", "0.33.0"))
+    monkeypatch.delenv(samplers.STATISTICS_VARIABLE, raising=False)
+    assert max(samplers.V2_RELEASES, key=version_key) == "0.34.0"
+    assert samplers.statistics_skipped(Subject("v2", "standard", "0.34.0")) == ""
+    assert samplers.statistics_skipped(Subject("reference", "standard")) == ""
+    said = samplers.statistics_skipped(Subject("v2", "block", "0.33.0"))
+    assert "newest release under test only (0.34.0)" in said and "0.33.0" in said, said
+    params = samplers.statistical([Subject("v2", "block", "0.32.0"), Subject("v2", "block", "0.34.0")])
+    assert [bool(p.marks) for p in params] == [True, False]
+    monkeypatch.setenv(samplers.STATISTICS_VARIABLE, "all")
+    assert samplers.statistics_skipped(Subject("v2", "block", "0.33.0")) == ""

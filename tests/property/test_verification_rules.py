@@ -15,6 +15,7 @@ from .samplers import (
     FLY_WINDOW,
     SYNTHETIC_LENGTH,
     ids,
+    statistical,
     subjects,
     synthetic_rates,
 )
@@ -53,12 +54,12 @@ def test_requests_in_one_batch_do_not_affect_each_other(built, subject):
     holds_on_batches(built(subject), batches(seeded=True), properties.check_requests_do_not_affect_each_other)
 
 
-@pytest.mark.parametrize("subject", SYNTHETIC, ids=ids(SYNTHETIC))
+@pytest.mark.parametrize("subject", statistical(SYNTHETIC))
 def test_synthetic_acceptance_follows_the_configured_rates(built, subject):
     rule_properties.check_synthetic_acceptance_rates(built(subject), NGRAM_CASE, synthetic_rates(subject))
 
 
-@pytest.mark.parametrize("subject", SYNTHETIC_BY_LENGTH, ids=ids(SYNTHETIC_BY_LENGTH))
+@pytest.mark.parametrize("subject", statistical(SYNTHETIC_BY_LENGTH))
 def test_synthetic_acceptance_length_is_the_mean_emitted_per_step(built, subject):
     sampler = built(subject)
     rule_properties.check_synthetic_acceptance_length(sampler, NGRAM_CASE, SYNTHETIC_LENGTH)
@@ -87,11 +88,11 @@ def test_fly_greedy_rows_with_low_entropy_are_the_per_token_rule(built, subject)
     )
 
 
-@pytest.mark.parametrize("subject", FLY, ids=ids(FLY))
+@pytest.mark.parametrize("subject", statistical(FLY))
 def test_fly_is_lossless_where_its_gate_is_shut(built, subject):
     properties.check_emitted_tokens_follow_target(built(subject), FLY_LOW_CASE)
 
 
-@pytest.mark.parametrize("subject", FLY, ids=ids(FLY))
+@pytest.mark.parametrize("subject", statistical(FLY))
 def test_fly_divergence_share_is_measured_and_bounded(built, subject):
     rule_properties.check_fly_divergence_share(built(subject), FLY_HIGH_CASE, *FLY_PARAMS)

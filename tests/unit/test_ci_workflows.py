@@ -285,14 +285,16 @@ def test_setup_script_is_executable_bash():
         subprocess.run(["shellcheck", str(SETUP)], check=True)
 
 
-def _setup_gpu(tmp_path, **env) -> tuple[subprocess.CompletedProcess, str, str]:
+def _setup_gpu(tmp_path, script_says: str = "", **env) -> tuple[subprocess.CompletedProcess, str, str]:
     """ci/setup-gpu.sh against stand-ins: an `nvidia-smi` that lists one GPU and a venv whose python logs
-    each call and does nothing (no pip runs, no vLLM is installed). (the run, the venv's calls, the pin file)"""
+    each call and does nothing (no pip runs, no vLLM is installed) but print `script_says` for a script read
+    from stdin. (the run, the venv's calls, the pin file)"""
     bin_dir, venv = tmp_path / "bin", tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     bin_dir.mkdir()
     log = tmp_path / "calls.log"
-    for path, body in ((bin_dir / "nvidia-smi", "echo 0"), (venv / "bin" / "python", f'echo "$*" >> {log}')):
+    python = f'echo "$*" >> {log}\nif [ "${{1:-}}" = - ]; then cat > /dev/null; echo "{script_says}"; fi'
+    for path, body in ((bin_dir / "nvidia-smi", "echo 0"), (venv / "bin" / "python", python)):
         path.write_text(f"#!/usr/bin/env bash\n{body}\n")
         path.chmod(0o755)
     environ = {
@@ -416,3 +418,19 @@ def test_the_projects_ci_says_which_instance_ran_it_and_what_each_stage_cost(tmp
     busy = re.search(r"^=== ci: the machine was busy (\d+) CPU-s over these \d+ s \(\d+ cores\)$", said, re.M)
     assert busy and int(busy.group(1)) >= 1, said
     assert said.rstrip().endswith(" s of 5400")
+
+
+def test_setup_gpu_builds_arctic_inference_only_for_a_vllm_without_its_own_suffix_speculator(tmp_path):
+    """vLLM 0.34's V2 drafts suffix itself (v1/worker/gpu/spec_decode/suffix/): no sdist build, no warning that
+    suffix methods will skip; before 0.34 the build is tried (here: no compiler, so the warning)."""
+    proc, calls, _ = _setup_gpu(tmp_path / "own", script_says="/venv/lib/vllm")
+    assert proc.returncode == 0, proc.stderr
+    assert (
+        "this vLLM's Model Runner V2 drafts it itself (/venv/lib/vllm/v1/worker/gpu/spec_decode/suffix)" in proc.stdout
+    )
+    assert "-e .[suffix]" not in calls and "suffix decoding unavailable" not in proc.stdout
+    proc, _, _ = _setup_gpu(tmp_path / "older")
+    assert proc.returncode == 0, proc.stderr
+    assert "suffix decoding unavailable: no C++ compiler" in proc.stdout or "cannot compile C++20" in proc.stdout, (
+        proc.stdout
+    )
