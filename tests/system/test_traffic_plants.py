@@ -7,7 +7,10 @@ trials each):
   wrong token at the first rejection there (C = 16 fails naming the level, the prompt and the position: an
   output, not a stall), and eagle3 doing the same and then wedging its engine core in its first trial at C = 16
   (issue 74: C = 16 fails on the wrong tokens its warm-up and that trial streamed, then says the stall; C = 1,
-  which ended before it, is judged as usual; the engine's processes are stopped, none is left);
+  which ended before it, is judged as usual; the engine's processes are stopped, none is left), and eagle, whose
+  drafts are lost for every other step of each request there (issue 74: C = 16 fails on the share of decode steps
+  that drafted and the draft tokens per output token alone, specgate/checks/drafting.py; its outputs and the
+  acceptance of the steps that drafted hold; its engine is the edges' below: no boot is added);
 - the edges scenario (specgate/checks/edges.py): eagle giving the wrong token within a draft window of
   max_model_len (the context_edge class), draft_model keeping one token a step after a split prefill (the split
   class accepts fewer drafts than its prompts sent one at a time, prefilled whole), and medusa, whose real
@@ -46,6 +49,10 @@ LOAD = {  # method -> (plant, what its C = 16 failure says)
 # Its engine stops at C = 16 (cpu-tiny's stall_timeout_s, 120 s, later): its tests after that need no engine (load)
 # or say "not judged". (60 s was tried: a boot's silent import of vLLM passed it on a busy machine.)
 WEDGED = "eagle3"
+# A second plant on an engine the edges boot anyway: it fires only in batches of 13 or more (the edges' hold 6 at
+# most, the greedy pass 12), its edge plant only within a draft window of max_model_len (the load's outputs end far
+# below it): neither sees the other's
+DRAFTED = ("eagle", "drafts_stop_in_large_batches:13", "C=16: share of decode steps that drafted: measured")
 EDGES = {  # method -> (plant or None, the failing case, what its failure says)
     # (its wrong tokens are not in the logprobs vLLM returns for them: inconsistent before they differ)
     "eagle": ("corrupt_near_max_model_len", "context_edge", "context_edge: case context_edge@"),
@@ -53,9 +60,9 @@ EDGES = {  # method -> (plant or None, the failing case, what its failure says)
 }
 UNLISTED = ("medusa", "counted_past_end", "past the end of its output")  # out of vllm#56101's entry
 PLAIN = ("equivalence", "acceptance", "memory", "lifecycle")
-SELECT = (  # (eagle's ids are [eagle-C=1] and [eagle]: "eagle" alone would take eagle3's out too)
+SELECT = (
     "not (structured_output_matches or prefix_soak or requests or preemption or endpoint) "
-    "and not ((speedup or at_each_concurrency) and ([eagle- or [eagle] or draft_model))"
+    "and not ((speedup or at_each_concurrency) and draft_model)"
 )
 
 
@@ -67,9 +74,12 @@ def planted_profile(path):
     text = text.replace("concurrency = [1, 4, 16]", "concurrency = [1, 16]", 1)
     assert "\ntrials = 4\n" in text, "cpu-tiny.toml's [speedup] trials line changed: update planted_profile"
     text = text.replace("\ntrials = 4\n", "\ntrials = 2\n", 1)  # the load gate reads the trials' counters: two do
-    for name, plant in [(m, p) for m, (p, _) in LOAD.items()] + [(m, p) for m, (p, _, _) in EDGES.items()]:
+    planted = {m: [p] for m, (p, _) in LOAD.items()}
+    for method, plant in [(m, p) for m, (p, _, _) in EDGES.items()] + [DRAFTED[:2]]:
+        planted.setdefault(method, []).append(plant)
+    for name, these in planted.items():
         head = f"[methods.{name}]\n"
-        text = text.replace(head, f'{head}plant = "{plant}"\n', 1)
+        text = text.replace(head, f'{head}plant = "{" + ".join(these)}"\n', 1)
     entry = text.index('[known_issues."vllm#56101"]')
     line = re.search(r"methods = \[[^\]]*\]", text[entry:])
     unlisted = UNLISTED[0]
@@ -122,6 +132,19 @@ def test_the_load_gate_fails_at_the_large_batch_level_only(planted):
             r"prompt \S+ \(\w+\): \d+ of its \d+ requests differ; first \(.*\) at token \d+: baseline .* vs method",
             said,
         ), said[:2000]
+
+
+def test_drafts_lost_in_large_batches_fail_the_drafted_steps_at_that_level_alone(planted):
+    """eagle drafts at every step unplanted (a share of 1): at C = 16 it fails on how often it drafted and on
+    nothing else, its acceptance length held; C = 1 passes."""
+    method, plant, says = DRAFTED
+    load = of(planted.outcome, method, "load")
+    assert load["C=1"]["outcome"] == "passed", (plant, load["C=1"]["message"][:500])
+    said = load["C=16"]["message"]
+    assert load["C=16"]["outcome"] == "failed" and says in said, (plant, said[:2000])
+    failing = [line for line in said.splitlines() if line.strip()]
+    assert all("decode steps that drafted" in line or "draft tokens per output token" in line for line in failing), said
+    print(f"{plant}: load C=1 passes; load C=16 fails: {said[:600]}")
 
 
 def test_a_stall_after_wrong_tokens_reads_as_the_wrong_tokens_then_the_stall(planted):
