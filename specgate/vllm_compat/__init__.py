@@ -53,7 +53,13 @@ from specgate.vllm_compat.internals import (
     Internal,
 )
 from specgate.vllm_compat.lookup import load, problems
-from specgate.vllm_compat.release import literal_from_source, literal_values, release, speculative_methods
+from specgate.vllm_compat.release import (
+    literal_from_source,
+    literal_values,
+    release,
+    speculative_methods,
+    v2_suffix_speculator,
+)
 from specgate.vllm_compat.runner import (
     TP_SPLIT_ALONG,
     TP_WHOLE,
@@ -121,4 +127,5 @@ __all__ = [
     "tokens_prompt",
     "use_cpu_kernels",
     "v2_input_batch",
+    "v2_suffix_speculator",
 ]

@@ -38,16 +38,34 @@ def speculative_methods() -> tuple[str, ...]:
 
     if "vllm.config.speculative" in sys.modules:
         return tuple(dict.fromkeys(literal_values(load("vllm.config.speculative:SpeculativeMethod"))))
+    root = _vllm_root()
+    if root is None:
+        return ()
+    source = root / "config" / "speculative.py"
+    return tuple(dict.fromkeys(literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
+
+
+V2_SUFFIX = "vllm/v1/worker/gpu/spec_decode/suffix/speculator.py"  # Model Runner V2's own suffix decoding (0.34+)
+
+
+def v2_suffix_speculator() -> bool:
+    """Whether the installed vLLM's Model Runner V2 has a suffix speculator of its own (0.34's SuffixSpeculator:
+    no arctic-inference; before it, suffix decoding is V1's, through arctic-inference, and V2 refuses it). Read
+    from the files, without importing vLLM."""
+    root = _vllm_root()
+    return root is not None and (root.parent / V2_SUFFIX).is_file()
+
+
+def _vllm_root() -> Path | None:
     import importlib.util
 
     try:
         spec = importlib.util.find_spec("vllm")
     except (ImportError, ValueError):
-        spec = None
+        return None
     if spec is None or not spec.submodule_search_locations:
-        return ()
-    source = Path(list(spec.submodule_search_locations)[0]) / "config" / "speculative.py"
-    return tuple(dict.fromkeys(literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
 
 
 def literal_from_source(text: str, name: str) -> list[str]:
