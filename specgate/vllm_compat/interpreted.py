@@ -70,8 +70,11 @@ def triton_cpu_installed() -> bool:
 
 
 def environment() -> dict[str, str]:
-    """The variables an engine's processes need (PYTHONPATH aside: SITE_DIR goes on it, engine_args puts it)."""
-    return {"TRITON_INTERPRET": "1", FLAG: "1"}
+    """The variables an engine's processes need (PYTHONPATH aside: SITE_DIR goes on it, engine_args puts it). An
+    interpreted step takes 10-100x a compiled one: vLLM's own limit on one (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS,
+    300 s) stopped a draft model's step of 96 sampled requests on a busy 2-core machine (load ~25, 2026-12-07),
+    so it is raised, and the suite's own no-progress deadline (the profile's stall_timeout_s) bounds a step."""
+    return {"TRITON_INTERPRET": "1", FLAG: "1", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3600"}
 
 
 def install() -> list[str]:
