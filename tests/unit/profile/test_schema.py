@@ -117,7 +117,14 @@ def test_every_setting_is_documented_and_every_table_lists_exactly_its_settings(
         "scenarios",
         "known_issues",
     }
-    assert set(allowed(Profile, "engine")) == {"kwargs", "env", "boot_timeout_s", "stall_timeout_s", "cpu_flags"}
+    assert set(allowed(Profile, "engine")) == {
+        "kwargs",
+        "env",
+        "boot_timeout_s",
+        "stall_timeout_s",
+        "cpu_flags",
+        "model_runner",
+    }
     assert set(allowed(Method)) == {
         "speculative_config",
         "engine",
