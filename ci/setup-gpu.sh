@@ -4,9 +4,11 @@
 # CUDA build of vLLM into .venv. Safe to run again; pip's own cache keeps reinstalls short.
 #
 # Environment (all optional):
-#   VLLM_VERSION   install exactly this vLLM (e.g. 0.32.0); empty = the newest on PyPI
+#   VLLM_VERSION   install exactly this vLLM (e.g. 0.33.0); empty = the newest CUDA release specgate supports
+#                  (specgate/vllm_compat/releases.py: `python3 specgate/vllm_compat/releases.py cuda`). One the
+#                  suite does not support stops here, naming those it does.
 #   VLLM_REQUIREMENT  install this vLLM instead: a wheel file, a URL (a nightly per-commit wheel) or a pip
-#                  requirement (`specgate bisect --candidates` builds its venvs with it)
+#                  requirement (`specgate bisect --candidates` builds its venvs with it); nothing is pinned then
 #   SPECGATE_GPUS  GPUs the profile needs (1; 4 for tensor_parallel_size 4). The first N visible are pinned.
 #   HF_HOME        model cache; default $HOME/.cache/huggingface. Put it on a disk that outlives jobs.
 #   HF_TOKEN       hub token for gated models (Llama); never printed
@@ -61,8 +63,15 @@ command -v "$PY" > /dev/null || die "$PY not found: install Python >= 3.11 (or s
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check --no-input)
 "${pip[@]}" install -q --upgrade pip
 constraints=()
+if [ -z "${VLLM_VERSION:-}" ] && [ -z "${VLLM_REQUIREMENT:-}" ]; then
+  VLLM_VERSION=$("$PY" specgate/vllm_compat/releases.py cuda --newest)
+  say "VLLM_VERSION not set: the newest CUDA release specgate supports, $VLLM_VERSION"
+fi
 if [ -n "${VLLM_VERSION:-}" ]; then
   [[ $VLLM_VERSION =~ ^[0-9A-Za-z.+!-]+$ ]] || die "VLLM_VERSION '$VLLM_VERSION' is not a version number."
+  if [[ $VLLM_VERSION =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] && ! problem=$("$PY" specgate/vllm_compat/releases.py cuda --check "$VLLM_VERSION" 2>&1); then
+    die "VLLM_VERSION: $problem"
+  fi
   pin_file="$VENV/vllm-pin.txt"
   echo "vllm==$VLLM_VERSION" > "$pin_file"
   constraints=(-c "$pin_file")

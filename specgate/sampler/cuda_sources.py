@@ -2,10 +2,10 @@
 
 Model Runner V2's sampler is Python and Triton, so a CUDA wheel's `.py` files are enough to run it on
 a CPU in Triton's interpreter (specgate.sampler.v2) and to read its internals without importing
-them (tests/contract/, `SPECGATE_VLLM_SOURCE=DIR`). `python -m specgate.sampler.cuda_sources 0.32.0 0.33.0`
-(run by ci/setup-cpu.sh) fetches each release once: `pip download --no-deps vllm==R`, then only the
-`.py` files and the dist-info are kept (about 60 MB per release). `$SPECGATE_VLLM_CUDA_SRC`
-moves the cache.
+them (tests/contract/, `SPECGATE_VLLM_SOURCE=DIR`). `python -m specgate.sampler.cuda_sources [RELEASE ...]`
+(run by ci/setup-cpu.sh; without releases: every CUDA release of specgate/vllm_compat/releases.py)
+fetches each release once: `pip download --no-deps vllm==R`, then only the `.py` files and the
+dist-info are kept (about 60 MB per release). `$SPECGATE_VLLM_CUDA_SRC` moves the cache.
 """
 
 from __future__ import annotations
@@ -20,7 +20,10 @@ import tempfile
 import zipfile
 from pathlib import Path
 
-RELEASES = ("0.32.0", "0.33.0")  # the CUDA releases the suite supports (pyproject: vllm >= 0.32, < 0.34)
+from specgate.vllm_compat import releases
+
+# the CUDA releases the suite supports, oldest first (specgate/vllm_compat/releases.py)
+RELEASES = tuple(r.version for r in reversed(releases.supported(releases.CUDA)))
 HOW_TO_FETCH = "run ci/setup-cpu.sh (or python -m specgate.sampler.cuda_sources RELEASE)"
 
 

@@ -99,10 +99,21 @@ class V2Sampler:
         if len(requests) < SPLIT_FROM or self.source is None:  # a GPU needs no second worker
             return workers(self.source, 1)[0].call("sample", (requests, seed, *args))
         parts = np.array_split(np.arange(len(requests)), PARALLEL)
-        pool = workers(self.source, PARALLEL)
-        for j, (w, part) in enumerate(zip(pool, parts)):
-            w.send("sample", ([requests[i] for i in part], PARALLEL * seed + j, *args))
-        rows = [w.receive() for w in pool]
+        sent, rows, failure = [], [], None
+        for j, (w, part) in enumerate(zip(workers(self.source, PARALLEL), parts)):
+            try:
+                w.send("sample", ([requests[i] for i in part], PARALLEL * seed + j, *args))
+            except V2Unavailable as exc:
+                failure = exc
+                break
+            sent.append(w)
+        for w in sent:  # every reply is read, also after one worker erred: none is left for the next batch
+            try:
+                rows.append(w.receive())
+            except RuntimeError as exc:  # the worker's error reply, or V2Unavailable: it died
+                failure = failure or exc
+        if failure is not None:
+            raise failure
         width = max(r.shape[1] for r in rows)
         return np.concatenate([np.pad(r, ((0, 0), (0, width - r.shape[1])), constant_values=-1) for r in rows])
 

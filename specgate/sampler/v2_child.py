@@ -19,7 +19,8 @@ the drafts, row k is the bonus. P is the request's `position`, or PROMPT_LEN + O
 request without one; the prefill is PROMPT_LEN tokens either way, so a step that starts at P >=
 PROMPT_LEN is a decode step as the runner sees one (`num_computed_tokens` = P, the positions P + j
 from `prepare_pos_seq_lens`, input_batch.py 0.32:374-381). Draft distributions go in as V2 keeps
-them, pre-temperature: `draft_logits[slot, j] = T * log q_j` (the kernels divide by T). Out of V2
+them, pre-temperature: `draft_logits[slot, j] = T * log q_j` (the kernels divide by T), a tensor until
+0.33 and a replicated `DraftLogitsCache` from 0.34 (`vllm_compat.v2_draft_logits`). Out of V2
 come `sampled[r, :K+1]` and `num_sampled[r]`; a row of specgate's layout is
 `sampled[r, :num_sampled[r]]`, then placeholders.
 
@@ -110,7 +111,7 @@ def sample(requests: list[SpecRequest], seed: int, rule: dict, path: str, mutant
             for r, slot in zip(requests, slots):
                 scale = r.temperature if r.temperature > 0 else 1.0
                 draft[slot, : r.num_drafts] = scale * np.log(r.draft_probs)
-        draft_logits = torch.from_numpy(draft).to(dev)
+        draft_logits = vllm_compat.v2_draft_logits(torch.from_numpy(draft).to(dev))
 
     rs_module = importlib.import_module(RS)
     spec_config = _spec_config(rule, steps)

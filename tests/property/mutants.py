@@ -1,7 +1,8 @@
 """Deliberately broken rejection samplers, to show that the properties would notice such a bug in vLLM
 (test_mutants_are_caught.py): the reference with one known bug (each overrides exactly one step of
 `ReferenceSampler`), and bugs written into a copy of Model Runner V2's Triton kernels
-(`KernelMutant`, run on Triton's interpreter).
+(`KernelMutant`, run on Triton's interpreter against the newest CUDA release's kernels: each patch's text
+must occur there exactly once, test_mutants_are_caught.py checks it before any sampling).
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ class KernelMutant:
     name: str
     doc: str
     rule: str  # the verification rule the bug is in
-    where: str  # kernel and line, in vLLM 0.33.0
+    where: str  # the kernel (rejection_sampler_utils.py), and what in it
     patches: tuple[tuple[str, str], ...]
 
 
@@ -89,7 +90,7 @@ V2_WRONG_RESIDUAL = KernelMutant(
     "WrongResidual",
     "draws the token after a rejection from p itself instead of norm(max(0, p - q)) (draft logits)",
     "standard",
-    "_resample_kernel, rejection_sampler_utils.py 0.33:944-947",
+    "_resample_kernel, the residual for draft distributions",
     (
         (
             "ratio < 1.0,\n            target_log_probs + tldevice.log1p(-ratio),",
@@ -101,7 +102,7 @@ V2_BONUS_AT_WRONG_INDEX = KernelMutant(
     "BonusAtWrongIndex",
     "writes the bonus token one slot early, over the last accepted draft",
     "standard",
-    "_insert_resampled_kernel, rejection_sampler_utils.py 0.33:1080",
+    "_insert_resampled_kernel, the bonus token's slot",
     (
         (
             "sampled_ptr + req_idx * sampled_stride + num_sampled,\n        resampled,",
@@ -114,14 +115,14 @@ V2_SEED_IGNORED = KernelMutant(
     "SeedIgnored",
     "draws every request's acceptance uniforms from seed 0 instead of the request's seed",
     "standard",
-    "_rejection_kernel, rejection_sampler_utils.py 0.33:598",
+    "_rejection_kernel, the acceptance uniform's seed",
     (("u = tl_rand32(step_seed, pos, includes_zero=False)", "u = tl_rand32(0, pos, includes_zero=False)"),),
 )
 V2_BLOCK_AS_PER_TOKEN = KernelMutant(
     "BlockAsPerToken",
     "verifies block drafts with the per-token rule's acceptance (the residual stays block's)",
     "block",
-    "rejection_sample's _rejection_kernel launch, rejection_sampler_utils.py 0.33:1343",
+    "rejection_sample's _rejection_kernel launch",
     (
         (
             "USE_BLOCK_VERIFICATION=use_block_verification,\n        FLY_WINDOW_SIZE=fly_window_size,",
@@ -133,7 +134,7 @@ V2_FLY_IGNORES_ENTROPY = KernelMutant(
     "FlyIgnoresEntropy",
     "defers rejections whatever the target's entropy (FLy's gate without its entropy test)",
     "fly",
-    "_rejection_kernel, rejection_sampler_utils.py 0.33:722",
+    "_rejection_kernel, FLy's entropy gate",
     (("and entropy >= fly_entropy_threshold", "and entropy >= 0.0"),),
 )
 KERNEL_MUTANTS = (

@@ -23,10 +23,8 @@ from specgate.sampler.reference import (
 
 from .strategies import BUDGETS, PROFILE
 
+# Every CUDA release of specgate/vllm_compat/releases.py, oldest first: its V2 sampler from its sources.
 V2_RELEASES = vllm_source.RELEASES
-# What each release's `RejectionSampleMethod` offers (config/speculative.py 0.33:83; 0.32:84): FLy
-# is new in 0.33. A subject asks the sources themselves (rules_offered) before it runs.
-RULES_OF = {"0.32.0": ("standard", "block", "synthetic"), "0.33.0": ("standard", "block", "synthetic", "fly")}
 
 # Budgets: Hypothesis examples per property, per profile (strategies.BUDGETS; requests per
 # statistical case: properties.py, the same in every profile).
@@ -118,6 +116,10 @@ def _build(subject: Subject):
     if subject.kind == "v1":
         if importlib.util.find_spec("vllm") is None:
             pytest.skip("vLLM is not installed (pip install -e '.[cpu]' or '.[gpu]')")
+        from specgate import vllm_compat
+
+        if gone := vllm_compat.v1_gone():  # the installed vLLM has no V1 sampler to test
+            pytest.skip(f"V1 sampler: {vllm_compat.release()} (installed) has none: {gone}")
         from specgate.sampler.v1 import sampler_device, vllm_rejection_sample
 
         try:
@@ -150,11 +152,21 @@ def _build(subject: Subject):
 
 
 def rules_offered(source) -> list[str]:
-    """The `rejection_sample_method` values of an unpacked vLLM tree."""
+    """The `rejection_sample_method` values of an unpacked vLLM tree (its RejectionSampleMethod Literal)."""
     from specgate import vllm_compat
 
     text = (source / "vllm" / "config" / "speculative.py").read_text(encoding="utf-8")
     return vllm_compat.literal_from_source(text, "RejectionSampleMethod")
+
+
+def rules_of(release: str) -> tuple[str, ...]:
+    """The rules `release` offers, read from its sources; every rule specgate knows (V2Rule) where they are
+    not unpacked, whose subjects then skip saying so."""
+    from specgate.sampler.v2 import RULES
+
+    if vllm_source.missing(release):
+        return RULES
+    return tuple(rules_offered(vllm_source.tree(release)))
 
 
 def _no_gpu_v2() -> str:

@@ -1,7 +1,8 @@
 """The properties would notice if a rejection sampler broke: known bugs make them fail.
 
 Two kinds of mutant (mutants.py): the reference sampler with one known bug, and Model Runner V2's
-Triton kernels (vLLM 0.33.0's sources on Triton's interpreter) with one bug written into a copy. For
+Triton kernels (the newest supported CUDA release's sources on Triton's interpreter) with one bug
+written into a copy. For
 every property expected to catch a mutant, the property runs against it and must fail. The unbroken
 samplers run through the same properties and must pass: the reference here, V2 in
 test_rejection_sampler.py / test_verification_rules.py (same properties, same cases), so a failure
@@ -32,7 +33,7 @@ from .mutants import (
     ReusesUniformsAcrossSteps,
     WrongResidual,
 )
-from .samplers import FLY_THRESHOLD, FLY_TOP_K, FLY_WINDOW, Subject
+from .samplers import FLY_THRESHOLD, FLY_TOP_K, FLY_WINDOW, V2_RELEASES, Subject
 from .strategies import (
     BLOCK_CASE,
     DISTRIBUTION_CASES,
@@ -54,7 +55,7 @@ FLY_GATE = "FLy's greedy rows diverge only where the entropy gate allows"
 FLY_SHUT = "FLy is the per-token rule where its gate is shut"
 ACROSS_STEPS = "a request's first tokens across steps follow the target"
 
-V2_RELEASE = "0.33.0"  # the kernels the V2 mutants are written against
+V2_RELEASE = V2_RELEASES[-1]  # the kernels the V2 mutants are written into: the newest CUDA release's
 V2_CASES = (BLOCK_CASE, NGRAM_CASE)
 
 
@@ -176,6 +177,23 @@ def test_property_fails_on_v2_kernel_mutant(built, mutant, property_name):
 def test_property_passes_on_the_unbroken_reference(property_name):
     error = failure(property_name, reference_rejection_sample)
     assert error is None, f"'{property_name}' fails on the reference itself: {error}"
+
+
+@pytest.mark.parametrize("mutant", KERNEL_MUTANTS, ids=[m.name for m in KERNEL_MUTANTS])
+def test_each_kernel_mutant_patches_text_the_release_has_once(mutant):
+    """A mutant whose text the kernels no longer hold would fail to load, not be caught: said first, here."""
+    from specgate.sampler import cuda_sources
+
+    if reason := cuda_sources.missing(V2_RELEASE):
+        pytest.skip(reason)
+    path = (
+        cuda_sources.tree(V2_RELEASE) / "vllm" / "v1" / "worker" / "gpu" / "spec_decode" / "rejection_sampler_utils.py"
+    )
+    text = path.read_text(encoding="utf-8")
+    for old, _ in mutant.patches:
+        assert text.count(old) == 1, (
+            f"{mutant.name}: vLLM {V2_RELEASE}'s {path.name} holds {old!r} {text.count(old)} times"
+        )
 
 
 def test_every_mutant_is_caught_by_some_property():

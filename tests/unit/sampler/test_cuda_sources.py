@@ -4,6 +4,7 @@ naming what is missing, never pass."""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import zipfile
 from pathlib import Path
@@ -102,3 +103,20 @@ def test_v2_rules_are_checked():
         rejection_v2.V2Rule("lossy")
     with pytest.raises(ValueError, match="fly_window_size"):
         rejection_v2.V2Rule("fly")
+
+
+def test_v1_subjects_skip_in_the_tables_words_where_the_installed_vllm_has_no_v1(monkeypatch):
+    """Where the installed vLLM is one without Model Runner V1 (CUDA 0.34.0), V1's sampler tests skip
+    quoting specgate/vllm_compat/releases.py, before anything imports vLLM's V1 modules."""
+    import sys
+
+    from specgate import vllm_compat
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "vllm" else real(name, *a))
+    monkeypatch.setattr(sys.modules["specgate.vllm_compat.release"], "identify", lambda source=None: ("0.34.0", "cuda"))
+    monkeypatch.setattr(vllm_compat, "release", lambda: "vLLM 0.34.0")
+    with pytest.raises(
+        pytest.skip.Exception, match=r"V1 sampler: vLLM 0\.34\.0 \(installed\) has none: vLLM 0\.34\.0 deleted"
+    ):
+        Subject("v1").built()

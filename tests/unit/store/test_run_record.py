@@ -125,7 +125,7 @@ def test_the_bisection_says_the_correctness_failure_first_and_the_death_after(tm
 def test_the_release_matrix_shows_the_verdict_when_the_run_has_no_diagnosis(tmp_path):
     gate = tmp_path / "0.32.0" / "gate"
     planted("equivalence", "acceptance", "died").write(gate / "run.json")
-    row = markdown(tmp_path).splitlines()[2]
+    row = next(line for line in markdown(tmp_path).splitlines() if line.startswith("| 0.32.0 |"))
     assert f"| ngram / equivalence: {DIVERGED}; after that: method ngram's engine died" in row
 
 

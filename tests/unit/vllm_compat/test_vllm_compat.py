@@ -208,7 +208,7 @@ def test_v2s_own_suffix_speculator_is_found_in_the_release_that_has_it(monkeypat
     for version, has in (("0.34.0", True), ("0.33.0", False)):
         if not (root / version / "vllm").is_dir():
             pytest.skip(f"CUDA vLLM {version}'s sources are not unpacked (python -m specgate.sampler.cuda_sources)")
-        monkeypatch.setattr(releases, "_vllm_root", lambda v=version: root / v / "vllm")
+        monkeypatch.setattr(releases, "vllm_root", lambda source=None, v=version: root / v)
         assert vllm_compat.v2_suffix_speculator() is has, version
 
 
