@@ -4,7 +4,8 @@
     Gate                      one entry: its name (a Gate is the str it is named by, so it is the results
                               table's and the baseline files' value as it is), its stage (when its tests run
                               on a method's engine), the axis its tests are parametrized over, its key type,
-                              and what it is: a correctness guard, a scenario, a gate that boots its own engine
+                              and what it is: a correctness guard, a scenario, a gate that boots its own
+                              engine, one that still judges after its method's engine stopped
     Level, Category, Named    the result keys: the text a results table and a baseline file hold ("C=4",
                               "summary", "doc_prose@T0.5", "greedy"), written by the constructor and read back
                               by `Gate.parse`, nowhere else
@@ -87,6 +88,7 @@ class Gate(str):
         correctness: bool = False,
         scenario: bool = False,
         own_engine: bool = False,
+        after_stop: bool = False,
         reference: bool = False,
         canary: tuple[str, ...] = (),
         stored: str = "",
@@ -98,6 +100,9 @@ class Gate(str):
         gate.correctness = correctness  # its failure blocks a baselines update (the correctness marker)
         gate.scenario = scenario  # a scenario: it runs where the profile has its [scenarios.<name>] table
         gate.own_engine = own_engine  # its check boots the engine it measures (not the method's)
+        # its check judges what the method's engine produced for earlier tests, so its tests still judge after that
+        # engine died or stalled (what a stopped engine streamed included); the others say "not judged" then
+        gate.after_stop = after_stop
         gate.reference = reference  # the baseline engine runs it too, as the reference its methods are held to
         # when a canary (a deliberately worse method) runs it: "always", as every engine does; "mimic", when the
         # canary mimics another method in this gate ([methods.X] canary_of names it); "floors", when the canary
@@ -146,7 +151,7 @@ class Gate(str):
 EQUIVALENCE = Gate("equivalence", stage=10, keys=("greedy",), correctness=True, canary=("always",))
 ACCEPTANCE = Gate("acceptance", stage=20, axis=CATEGORY, canary=("mimic", "floors"), stored="portable")
 SPEEDUP = Gate("speedup", stage=60, axis=CONCURRENCY, canary=("mimic",), stored="speed")
-LOAD = Gate("load", stage=62, axis=CONCURRENCY, correctness=True, stored="portable")
+LOAD = Gate("load", stage=62, axis=CONCURRENCY, correctness=True, after_stop=True, stored="portable")
 MEMORY = Gate("memory", stage=90, keys=("engine", "overhead"), canary=("mimic",), stored="memory")
 LIFECYCLE = Gate("lifecycle", stage=100, canary=("always",))
 STRUCTURED = Gate("structured", stage=25, keys=("constrained",), scenario=True, reference=True, stored="portable")

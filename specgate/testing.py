@@ -432,10 +432,10 @@ def fake_session(
     methods: list[str] | None = None,
     update_baselines: bool = False,
     strict: bool = False,
-    hardware: str | None = None,
+    **machine,
 ):
-    """A GateSession over fake engines, for testing verdicts and baseline policy without pytest or vLLM:
-    `fake_session(profile, tmp_path).judge(ACCEPTANCE, "ngram", "code")` (specgate.gates)."""
+    """A GateSession over fake engines, for testing verdicts and baseline policy without pytest or vLLM: `fake_session(
+    profile, tmp_path).judge(ACCEPTANCE, "ngram", "code")`; `hardware=`, `identity=`: another machine's run."""
     from specgate.run.session import GateSession, RunPlan, Selection
 
     plan = RunPlan(
@@ -445,6 +445,6 @@ def fake_session(
         Path(root) / "results",
         update_baselines=update_baselines,
         strict=strict,
-        hardware=hardware,
+        **machine,
     )
     return GateSession(plan, Selection(levels=tuple(profile.concurrency)), boot=FakeBoot(script))

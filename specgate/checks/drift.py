@@ -54,8 +54,9 @@ class DriftCheck:
         for (g, metric), (what, higher, slack) in DRIFTING.items():
             if g != gate or not isinstance(measured.get(metric), (int, float)):
                 continue
-            if gate == MEMORY and metric in self.ctx.baselines.machine_figures:
-                series = [(p, p.figure(gate, key, metric)) for p in points if p.hardware == self.ctx.baselines.hardware]
+            if gate == MEMORY and metric in self.ctx.baselines.machine_figures:  # this machine's alone: its identity
+                here = (self.ctx.baselines.hardware, self.ctx.baselines.identity)
+                series = [(p, p.figure(gate, key, metric)) for p in points if (p.hardware, p.identity) == here]
             else:
                 series = [(p, p.figure(gate, key, metric)) for p in points]
             series = [(p, v) for p, v in series if v is not None]

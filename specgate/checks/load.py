@@ -13,9 +13,12 @@ already produced (no extra request; what the timed trials measure is untouched).
 At the top level a method engine's warm-up (a closed loop there, untimed) is held to the reference too. When
 the engine stops during a level's trials (dies, or makes no progress), what they streamed until then is still
 compared: a bug that writes wrong tokens in large batches and then wedges the engine reads as the tokens it
-wrote (level, prompt, position), not only as a stall. At T > 0 (`[speedup] temperature`) the outputs are
-samples: only acceptance is judged, and the judgement says so. The baseline engine's own trial outputs are
-held to its reference pass the same way (a batch-size dependence of the target's own path shows there).
+wrote (level, prompt, position, both tokens), then the stall, not only as a stall. The gate's tests run after
+the stop (the registry's `after_stop`: they do not ask for the engine again), so the levels that ended are
+judged as usual; a level is "not judged" only where nothing was streamed. At T > 0 (`[speedup] temperature`)
+the outputs are samples: only acceptance is judged, and the judgement says so. The baseline engine's own trial
+outputs are held to its reference pass the same way (a batch-size dependence of the target's own path shows
+there).
 """
 
 from __future__ import annotations
@@ -40,20 +43,23 @@ class LevelOutputs:
     requests: int = 0
     identical: int = 0
     missing: list[str] = field(default_factory=list)  # prompt ids the reference pass does not hold
-    # prompt id -> (requests of it, [(trial, request index, divergence)]) for prompts with a divergence
-    diverging: dict[str, tuple[int, list[tuple[int, int, Divergence]]]] = field(default_factory=dict)
+    # prompt id -> (requests of it, [(trial or warm-up, request index, divergence)]) for prompts with a divergence
+    diverging: dict[str, tuple[int, list[tuple[str, int, Divergence]]]] = field(default_factory=dict)
 
     def prompts(self, numerical: bool) -> list[str]:
         """Prompts whose every divergence is a near-tie the rule forgives (numerical), or that have a real one."""
         return [pid for pid, (_, found) in self.diverging.items() if all(d.numerical for _, _, d in found) is numerical]
 
 
-def held_to(reference: dict[str, GreedyOutput], runs, rule: Equivalence) -> LevelOutputs:
-    """Each request's streamed tokens (figures.load.RequestTrace.token_ids) against the reference for its prompt;
-    a request of an interrupted run (a trial the engine did not finish) only as far as it got."""
+def held_to(reference: dict[str, GreedyOutput], runs, rule: Equivalence, warmup=None) -> LevelOutputs:
+    """Each request's streamed tokens (figures.load.RequestTrace.token_ids) against the reference for its prompt, the
+    level's trials and a method engine's warm-up (`warmup`); a request of an interrupted run (one the engine did not
+    finish) only as far as it got."""
     out = LevelOutputs()
     sent: dict[str, int] = {}
-    for trial, run in enumerate(runs, start=1):
+    labelled = [(f"trial {i}", run) for i, run in enumerate(runs, start=1)]
+    for label, run in labelled + ([("warm-up", warmup)] if warmup is not None else []):
+        label += ", cut short by the stop" if run.interrupted else ""
         for request in run.requests:
             ref = reference.get(request.prompt_id)
             if ref is None:
@@ -68,7 +74,7 @@ def held_to(reference: dict[str, GreedyOutput], runs, rule: Equivalence) -> Leve
             if found is None:
                 out.identical += 1
             else:
-                out.diverging.setdefault(request.prompt_id, (0, []))[1].append((trial, request.index, found))
+                out.diverging.setdefault(request.prompt_id, (0, []))[1].append((label, request.index, found))
     out.diverging = {pid: (sent[pid], found) for pid, (_, found) in out.diverging.items()}
     return out
 
@@ -86,7 +92,7 @@ class LoadCheck:
         except EngineDied as stopped:
             return self._stopped(method, concurrency, stopped)
         j = Judgement(self.gate, method, key, Verdict.PASS)
-        always, rows = self._outputs(method, concurrency, [*runs, *self._warmup(method, concurrency)])
+        always, rows = self._outputs(method, concurrency, runs, self._warmup(method, concurrency))
         if method == BASELINE:  # the reference engine: its outputs only
             j.rows = rows
             if always:
@@ -141,29 +147,41 @@ class LoadCheck:
         j.rows = rows
         return ctx.decide(j, stored, always, against)
 
-    def _warmup(self, method: str, concurrency: int) -> list:
-        """At the top level, a method engine's warm-up too: its requests ran at that concurrency, untimed."""
-        warm = self.store.warmup_run(method) if method != BASELINE else None
-        return [warm] if warm is not None and concurrency == max(self.ctx.profile.concurrency) else []
+    def _warmup(self, method: str, concurrency: int):
+        """At the top level, a method engine's warm-up (its requests ran at that concurrency, untimed); else None."""
+        top = concurrency == max(self.ctx.profile.concurrency)
+        return self.store.warmup_run(method) if method != BASELINE and top else None
 
     def _stopped(self, method: str, concurrency: int, stopped: EngineDied) -> Judgement:
-        """The engine stopped (died, or made no progress) during this level's trials: what they streamed until
-        then is still held to the reference, so a bug that wrote wrong tokens and then wedged the engine reads
-        as the outputs it wrote; with nothing wrong in them, the stop stands."""
+        """The engine stopped (died, or made no progress) before this level's trials ended: what they streamed
+        until then is still held to the reference, so a bug that wrote wrong tokens and then wedged the engine
+        reads as the outputs it wrote, then the stop. With nothing wrong in them the stop stands (not judged:
+        the level's acceptance has no figure), saying what was compared; with nothing streamed, it alone."""
         runs = self.store.interrupted_runs(method, concurrency)
         warm = self._warmup(method, concurrency)
-        problems, rows = self._outputs(method, concurrency, [*runs, *warm])
+        problems, rows = self._outputs(method, concurrency, runs, warm)
         if not problems:
-            raise stopped
+            said = {row.metric: row.value for row in rows}
+            if not said.get("identical"):  # nothing streamed, or nothing compared (T > 0, no reference pass)
+                raise stopped
+            raise type(stopped)(
+                f"{stopped}. The {said['requests']} requests it streamed at C={concurrency} before it stopped match "
+                "the baseline engine's output as far as they got",
+                stopped.method,
+                stopped.reason,
+                repeat=stopped.repeat,
+            )
         problems.append(
             f"method '{method}', C={concurrency}: then the engine stopped ({stopped.reason}): the level's acceptance "
             "is not judged"
         )
         return Judgement(self.gate, method, f"C={concurrency}", Verdict.FAIL, problems, rows)
 
-    def _outputs(self, method: str, concurrency: int, runs) -> tuple[list[str], list[Row]]:
-        """(failures, rows) of the level's outputs against the baseline engine's reference pass."""
-        requests = sum(len(run.requests) for run in runs)
+    def _outputs(self, method: str, concurrency: int, runs, warm=None) -> tuple[list[str], list[Row]]:
+        """(failures, rows) of the level's outputs (its trials', and `warm`: the warm-up's at the top level) against
+        the baseline engine's reference pass."""
+        runs_and_warm = [*runs, *([warm] if warm is not None else [])]
+        requests = sum(len(run.requests) for run in runs_and_warm)
         if self.ctx.profile.speedup.temperature:
             why = f"not compared: the load samples at T {self.ctx.profile.speedup.temperature:g} (acceptance only)"
             return [], [Row("requests", requests, concurrency=concurrency), Row("identical", None, unit=why)]
@@ -172,7 +190,7 @@ class LoadCheck:
             why = "not compared: the baseline engine's load reference pass was not taken in this run"
             return [], [Row("requests", requests, concurrency=concurrency), Row("identical", None, unit=why)]
         rule = self.ctx.profile.equivalence
-        held = held_to(reference, runs, rule)
+        held = held_to(reference, runs, rule, warm)
         failing, forgiven = held.prompts(numerical=False), held.prompts(numerical=True)
         where = f"method '{method}', C={concurrency}"
         problems = []
@@ -189,7 +207,7 @@ class LoadCheck:
                 f"{where}: {diverged} of {held.requests} requests ({len(failing)} prompts) diverge from the baseline "
                 f"engine's output for the same prompt:\n" + "\n".join(lines[:SHOW]) + more
             )
-        prompts = len({r.prompt_id for run in runs for r in run.requests})
+        prompts = len({r.prompt_id for run in runs_and_warm for r in run.requests})
         if rule.mode == "tie-aware" and len(forgiven) > rule.max_forgiven_share * prompts:
             problems.append(
                 f"{where}: {len(forgiven)} of {prompts} prompts diverge only at near-ties, more than "
@@ -214,5 +232,5 @@ class LoadCheck:
         where = first.describe(self.store.inputs.decode, rule.logprob_margin, rule.mode)
         return (
             f"prompt {pid}{f' ({category})' if category else ''}: {len(found)} of its {sent} requests differ; first "
-            f"(trial {trial}, request {index}) {where}"
+            f"({trial}, request {index}) {where}"
         )

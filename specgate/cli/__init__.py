@@ -8,11 +8,14 @@
     specgate bisect --good A --bad B       the first release between A and B that fails the gate
     specgate history [RESULTS_DIR ...]     every stored update of a baseline file over time (table, plots)
     specgate download --profile NAME       fetch a profile's hub models ahead of the gate
+    specgate release-day RELEASE           a new CUDA vLLM: its sources, the contract and V2 sampler suites on
+                                           them, what changed for speculative decoding (exit 1: a suite failed)
 
 Each command is one module with `add_parser(commands)` and `main(args) -> exit code`, named in
 `COMMANDS`; importing them is cheap (pandas, matplotlib, torch and vLLM load inside `main`).
 
-Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback).
+Exit codes: 0 done; 2 bad input (a missing or corrupt file; one paragraph on stderr, no traceback);
+release-day adds 1 (a suite failed on the release) and 3 (PyPI unreachable).
 `baselines diff` exits 0 whether or not values differ, like `diff --stat`; with `--exit-code` it
 exits 1 when they differ, like `git diff --exit-code`, for scripts that branch on it.
 
@@ -40,6 +43,7 @@ COMMANDS = {
     "bisect": "specgate.cli.bisect",
     "history": "specgate.cli.history",
     "download": "specgate.cli.download",
+    "release-day": "specgate.cli.release_day",
 }
 
 

@@ -79,11 +79,12 @@ def diff_markdown(old: baselines.BaselineFile, new: baselines.BaselineFile) -> s
     models (revisions) that changed, and the provenance of each method whose source changed."""
     changes = baselines.diff(old, new)
     lines = [f"### Baselines: `{old.path}` → `{new.path}`", ""]
-    if (old.profile, old.hardware) != (new.profile, new.hardware):
-        lines += [
-            f"Note: A is profile {old.profile} on {old.hardware}, B is profile {new.profile} on {new.hardware}.",
-            "",
-        ]
+    if (old.profile, old.hardware, old.identity) != (new.profile, new.hardware, new.identity):
+        a, b = (f.machine if f.identity else f.hardware for f in (old, new))
+        lines += [f"Note: A is profile {old.profile} on {a}, B is profile {new.profile} on {b}."]
+        if old.identity != new.identity:
+            lines += [f"A's machine: {old.describe_machine()}; B's: {new.describe_machine()}."]
+        lines += [""]
     if moved := baselines.upgrade_line(old, new):
         lines += [f"Measured by: {moved.replace(' -> ', ' → ')}.", ""]
     if models := baselines.model_lines(old, new):

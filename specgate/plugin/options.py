@@ -68,8 +68,8 @@ def add(parser: pytest.Parser) -> None:
         "--update-baselines",
         action="store_true",
         default=False,
-        help="write this run's measurements into baselines/<profile>/<hardware>.json (merged with what it did not "
-        "measure) and print what moved; refused when a correctness test failed. Default: off.",
+        help="write this run's measurements into this machine's baselines/<profile>/<hardware>.<machine>.json (merged "
+        "with what it did not measure) and print what moved; refused when a correctness test failed. Default: off.",
     )
     group.addoption(
         "--specgate-strict",
@@ -235,12 +235,16 @@ def plan(config: pytest.Config, out: Path):
 
 def calibrated(profile, root: Path):
     """The profile with this machine's calibrated tolerances over its own, where `specgate calibrate`
-    wrote some (baselines/<profile>/<hardware>.tolerance.toml)."""
+    wrote some (baselines/<profile>/<hardware>.<machine id>.tolerance.toml), else those of its hardware name
+    written before identities were recorded (<hardware>.tolerance.toml: settings, like the profile's own)."""
     from specgate.store import tolerances
     from specgate.store.baselines import baseline_path
 
     hardware = machine.hardware_key(*machine.detect_device(profile.hardware))
-    return tolerances.apply(profile, tolerances.path_for(baseline_path(root, profile.baselines_name, hardware)))
+    identity = machine.this_identity(profile.hardware)
+    own = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware, identity))
+    named = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware))
+    return tolerances.apply(profile, own if own.is_file() else named)
 
 
 def default_out(root: Path) -> Path:

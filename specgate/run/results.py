@@ -65,7 +65,7 @@ def summary_lines(session, outcomes=()) -> list[str]:
         elif r.boot_error:
             state = f"boot failed: {r.boot_error.reason or r.boot_error}"
         elif r.died:
-            state = f"died: {r.died.reason}"
+            state = f"{_wrong_before(session, r.method)}died: {r.died.reason}"
         else:
             state = f"boot {', '.join(f'{s:.1f}' for s in r.boot_s)} s" + (f" (runner {r.runner})" if r.runner else "")
             if r.longest_idle_s:
@@ -92,6 +92,19 @@ def summary_lines(session, outcomes=()) -> list[str]:
     return lines
 
 
+def _wrong_before(session, method: str) -> str:
+    """'load C=16: 42 prompts diverged, then ' where the load gate found wrong tokens in what a method's engine
+    streamed (before it stopped, for the level where it stopped), else ''."""
+    said = [
+        f"load {key}: {row.value:.0f} prompts diverged"
+        for (m, gate, key), j in session.judgements.items()
+        if m == method and gate == LOAD
+        for row in j.rows
+        if row.metric == "diverged" and row.value
+    ]
+    return f"{', '.join(said)}, then " if said else ""
+
+
 def _spent(bucket: str, seconds: float) -> str:
     # the models' revisions (the zoo's content hashes) take milliseconds: said in them, not as "0 s"
     return f"models {1000 * seconds:.0f} ms" if bucket == "models" else f"{bucket} {seconds:.0f} s"
@@ -115,11 +128,9 @@ def header_lines(session) -> list[str]:
     """What the reader must know before the numbers: baselines from other machines, coarse speed
     judgements, baselines from another vLLM."""
     lines = session.header()
-    if session.profile.tolerance_file:
-        lines.append(
-            f"tolerances calibrated on this machine (specgate calibrate) held over the profile's: "
-            f"{session.profile.tolerance_file}"
-        )
+    if tolerances := session.profile.tolerance_file:
+        whose = "this machine" if session.baselines.identity.id in Path(tolerances).name else "its hardware name"
+        lines.append(f"tolerances calibrated for {whose} (specgate calibrate) held over the profile's: {tolerances}")
     if why := session.host.speed_unjudged(BASELINE):
         lines.append(f"speed not judged: {why}; outputs and acceptance are V2's own and judged")
     coarse = [j for j in session.judgements.values() if j.basis == Basis.COARSE and j.key != SPEEDUP.key(None)]
@@ -310,7 +321,7 @@ def run_record(session, outcomes: list[Outcome], started: float, summary_lines: 
     """The run's record (run.json): what ran, every test's outcome in the order they happened, the
     diagnosis, the summary."""
     device, count = machine.detect_device(session.profile.hardware)
-    prov = machine.provenance(session.plan.root, device, count)
+    prov = machine.provenance(session.plan.root, device, count, session.baselines.identity)
     now = _dt.datetime.now(_dt.UTC)
     ordered = sorted(outcomes, key=lambda o: o.at if o.at is not None else float("inf"))  # stable: pytest's order
     return RunRecord(
@@ -320,6 +331,7 @@ def run_record(session, outcomes: list[Outcome], started: float, summary_lines: 
         profile=session.profile.name,
         profile_path=str(session.profile.path),
         hardware=session.baselines.hardware,
+        identity=prov["identity"],
         started=_dt.datetime.fromtimestamp(started, _dt.UTC).isoformat(timespec="seconds"),
         finished=now.isoformat(timespec="seconds"),
         wall_s=round(now.timestamp() - started, 1),
@@ -378,8 +390,11 @@ def _write(session, table, run: RunRecord, measured: dict) -> dict[str, Path]:
     paths["run"] = run.write(out / "run.json")
     if measured:
         device, count = machine.detect_device(session.profile.hardware)
-        empty = baselines.BaselineFile(out / "baselines.json", session.profile.name, session.baselines.hardware, {})
-        prov = machine.provenance(session.plan.root, device, count)
+        identity = session.baselines.identity
+        empty = baselines.BaselineFile(
+            out / "baselines.json", session.profile.name, session.baselines.hardware, {}, identity
+        )
+        prov = machine.provenance(session.plan.root, device, count, identity)
         baselines.write_atomic(baselines.merge(empty, measured, prov, session.models_record(measured)))
         paths["baselines"] = out / "baselines.json"
     paths.update(report.write_report(out, table, run))

@@ -28,6 +28,7 @@ from specgate.checks.registry import Parts, build_checks
 from specgate.engines.host import EngineHost
 from specgate.errors import SpecgateError
 from specgate.gates import EDGES, GATES, LOAD, REQUESTS, SPEEDUP, Gate, gate_named
+from specgate.machine import Identity
 from specgate.profile import BASELINE, Method, Profile
 from specgate.prompts.inputs import PromptInputs
 from specgate.run.measurements import MeasurementStore
@@ -50,6 +51,7 @@ class RunPlan:
     endpoints: dict[str, str] | None = None  # servers instead of booted engines
     log_dir: Path | None = None  # engine logs (default: <out_dir>/engines)
     hardware: str | None = None  # the baseline file's key (default: detected, e.g. cpu-amd-epyc-2c)
+    identity: Identity | None = None  # what measures (default: detected): names the file under the key
     say: Spelling = NAMES  # how the run's user spells these settings (specgate.settings): the caller's
     inputs: PromptInputs = field(init=False)
 
@@ -107,7 +109,7 @@ class GateSession:
             plan.profile, plan.methods, plan.root, plan.log_dir, boot, plan.endpoints, interleave, say=plan.say
         )
         self.store = MeasurementStore(plan.profile, self.host, plan.inputs, selection.gates, selection.levels)
-        self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware, say=plan.say)
+        self.baselines = BaselineStore(plan.root, plan.profile, plan.hardware, say=plan.say, identity=plan.identity)
         self._history: History | None = None
         self._models: dict[str, dict[str, dict]] = {}
         ctx = Context(
@@ -199,8 +201,11 @@ class GateSession:
     def boot(self, method: str, gate: Gate | str | None = None) -> None:
         """Bring up `method`'s engine now (a boot failure raises EngineBootError). The baseline engine
         measured before a method booted (an xdist worker) is not booted a second time; a gate that
-        boots an engine of its own (the preemption scenario) does not boot the method's."""
-        if gate is not None and _entry(gate).own_engine:
+        boots an engine of its own (the preemption scenario) does not boot the method's, and one that judges
+        what the engine produced (the load gate) does not ask again for an engine that stopped: its check judges
+        what it streamed before it stopped."""
+        gate = _entry(gate) if gate is not None else None
+        if gate is not None and (gate.own_engine or (gate.after_stop and self.host.stopped(method))):
             return
         if not (method == BASELINE and self.store.reference_ready):
             with self._timed("boots" if not self.host.alive(method) else self._bucket(gate, method)):

@@ -25,6 +25,25 @@ from specgate.vllm_compat import releases
 # the CUDA releases the suite supports, oldest first (specgate/vllm_compat/releases.py)
 RELEASES = tuple(r.version for r in reversed(releases.supported(releases.CUDA)))
 HOW_TO_FETCH = "run ci/setup-cpu.sh (or python -m specgate.sampler.cuda_sources RELEASE)"
+# The releases the property suite runs Model Runner V2's sampler from, when not RELEASES: e.g. a new
+# release before it is supported (`specgate release-day` sets it).
+RELEASES_VARIABLE = "SPECGATE_CUDA_RELEASES"
+
+
+class FetchError(RuntimeError):
+    """`pip download` could not fetch a release's wheel; `output` is everything pip said."""
+
+    def __init__(self, release: str, output: str):
+        self.release, self.output = release, output
+        last = [line for line in output.strip().splitlines() if line.strip()][-1:] or ["(no output)"]
+        super().__init__(f"pip could not download vllm=={release}: {last[0].strip()}")
+
+
+def under_test() -> tuple[str, ...]:
+    """The CUDA releases the property suite runs V2's sampler from: $SPECGATE_CUDA_RELEASES (comma-separated),
+    else RELEASES."""
+    chosen = [r.strip() for r in os.environ.get(RELEASES_VARIABLE, "").split(",") if r.strip()]
+    return tuple(chosen) or RELEASES
 
 
 def root() -> Path:
@@ -64,7 +83,7 @@ def fetch(release: str) -> Path:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".fetch-{release}-") as tmp:
-        subprocess.run(
+        proc = subprocess.run(
             [
                 sys.executable,
                 "-m",
@@ -78,8 +97,11 @@ def fetch(release: str) -> Path:
                 tmp,
                 f"vllm=={release}",
             ],
-            check=True,
+            capture_output=True,
+            text=True,
         )
+        if proc.returncode:
+            raise FetchError(release, proc.stdout + proc.stderr)
         (wheel,) = Path(tmp).glob("vllm-*.whl")
         staging = Path(tmp) / "tree"
         with zipfile.ZipFile(wheel) as archive:
@@ -103,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
         help=f"CUDA vLLM releases to unpack (default: {' '.join(RELEASES)})",
     )
     for release in parser.parse_args(argv).releases:
-        print(f"vllm_source: vLLM {release}'s Python sources in {fetch(release)}")
+        try:
+            print(f"vllm_source: vLLM {release}'s Python sources in {fetch(release)}")
+        except FetchError as exc:
+            print(f"vllm_source: {exc}\n{exc.output}", file=sys.stderr)
+            return 1
     return 0
 
 

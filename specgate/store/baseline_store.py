@@ -1,7 +1,9 @@
 """One run's view of its stored baselines (baselines.py is the file format): which file this machine's
-run reads, the profile's other machines' files for portable figures, the message for a missing entry,
-the old -> new line when the stored figures came from another vLLM, and the locked, merging, atomic
-write with its machine-stamp policy (speedups of another machine are not mixed into this one's file).
+run reads (its hardware name and identity's), the profile's other machines' files for portable figures
+(another identity under the same name is another machine, and so is a file that recorded none), the
+message for a missing entry, the old -> new line when the stored figures came from another vLLM, and the
+locked, merging, atomic write with its machine-stamp policy (speedups of another machine are not mixed
+into this one's file).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from specgate import machine
 from specgate.errors import BaselineError
 from specgate.figures.stats import within_rtol
 from specgate.gates import MEMORY, SPEEDUP
-from specgate.machine import detect_device, hardware_key, provenance
+from specgate.machine import Identity, detect_device, hardware_key, provenance, this_identity
 from specgate.profile import BASELINE
 from specgate.settings import NAMES, Spelling
 from specgate.store.baselines import (
@@ -58,12 +60,15 @@ class BaselineStore:
     is bad), the profile's other machines' files for portable figures, the message for a missing
     entry, and the locked, merging, atomic write with its machine-stamp policy."""
 
-    def __init__(self, root: Path, profile, hardware: str | None = None, say: Spelling = NAMES):
+    def __init__(
+        self, root: Path, profile, hardware: str | None = None, say: Spelling = NAMES, identity: Identity | None = None
+    ):
         self.root, self.profile = Path(root), profile
         self.say = say  # how the run's user spells its settings (specgate.settings)
         self.hardware = hardware or hardware_key(*detect_device(profile.hardware))
+        self.identity = identity or this_identity(profile.hardware)  # what measures here, beyond the name
         self.name = profile.baselines_name  # the profile's name, or name@dtype when the run sets the dtype
-        self.path = baseline_path(self.root, self.name, self.hardware)
+        self.path = baseline_path(self.root, self.name, self.hardware, self.identity)
         self._file: BaselineFile | None = None
         self._others: list[BaselineFile] | None = None
         self.borrowed: dict[str, set[str]] = {}  # gate -> files of other machines used for this run
@@ -76,11 +81,12 @@ class BaselineStore:
 
     def file(self) -> BaselineFile:
         if self._file is None:
-            self._file = load(self.path, self.name, self.hardware, self.say)
+            self._file = load(self.path, self.name, self.hardware, self.say, self.identity)
         return self._file
 
     def others(self) -> list[BaselineFile]:
-        """The profile's baseline files of other machines (a bad one is a BaselineError naming it)."""
+        """The profile's baseline files of other machines: other names, other identities under this name, and
+        files that recorded no identity (a bad one is a BaselineError naming it)."""
         if self._others is None:
             self._others = []
             for path in sorted(self.path.parent.glob("*.json")):
@@ -122,13 +128,13 @@ class BaselineStore:
         ]
 
     def lookup(self, method: str, kind: str, key: str) -> Stored | None:
-        """This machine's entry; else another machine's (the newest), with its machine figures left
-        out (speedups whole: the speedup check judges them coarsely)."""
+        """This machine's entry; else another machine's (this hardware name's first, then the newest), with
+        its machine figures left out (speedups whole: the speedup check judges them coarsely)."""
         own = self.file().entry(method, kind, key)
         if own is not None:
             return Stored(own, self.file().source(method, kind), self.hardware, True)
         found = [
-            (str(provenance_of(f.methods[method], kind).get("date", "")), f)
+            ((f.hardware == self.hardware, str(provenance_of(f.methods[method], kind).get("date", ""))), f)
             for f in self.others()
             if f.entry(method, kind, key) is not None
         ]
@@ -139,7 +145,7 @@ class BaselineStore:
         if kind != SPEEDUP:
             values = {k: v for k, v in values.items() if k not in self.machine_figures}
         self.borrowed.setdefault(kind, set()).add(other.path.name)
-        source = f"{other.source(method, kind)}, stored on {other.hardware} ({other.path.name})"
+        source = f"{other.source(method, kind)}, stored on {other.machine} ({other.path.name})"
         return Stored(values, source, other.hardware, False)
 
     @property
@@ -147,8 +153,8 @@ class BaselineStore:
         return MACHINE_FIGURES | (DEVICE_KV_FIGURES if self.profile.hardware == "cuda" else set())
 
     def header(self) -> list[str]:
-        """What the summary says once: baselines an interrupted calibration left aside; other machines'
-        baselines used by this run."""
+        """What the summary says once: baselines an interrupted calibration left aside; in one line, the
+        figures this run held to another machine's files, that machine and this one."""
         lines = []
         if kept := kept_aside(self.root, self.name):
             lines.append(
@@ -156,30 +162,46 @@ class BaselineStore:
                 f"{self.path.parent} without them; `specgate calibrate --profile {self.profile.name}` puts them "
                 "back where nothing took their place"
             )
-        if not self.borrowed:
-            return lines
-        files = sorted(set().union(*self.borrowed.values()))
-        bound_here = [k for k in (SPEEDUP, MEMORY) if k in self.borrowed or not self.file().methods]
-        lines.append(
-            f"no baselines of this machine ({self.hardware}) for some figures: portable ones (acceptance, drafter "
-            f"weights{', KV tokens lost' if self.profile.hardware != 'cuda' else ''}) judged against "
-            f"{', '.join(files)} in {self.path.parent}"
-        )
-        if bound_here:
-            lines.append(
-                "speedup and process memory: no baselines for " + self.hardware + "; speedups judged coarsely "
-                f"(coarse_speedup_rtol {self.profile.tolerance.coarse_speedup_rtol}), process memory not judged; "
-                f"`{self.update_command}` once on this machine"
-            )
+        if self.borrowed:
+            lines.append(self.borrowed_line())
         return lines
+
+    def borrowed_line(self) -> str:
+        """'speed judged coarsely (...), ... held to another machine's baselines: FILE, stored on THAT
+        MACHINE; this is THIS MACHINE, without baselines of its own: `update` stores them'."""
+        names = set().union(*self.borrowed.values())
+        files = [f for f in self.others() if f.path.name in names]
+        bound_here = [k for k in (SPEEDUP, MEMORY) if k in self.borrowed or not self.file().methods]
+        kv = ", KV tokens lost" if self.profile.hardware != "cuda" else ""
+        what = f"portable figures (acceptance, drafter weights{kv})"
+        if bound_here:
+            what = (
+                f"speed judged coarsely (coarse_speedup_rtol {self.profile.tolerance.coarse_speedup_rtol}), step cost "
+                f"and process memory not judged, {what}"
+            )
+        stored = "; ".join(
+            f"{f.path.name}, stored on "
+            + (f.identity.describe() if f.identity else f"{f.hardware}, identity not recorded")
+            for f in files
+        )
+        known = [f.identity for f in files if f.identity]
+        this = self.identity.against(known[0]) if len(known) == 1 and len(files) == 1 else self.identity.describe()
+        own = "without baselines of its own" if not self.file().methods else f"without some of them in {self.path.name}"
+        return (
+            f"{what} held to another machine's baselines: {stored}; this is {this}, machine {self.identity.id}, "
+            f"{own}: `{self.update_command}` stores them"
+        )
 
     def upgrade(self) -> str:
         """'baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0' when the stored baselines were
-        measured with another vLLM than the running one, else ''."""
+        measured with another vLLM than the running one, else ''. A machine without a file of its own: those of
+        the other machines' files it was judged against."""
         try:
-            stored = measured_by(self.file())
+            names = set().union(*self.borrowed.values()) if not self.file().methods else set()
+            files = [f for f in self.others() if f.path.name in names] or [self.file()]
         except BaselineError:
             return ""
+        stored = sorted({line for f in files for line in measured_by(f)})
         running = machine.module_version("vllm")
         if not stored or {s.split(" (")[0] for s in stored} == {f"vLLM {running}"}:
             return ""
@@ -204,7 +226,7 @@ class BaselineStore:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         device, count = detect_device(self.profile.hardware)
         with FileLock(str(self.path) + ".lock", timeout=600):
-            stored = load(self.path, self.name, self.hardware, self.say)
+            stored = load(self.path, self.name, self.hardware, self.say, self.identity)
             held_back, why = self._speedups_from_another_machine(stored, measured, run_methods)
             if held_back:  # the summary (geometric mean, crossover) is made of every level's ratio
                 held_back.add(SPEEDUP.key(None))
@@ -215,7 +237,7 @@ class BaselineStore:
                 }
                 for method, kinds in measured.items()
             }
-            updated = merge(stored, kept, provenance(self.root, device, count), models)
+            updated = merge(stored, kept, provenance(self.root, device, count, self.identity), models)
             write_atomic(updated)
         # self._file stays the file this run was judged against (the report shows old vs new).
         text = format_diff(diff(stored, updated), f"baselines written to {stored.path}", stored, updated)

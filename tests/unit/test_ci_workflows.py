@@ -248,6 +248,22 @@ def test_the_gpu_workflow_rehearses_an_upgrade_by_hand_on_the_profiles_runner(ga
     assert 'rehearse --from "$FROM" --to "$TO" --profile "$PROFILE"' in step_running(job, "rehearse --from")["run"]
 
 
+def test_the_rehearsal_runs_release_day_first_into_its_uploaded_results(gate):
+    """Before hours of rehearsal: the new release's suites and what changed since the old one (specgate
+    release-day), from the new release's venv, its report among the results the job uploads."""
+    job = gate["jobs"]["rehearse"]
+    env = {k: str(v) for k, v in job["env"].items()}
+    day = step_running(job, "release-day")
+    rehearse = step_running(job, "rehearse --from")
+    setup = step_running(job, "ci/setup-gpu.sh")
+    assert steps(job).index(setup) < steps(job).index(day) < steps(job).index(rehearse)
+    assert "if" not in day and "continue-on-error" not in day
+    assert '.venvs/vllm-"$TO"/bin/python -m specgate.cli release-day "$TO" --since "$FROM"' in day["run"]
+    assert expand(option(day["run"], "--out"), env).startswith(env["OUT"] + "/")
+    (upload,) = step_using(job, "actions/upload-artifact")
+    assert upload["if"] == "always()" and expand(upload["with"]["path"], env).rstrip("/") == env["OUT"]
+
+
 def test_setup_script_is_executable_bash():
     assert os.access(SETUP, os.X_OK)
     subprocess.run(["bash", "-n", str(SETUP)], check=True)
@@ -303,9 +319,14 @@ def test_setup_gpu_installs_the_newest_supported_cuda_release_or_exactly_the_one
     assert f"the newest CUDA release specgate supports, {newest}" in proc.stdout
     proc, _, pin = _setup_gpu(tmp_path / "asked", VLLM_VERSION="0.33.0")
     assert proc.returncode == 0 and pin == "vllm==0.33.0", proc.stderr
-    proc, calls, pin = _setup_gpu(tmp_path / "untested", VLLM_VERSION="0.35.0")
+    major, minor, _ = releases.newest(releases.CUDA).key
+    untested = f"{major}.{minor + 1}.0"
+    proc, calls, pin = _setup_gpu(tmp_path / "untested", VLLM_VERSION=untested)
     assert proc.returncode == 1 and not pin and "-e .[gpu,dev]" not in calls
-    assert "VLLM_VERSION: vllm 0.35.0 is not a release specgate supports (vllm>=0.32.0,<0.35" in proc.stderr
+    assert (
+        f"VLLM_VERSION: vllm {untested} is not a release specgate supports ({releases.requirement('cuda')}"
+        in proc.stderr
+    )
     proc, calls, pin = _setup_gpu(tmp_path / "wheel", VLLM_REQUIREMENT="vllm @ https://example.invalid/vllm.whl")
     assert proc.returncode == 0 and not pin and "-e .[gpu,dev] vllm @ https://example.invalid/vllm.whl" in calls
 

@@ -173,6 +173,12 @@ def test_the_history_table_lists_each_update_with_its_vllm_and_marks_the_release
         ("0.31.0", 2.83),
     ]
     assert [(old, new) for _, old, new in cli_history.releases(rows)] == [("0.29.0", "0.30.0"), ("0.30.0", "0.31.0")]
+    # one hardware name's history: every identity's file of that name (here this machine's), and no other name's
+    named = history.read(repo, "fake", "cpu-test-2c")
+    assert [u.path for u in named.updates] == [u.path for u in h.updates] and named.updates[0].path.endswith(
+        f"cpu-test-2c.{machine.this_identity('cpu').id}.json"
+    )
+    assert history.read(repo, "fake", "cpu-other-2c").updates == []
 
 
 def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_after_the_updates(
@@ -184,7 +190,7 @@ def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_af
     monkeypatch.setattr(plots, "DPI", 30)
     run_dir = repo / "results" / "20260401-120000"
     run_dir.mkdir(parents=True)
-    committed = (repo / "baselines" / "fake" / "cpu-test-2c.json").read_text()
+    committed = next((repo / "baselines" / "fake").glob("cpu-test-2c.*.json")).read_text()  # this machine's
     (run_dir / "baselines.json").write_text(committed.replace('"0.31.0"', '"0.32.0"').replace("2.833333", "2.75"))
     RunRecord(GATE, run_dir.name, "fake", started="2026-04-01T12:00:00+00:00", vllm="0.32.0").write(
         run_dir / "run.json"
@@ -208,7 +214,8 @@ def test_specgate_history_writes_the_table_and_plots_with_a_results_directory_af
         == 0
     )
     text = (out / "history.md").read_text()
-    assert "| 20260401-120000 | 2026-04-01 | cpu-test-2c | 0.32.0: good | (results directory) |" in text
+    here = f"cpu-test-2c, machine {machine.this_identity('cpu').id}"  # the run's and the updates' machine
+    assert f"| 20260401-120000 | 2026-04-01 | {here} | 0.32.0: good | (results directory) |" in text
     assert "| 20260401-120000 | 2.75 |" in text and (out / "plots" / "history.png").is_file()
     assert str(out / "history.html") in capsys.readouterr().out
 
@@ -232,7 +239,7 @@ def test_the_history_says_which_models_each_methods_figures_were_measured_with_a
     lines = page.models(rows)
     assert lines[-1] == f"| {rows[0].label} | good | target {target['ref']} {target['revision'][:14]} |"
     assert len(lines) == 6  # its heading, the table's head and one row
-    moved = cli_history.Row("run", "2026-04-01", "cpu-test-2c", "good", "0.32.0", {}, False)
+    moved = cli_history.Row("run", "2026-04-01", rows[0].hardware, "good", "0.32.0", {}, False)
     moved.models.update(target=dict(target, revision="sha256:" + "f" * 64))
     assert page.models([*rows, moved])[-1] == (
         f"| run | good | target {target['ref']} {target['revision'][:14]} → sha256:fffffff |"

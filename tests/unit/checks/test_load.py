@@ -2,10 +2,15 @@
 pass, and the acceptance its trials moved held to the stored figure; a bug only large batches meet fails
 there, naming the level, the prompt and the position, while the level below passes."""
 
+import re
+
 import pytest
 
 from specgate.checks import Verdict
+from specgate.errors import EngineStalled
+from specgate.gates import gate_named
 from specgate.profile import load_profile
+from specgate.run.results import summary_lines
 from specgate.testing import FakeScript, fake_session
 
 from ..fakes import fake_profile
@@ -101,3 +106,47 @@ def test_outputs_written_before_the_engine_wedged_read_as_outputs_not_only_as_a_
     assert j.verdict is Verdict.FAIL, j.message
     assert "C=4:" in j.message and "at token 5:" in j.message and "prompt " in j.message
     assert "then the engine stopped (no progress for" in j.message
+
+
+WEDGED = PROFILE + "[engine]\nstall_timeout_s = 1\n[speedup]\ntrials = 2\nmeasure_step_costs = false\n"
+
+
+def as_the_plugin_runs(s, gate, method, level=None):
+    """A gate test as the plugin runs it: its method's engine first (the judge fixture's boot), then the check."""
+    s.boot(method, gate_named(gate))
+    return s.judge(gate, method, level)
+
+
+@pytest.mark.parametrize("wrong", [True, False], ids=["wrong tokens, then a stall", "a stall alone"])
+def test_after_the_engine_stalled_at_the_top_level_each_load_level_is_judged_on_what_it_streamed(tmp_path, wrong):
+    """The warm-up (a closed loop at C = 4) and the C = 1 trials end, the first trial at C = 4 stops half-way.
+    Before issue 74 the boot of every later test of the method raised, and every load level read 'not judged'."""
+    stored(tmp_path)
+    bug = {"large_from": 4, "large_diverge_at": 5} if wrong else {}
+    s = session(tmp_path, WEDGED, good={**bug, "stalls_after": 3})  # the warm-up, two trials at C = 1, then C = 4
+    for level in (1, 4):
+        as_the_plugin_runs(s, "speedup", "baseline", level)
+        as_the_plugin_runs(s, "load", "baseline", level)
+    as_the_plugin_runs(s, "speedup", "good", 1)
+    with pytest.raises(EngineStalled):
+        as_the_plugin_runs(s, "speedup", "good", 4)
+    done = as_the_plugin_runs(s, "load", "good", 1)  # the level that ended: judged as usual, its acceptance too
+    assert done.verdict is Verdict.PASS and done.record["mean_acceptance_length"] == pytest.approx(2.0), done.message
+    if wrong:  # what the warm-up and the cut trial streamed: level, prompt, position and both tokens, then the stop
+        j = as_the_plugin_runs(s, "load", "good", 4)
+        assert j.verdict is Verdict.FAIL, j.message
+        assert "method 'good', C=4:" in j.message and "diverge from the baseline engine's output" in j.message
+        assert "at token 5: baseline" in j.message and "(id 99)" in j.message and "prompt " in j.message
+        assert "(warm-up, request" in j.message or "cut short by the stop" in j.message
+        assert j.message.index("at token 5") < j.message.index("then the engine stopped (no progress for")
+        rows = {r.metric: r.value for r in j.rows}
+        assert rows["requests"] > rows["identical"] and rows["diverged"] > 0
+    else:  # nothing wrong in what it streamed: the stop stands, saying what was compared
+        with pytest.raises(EngineStalled, match=r"not judged: .*The \d+ requests it streamed at C=4 before it stopped"):
+            as_the_plugin_runs(s, "load", "good", 4)
+    with pytest.raises(EngineStalled, match="not judged"):  # the gates that need the engine still say so
+        as_the_plugin_runs(s, "memory", "good")
+    (line,) = [line for line in summary_lines(s) if line.startswith("  good ")]  # the engine's line: wrong, then died
+    assert re.search(
+        r"good +load C=4: [1-9]\d* prompts diverged, then died: no progress" if wrong else r"good +died:", line
+    )

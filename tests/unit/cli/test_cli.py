@@ -101,6 +101,20 @@ def test_diff_across_profiles_says_so(tmp_path, capsys):
     assert "Note: A is profile h100-llama on cpu-x-2c, B is profile a100-llama" in capsys.readouterr().out
 
 
+def test_diff_of_two_machines_under_one_name_names_both(tmp_path, capsys):
+    from specgate.machine import Identity
+
+    zen4 = Identity({"kind": "cpu", "vendor": "AuthenticAMD", "name": "AMD EPYC", "family": 25, "model": 17})
+    old = tmp_path / "cpu-x-2c.json"  # of before identities
+    baselines.write_atomic(baselines.BaselineFile(old, "cpu-tiny", "cpu-x-2c", {}))
+    new = tmp_path / f"cpu-x-2c.{zen4.id}.json"
+    baselines.write_atomic(baselines.BaselineFile(new, "cpu-tiny", "cpu-x-2c", {}, zen4))
+    assert cli.main(["baselines", "diff", str(old), str(new)]) == 0
+    out = capsys.readouterr().out
+    assert f"Note: A is profile cpu-tiny on cpu-x-2c, B is profile cpu-tiny on cpu-x-2c, machine {zen4.id}." in out
+    assert "A's machine: identity not recorded; B's: AMD EPYC (AuthenticAMD family 25 model 17, Zen 4)." in out
+
+
 def test_diff_errors_name_the_file_and_exit_2(tmp_path, capsys):
     good, _ = old_and_new(tmp_path)
     truncated = tmp_path / "trunc.json"

@@ -11,7 +11,8 @@ import pytest
 from specgate.engines import plants, plants_v1, plants_v2
 from specgate.profile.plants import FRONTEND, PLANTS
 
-torch = pytest.importorskip("torch")
+pytestmark = pytest.mark.needs_vllm  # V2's outputs are torch tensors here
+torch = None  # imported by the fixture below: the fast loop imports no torch
 VOCAB = 100
 
 
@@ -73,6 +74,12 @@ def plant(r, name):
     return plants.install(SimpleNamespace(model_runner=r), name)
 
 
+@pytest.fixture(autouse=True)
+def _torch():
+    global torch
+    torch = pytest.importorskip("torch")
+
+
 def test_every_plant_has_a_v1_and_a_v2_form():
     worker_side = set(PLANTS) - set(FRONTEND) | {"logit_bias_bonus_only"}
     assert set(plants_v2.PLANTS) == worker_side and set(plants_v1.PLANTS) == worker_side
@@ -102,6 +109,30 @@ def test_a_wrong_token_only_in_batches_as_large_as_asked():
     r.rejection_sampler(None, batch(["a"], [[1, 9, 9]]))
     r.rejection_sampler(None, batch(["a", "b"], [[1, 9, 9], [3, 9, 9]]))
     assert small.sampled_token_ids[0, :2].tolist() == [1, 2] and large.sampled_token_ids[:, 1].tolist() == [3, 5]
+
+
+def test_wrong_tokens_in_large_batches_then_the_verification_of_the_4n_th_request_never_returns(monkeypatch):
+    import time
+
+    large = [output([[1, 2], [3, 4]], [2, 2]) for _ in range(3)]
+    small = output([[1, 2]], [2])
+    r = runner(*large, small, output([[1, 2], [3, 4]], [2, 2]))
+    assert plant(r, "wrong_then_wedge_in_large_batches:2") is None
+    slept = []
+
+    def sleep(seconds):  # the worker would sleep on until a signal ends it
+        slept.append(seconds)
+        raise TimeoutError("wedged")
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    for n, out in enumerate(large):  # 6 requests in batches of 2: each streams a wrong token, none waits
+        r.rejection_sampler(None, batch([f"r{2 * n}", f"r{2 * n + 1}"], [[1, 9, 9], [3, 9, 9]]))
+        assert out.sampled_token_ids[:, 1].tolist() == [3, 5]
+    r.rejection_sampler(None, batch(["r9"], [[1, 9, 9]]))  # a small batch counts for nothing and passes
+    assert small.sampled_token_ids[0, :2].tolist() == [1, 2] and not slept
+    with pytest.raises(TimeoutError, match="wedged"):  # the 7th and 8th request (4 x 2) in a large batch
+        r.rejection_sampler(None, batch(["r6", "r7"], [[1, 9, 9], [3, 9, 9]]))
+    assert slept == [60] and len(r.rejection_sampler.outs) == 1  # verification itself never ran
 
 
 def test_near_max_model_len_the_first_token_is_wrong():

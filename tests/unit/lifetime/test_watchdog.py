@@ -36,6 +36,35 @@ def test_a_log_line_is_progress_but_a_periodic_stats_line_is_not(tmp_path):
     assert over.value.kind == "stall" and over.value.idle_s > 0.3 and over.value.what == "generating"
 
 
+WAITING = (
+    "(EngineCore pid=1) INFO 12-07 16:24:50 [shm_broadcast.py:871] No available shared memory broadcast block found "
+    "in 60 seconds. This typically happens when some processes are hanging or doing some time-consuming work"
+)
+
+
+def test_a_booted_engines_line_that_its_worker_has_not_answered_is_no_progress(tmp_path):
+    """vLLM's engine core says so every 60 s while a worker is hung inside a step: counted as progress, it kept such
+    an engine alive past any stall_timeout_s above 60 s (issue 74). During a boot it still counts (a long compile)."""
+    log = tmp_path / "engine.log"
+    log.write_text("")
+
+    def lines_every_0_15_s(watch, n):
+        for _ in range(n):
+            time.sleep(0.15)
+            with log.open("a") as fh:
+                fh.write(WAITING + "\n")
+            watch.check(time.monotonic(), "a closed-loop trial at C=16")
+
+    booting = Watch(stall_s=0.3, boot_s=60, log_path=log)
+    booting.restart()
+    lines_every_0_15_s(booting, 4)  # kept alive for longer than stall_s
+    booted = Watch(stall_s=0.3, log_path=log)
+    booted.restart()
+    with pytest.raises(Overdue) as over:
+        lines_every_0_15_s(booted, 6)
+    assert over.value.kind == "stall" and over.value.idle_s > 0.3
+
+
 def test_a_progress_bar_redrawn_in_place_is_progress(tmp_path):
     log = tmp_path / "engine.log"
     log.write_text("")

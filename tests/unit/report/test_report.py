@@ -408,11 +408,18 @@ def test_the_stored_files_vllm_is_compared_with_the_running_one(tmp_path, monkey
     profile = load_profile(find_profile("cpu-tiny", root), root)
     store = baseline_store.BaselineStore(tmp_path, profile, "cpu-x-2c")
     prov = {"vllm": "0.31.0", "date": "2026-11-25T10:00:00+00:00"}
-    baselines.write_atomic(baselines.BaselineFile(store.path, "cpu-tiny", "cpu-x-2c", {"ngram": {"provenance": prov}}))
+    stored = baselines.BaselineFile(store.path, "cpu-tiny", "cpu-x-2c", {"ngram": {"provenance": prov}}, store.identity)
+    baselines.write_atomic(stored)
     monkeypatch.setattr(machine, "module_version", lambda module: "0.32.0")
     assert store.upgrade() == "baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0"
     monkeypatch.setattr(machine, "module_version", lambda module: "0.31.0")
     assert store.upgrade() == ""
+    # a machine without a file of its own: the vLLM of the file it was judged against
+    stored.path.rename(stored.path.with_name("cpu-x-2c.json"))  # of before identities: no machine's own
+    other = baseline_store.BaselineStore(tmp_path, profile, "cpu-x-2c")
+    other.borrowed = {"acceptance": {"cpu-x-2c.json"}}
+    monkeypatch.setattr(machine, "module_version", lambda module: "0.32.0")
+    assert other.upgrade() == "baselines: vLLM 0.31.0 (2026-11-25) -> this run: vLLM 0.32.0"
 
 
 def test_the_summary_opens_with_how_much_was_judged_and_why_the_rest_was_skipped():

