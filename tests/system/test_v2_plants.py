@@ -16,7 +16,7 @@ from tests.system.v2_run import COPIES, IN_PLACE
 pytestmark = [
     pytest.mark.system,
     pytest.mark.needs_vllm,
-    pytest.mark.slow(wall_s=900),
+    pytest.mark.slow(wall_s=450),
     skip_without_vllm_cpu(),
     pytest.mark.xdist_group("v2"),
 ]
