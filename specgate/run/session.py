@@ -118,6 +118,7 @@ class GateSession:
             plan.strict,
             plan.update_baselines,
             runner_of=lambda name: self.host.records[name].runner,
+            speed_unjudged=self.host.speed_unjudged,
             release_of=self.host.release_of,
             measured_now=self._measured_now,
             history=self.history,

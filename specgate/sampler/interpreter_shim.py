@@ -19,19 +19,21 @@ Three changes, all applied only in the V2 worker process (specgate.sampler.v2_ch
 
 3. Speed, no semantics. Every call of a `@triton.jit` helper re-patches `triton.language` through
    `inspect.getmembers` (interpreter.py `_patch_builtin`), about half of the interpreter's time in
-   the sampler. `_patch_builtin` here remembers each module's builtins once and patches the same
-   ones; tests/property/test_v2_interpreter.py checks that outputs are identical with and without it.
+   the sampler. `set_fast` (specgate.vllm_compat.interpreted) remembers each module's builtins once and
+   patches the same ones; tests/property/test_v2_interpreter.py checks that outputs are identical with and
+   without it.
 """
 
 from __future__ import annotations
 
-import inspect
 import re
 import types
 from pathlib import Path
 
 import triton
 import triton.language as tl
+
+from specgate.vllm_compat.interpreted import set_fast  # shared with V2 engines run in the interpreter
 
 
 @triton.jit
@@ -86,28 +88,3 @@ def host_buffers(buffer_utils: types.ModuleType) -> None:
 
     buffer_utils.UvaBuffer = HostBuffer
     buffer_utils.is_uva_available = lambda: True
-
-
-def set_fast(fast: bool) -> None:
-    """Use the cached `_patch_builtin` (True) or the interpreter's own (False)."""
-    from triton.runtime import interpreter
-
-    original = getattr(interpreter._patch_builtin, "specgate_original", interpreter._patch_builtin)
-    interpreter._patch_builtin = _cached(original) if fast else original
-
-
-def _cached(original):
-    from triton.runtime import interpreter
-
-    builtins: dict[int, list] = {}
-
-    def patch_builtin(pkg, builder, scope):
-        if id(pkg) not in builtins:  # what the original finds on its first, unpatched look
-            builtins[id(pkg)] = [(n, m) for n, m in inspect.getmembers(pkg) if tl.core.is_builtin(m)]
-        for name, member in builtins[id(pkg)]:
-            # The original re-patches a member only while it is still the builtin itself.
-            if getattr(pkg, name, None) is member:
-                interpreter._patch_attr(pkg, name, member, builder, scope)
-
-    patch_builtin.specgate_original = original
-    return patch_builtin

@@ -63,6 +63,7 @@ from specgate.vllm_compat.release import (
     release,
     speculative_methods,
     v1_gone,
+    v2_suffix_speculator,
     vllm_root,
 )
 from specgate.vllm_compat.runner import (
@@ -137,5 +138,6 @@ __all__ = [
     "v1_gone",
     "v2_draft_logits",
     "v2_input_batch",
+    "v2_suffix_speculator",
     "vllm_root",
 ]

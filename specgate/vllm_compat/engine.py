@@ -3,18 +3,11 @@ prompts), its metrics, its KV capacity and its processes."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import fields
-
-from specgate.vllm_compat import interpreted
 
 
 def engine_classes():
-    """(AsyncEngineArgs, AsyncLLM). Under an engine environment that runs Model Runner V2 in Triton's interpreter
-    (interpreted.FLAG), the interpreter stands in for triton-cpu in this process too, before vLLM is imported:
-    the front end validates the engine's config (V2 needs Triton) here."""
-    if os.environ.get(interpreted.FLAG) == "1":
-        interpreted.install()
+    """(AsyncEngineArgs, AsyncLLM)."""
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 

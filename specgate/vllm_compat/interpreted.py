@@ -24,6 +24,11 @@ on a GPU or with triton-cpu):
   vllm/v1/worker/gpu/spec_decode/ngram/speculator.py 0.32.0: `slot_valid = (k_iota < tokens_avail) &
   write_ok & k_in_range`). Compiled Triton types every comparison int1, so such a mask holds only 0 and 1:
   `mask != 0` is the same predicate.
+
+And one for speed, no semantics: every kernel launch re-patches `triton.language` through `inspect.getmembers`
+(`_patch_builtin`, interpreter.py), a third of an interpreted engine step here; `set_fast` remembers each module's
+builtins once and patches the same ones (specgate.sampler's V2 harness uses it too; its property tests compare
+outputs with and without it).
 """
 
 from __future__ import annotations
@@ -65,8 +70,11 @@ def triton_cpu_installed() -> bool:
 
 
 def environment() -> dict[str, str]:
-    """The variables an engine's processes need (PYTHONPATH aside: SITE_DIR goes on it, engine_args puts it)."""
-    return {"TRITON_INTERPRET": "1", FLAG: "1"}
+    """The variables an engine's processes need (PYTHONPATH aside: SITE_DIR goes on it, engine_args puts it). An
+    interpreted step takes 10-100x a compiled one: vLLM's own limit on one (VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS,
+    300 s) stopped a draft model's step of 96 sampled requests on a busy 2-core machine (load ~25, 2026-12-07),
+    so it is raised, and the suite's own no-progress deadline (the profile's stall_timeout_s) bounds a step."""
+    return {"TRITON_INTERPRET": "1", FLAG: "1", "VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS": "3600"}
 
 
 def install() -> list[str]:
@@ -89,6 +97,8 @@ def install() -> list[str]:
         _INSTALLED.append("backend")
     if _shim_masks():
         _INSTALLED.append("masks")
+    set_fast(True)
+    _INSTALLED.append("fast")
     return list(_INSTALLED)
 
 
@@ -131,3 +141,31 @@ def uninstall_masks() -> None:
             setattr(builder, name, original)
     if "masks" in _INSTALLED:
         _INSTALLED.remove("masks")
+
+
+def set_fast(fast: bool) -> None:
+    """Use the cached `_patch_builtin` (True) or the interpreter's own (False)."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter._patch_builtin, "specgate_original", interpreter._patch_builtin)
+    interpreter._patch_builtin = _cached(original) if fast else original
+
+
+def _cached(original):
+    import inspect
+
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builtins: dict[int, list] = {}
+
+    def patch_builtin(pkg, builder, scope):
+        if id(pkg) not in builtins:  # what the original finds on its first, unpatched look
+            builtins[id(pkg)] = [(n, m) for n, m in inspect.getmembers(pkg) if tl.core.is_builtin(m)]
+        for name, member in builtins[id(pkg)]:
+            # The original re-patches a member only while it is still the builtin itself.
+            if getattr(pkg, name, None) is member:
+                interpreter._patch_attr(pkg, name, member, builder, scope)
+
+    patch_builtin.specgate_original = original
+    return patch_builtin

@@ -43,10 +43,12 @@ def problems(internal: Internal, source: Path | None = None) -> list[str]:
         except (TypeError, ValueError):
             params = set()
         names = (
-            {f.name for f in fields(obj)}
+            {f.name for f in fields(obj)} | set(dir(obj))
             if is_dataclass(obj)
             else set(getattr(obj, "model_fields", {})) or set(dir(obj))
         )
+        if inspect.isclass(obj) and [f for f in internal.fields if f not in names]:
+            names |= _instance_attributes(obj)
     out = []
     if missing := [p for p in internal.params if p not in params]:
         out.append(f"{internal.name} takes no parameter(s) {missing} (it has {sorted(params)})")
@@ -107,8 +109,34 @@ def _from_source(root: Path, name: str):
         if isinstance(scope.get("__init__"), ast.FunctionDef):
             a = scope["__init__"].args
             params |= {x.arg for x in a.args + a.kwonlyargs}
-        return params, set(scope)
+        return params, set(scope) | self_attributes(node)
     return params, params
+
+
+def self_attributes(node) -> set[str]:
+    """The attributes a class's methods assign to `self` (`self.x = ...`, `self.a, self.b = ...`): an instance's
+    members that neither dataclass fields nor dir() of the class show."""
+    out = set()
+    for item in ast.walk(node):
+        targets = item.targets if isinstance(item, ast.Assign) else [getattr(item, "target", None)]
+        for target in targets:
+            for t in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+                    out.add(t.attr)
+    return out
+
+
+def _instance_attributes(cls) -> set[str]:
+    """self_attributes of an imported class and its bases (read from their source; none where it is not there)."""
+    import textwrap
+
+    out = set()
+    for klass in cls.__mro__[:-1]:
+        try:
+            out |= self_attributes(ast.parse(textwrap.dedent(inspect.getsource(klass))))
+        except (OSError, TypeError, SyntaxError):
+            continue
+    return out
 
 
 @functools.lru_cache(maxsize=64)

@@ -98,6 +98,16 @@ def speculative_methods() -> tuple[str, ...]:
     return tuple(dict.fromkeys(literal_from_source(source.read_text(encoding="utf-8"), "SpeculativeMethod")))
 
 
+V2_SUFFIX = "vllm/v1/worker/gpu/spec_decode/suffix/speculator.py"  # Model Runner V2's own suffix decoding (0.34+)
+
+
+def v2_suffix_speculator() -> bool:
+    """Whether the installed vLLM's Model Runner V2 has a suffix speculator of its own (0.34's SuffixSpeculator:
+    no arctic-inference; before it, suffix decoding is V1's, through arctic-inference, and V2 refuses it). Read
+    from the files, without importing vLLM."""
+    return (installed := vllm_root()) is not None and (installed / V2_SUFFIX).is_file()
+
+
 def literal_from_source(text: str, name: str) -> list[str]:
     """The strings of `name = Literal[...]` in a module's source, following names of other
     Literal aliases assigned in the same module."""

@@ -66,9 +66,10 @@ def parameter_shard(module, param) -> int | None:
 
 def step_timers(runner) -> dict[str, tuple[Any, str, Any]]:
     """What to time for the analytic speedup model: name -> (owner, attribute, skip(kwargs)).
-    V1: `_model_forward` (the target forward alone) and `propose_draft_token_ids`. V2: `execute_model`
-    (input preparation plus the target forward) and `speculator.propose`, leaving out warm-up calls
-    (dummy_run) and steps that drafted nothing (0.33 may skip drafting)."""
+    V1 (to 0.33): `_model_forward` (the target forward alone) and `propose_draft_token_ids`. V2 (0.34's only
+    runner, on GPU and CPU): `execute_model` (input preparation plus the target forward over the step's drafts)
+    and the speculator's `propose` (called by `sample_tokens` after the rejection sampler), leaving out warm-up
+    calls (dummy_run) and steps that drafted nothing (0.33+ may skip drafting). internals/v2_engine.py lists them."""
 
     def warmup(kw):
         return bool(kw.get("dummy_run"))

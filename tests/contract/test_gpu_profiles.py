@@ -66,12 +66,12 @@ def test_what_0_34_removed_or_deprecated_is_named_and_0_33_takes_it(tmp_path):
         if reason := cuda_sources.missing(release):
             pytest.skip(reason)
     text = (ROOT / "fixtures" / "profiles" / "llama31-8b-h100.toml").read_text(encoding="utf-8")
-    old = "num_speculative_tokens = 4 }\n\n[methods.dflash]"
+    old = "num_speculative_tokens = 4 }\n\n[methods.eagle3_dynamic]"
     assert old in text
     text = text.replace(
         old,
         "num_speculative_tokens = 4, disable_padded_drafter_batch = true, use_heterogeneous_vocab = false, "
-        "parallel_drafting = false }\n\n[methods.dflash]",
+        "parallel_drafting = false }\n\n[methods.eagle3_dynamic]",
     ).replace("[engine]\n", '[engine]\nenv = { VLLM_USE_V2_MODEL_RUNNER = "0" }\n', 1)
     path = tmp_path / "llama31-8b-h100.toml"
     path.write_text(text, encoding="utf-8")

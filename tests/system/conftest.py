@@ -53,3 +53,12 @@ def longest_first(items: list) -> list:
         key=lambda index: (-cost[scopes[index]], first[scopes[index]], index),
     )
     return [items[index] for index in timed] + [item for item, scope in zip(items, scopes) if not cost[scope]]
+
+
+@pytest.fixture(scope="session")
+def v2_run(tmp_path_factory, vllm_cpu_build):
+    """The one nested run of cpu-tiny-v2 that test_v2_engines.py and test_v2_plants.py read (both in xdist_group
+    'v2', so under .ci/run's two workers one worker runs it once): tests/system/v2_run.py."""
+    from .v2_run import run
+
+    return run(tmp_path_factory.mktemp("v2"))

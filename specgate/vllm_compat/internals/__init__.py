@@ -5,6 +5,8 @@ releases it was checked on; lookup.py checks each (tests/contract/ runs it over 
     frontend.py  the engine's front end, requests, outputs, metrics, the scheduler's step
     v1.py        Model Runner V1: runner, sampler, what the plants patch there
     v2.py        Model Runner V2: runner, speculator, rejection sampler
+    v2_engine.py Model Runner V2 under an engine: timers, drafter, per-request counters, KV blocks, suffix, on a CPU
+    v2_plants.py what the plants patch and read in Model Runner V2
     layers.py    the layer types the drafter's weights are counted by
 """
 
@@ -13,8 +15,10 @@ from specgate.vllm_compat.internals.frontend import FRONTEND
 from specgate.vllm_compat.internals.layers import LAYERS
 from specgate.vllm_compat.internals.v1 import V1
 from specgate.vllm_compat.internals.v2 import V2_RUNNER
+from specgate.vllm_compat.internals.v2_engine import V2_ENGINE
+from specgate.vllm_compat.internals.v2_plants import V2_PLANTS
 
-INTERNALS = FRONTEND + V1 + V2_RUNNER + LAYERS
+INTERNALS = FRONTEND + V1 + V2_RUNNER + V2_ENGINE + V2_PLANTS + LAYERS
 # The spec-decode counters (vllm/v1/spec_decode/metrics.py), read by name from get_metrics_snapshot()
 # and from a server's /metrics: specgate.figures.acceptance.COUNTER_NAMES and PER_POSITION.
 METRICS_SOURCE = "vllm/v1/spec_decode/metrics.py"

@@ -1,5 +1,5 @@
-"""Model Runner V2: its runner (timers, drafter) and its rejection sampler, which specgate.sampler.v2 drives
-from CUDA sources."""
+"""Model Runner V2's rejection sampler, which specgate.sampler.v2 drives from CUDA sources (what the engine path
+reads of V2's runner, its timers and drafter among it: v2_engine.py)."""
 
 from __future__ import annotations
 
@@ -11,17 +11,6 @@ DRAFT_LOGITS_TENSOR = checked_on(CPU, since="0.32.0") + checked_on(CUDA, before=
 DRAFT_LOGITS_CACHE = checked_on(CUDA, since="0.34.0")
 
 V2_RUNNER = (
-    Internal(
-        "vllm.v1.worker.gpu.model_runner:GPUModelRunner.execute_model",
-        "V2 runner: input prep + one target forward (timed)",
-        params=("scheduler_output", "dummy_run"),
-    ),
-    Internal("vllm.v1.worker.gpu.model_runner:GPUModelRunner.get_draft_model", "V2 runner: the drafter's module"),
-    Internal(
-        "vllm.v1.worker.gpu.spec_decode.speculator:BaseSpeculator.propose",
-        "V2 runner: one drafting call (timed)",
-        params=("input_batch", "dummy_run"),
-    ),
     # Model Runner V2's sampler (specgate.sampler.v2_child builds what RejectionSampler.__call__ reads).
     Internal(
         f"{V2_SAMPLER}.rejection_sampler_utils:rejection_sample",

@@ -35,15 +35,28 @@ def test_auto_leaves_the_runner_to_vllm(tmp_path):
 
 
 @pytest.mark.parametrize("runner, value", [("v1", "0"), ("v2", "1")])
-def test_a_named_runner_is_asked_of_vllm_and_cuda_runs_no_interpreter(tmp_path, runner, value):
-    env = env_of(tmp_path, profile(tmp_path, runner, "cuda"))
+def test_a_named_runner_is_asked_of_vllm_and_cuda_runs_no_interpreter(tmp_path, runner, value, installs):
+    prof = profile(tmp_path, runner, "cuda")
+    engine_args.engine_kwargs(prof, prof.methods["ngram"], ROOT)  # installs nothing: no interpreter asked for
+    env = env_of(tmp_path, prof)
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == value
-    assert interpreted.FLAG not in env and str(interpreted.SITE_DIR) not in env["PYTHONPATH"]
+    assert interpreted.FLAG not in env and str(interpreted.SITE_DIR) not in env["PYTHONPATH"] and not installs
 
 
-def test_v2_on_a_cpu_without_triton_cpu_runs_in_the_interpreter(tmp_path, monkeypatch):
+@pytest.fixture
+def installs(monkeypatch):
+    """No triton-cpu here; interpreted.install (which the engine's front end in this process gets) recorded."""
+    calls = []
     monkeypatch.setattr(interpreted, "triton_cpu_installed", lambda: False)
-    env = env_of(tmp_path, profile(tmp_path, "v2"))
+    monkeypatch.setattr(interpreted, "install", lambda: calls.append(1))
+    return calls
+
+
+def test_v2_on_a_cpu_without_triton_cpu_runs_in_the_interpreter(tmp_path, monkeypatch, installs):
+    prof = profile(tmp_path, "v2")
+    engine_args.engine_kwargs(prof, prof.methods["ngram"], ROOT)
+    assert installs == [1]  # in this process too, before it imports vLLM for the engine
+    env = env_of(tmp_path, prof)
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and env["TRITON_INTERPRET"] == "1" and env[interpreted.FLAG] == "1"
     paths = env["PYTHONPATH"].split(os.pathsep)
     assert paths[:2] == [str(STACKS_DIR), str(interpreted.SITE_DIR)], paths
@@ -52,17 +65,15 @@ def test_v2_on_a_cpu_without_triton_cpu_runs_in_the_interpreter(tmp_path, monkey
     assert env["VLLM_USE_V2_MODEL_RUNNER"] == "1" and interpreted.FLAG not in env
 
 
-def test_the_profiles_own_env_still_wins(tmp_path, monkeypatch):
-    monkeypatch.setattr(interpreted, "triton_cpu_installed", lambda: False)
+def test_the_profiles_own_env_still_wins(tmp_path, installs):
     prof = dataclasses.replace(profile(tmp_path, "v2"), engine_env={"VLLM_USE_V2_MODEL_RUNNER": "0"})
     assert env_of(tmp_path, prof)["VLLM_USE_V2_MODEL_RUNNER"] == "0"
 
 
-def test_an_engine_process_gets_the_stand_in_and_every_sitecustomize_runs(tmp_path, monkeypatch):
+def test_an_engine_process_gets_the_stand_in_and_every_sitecustomize_runs(tmp_path, monkeypatch, installs):
     """A Python started as an engine's processes are: the stacks file registered (specgate's first
     sitecustomize), Triton's "cpu" entry standing in (the second), and a sitecustomize of the user's further on
     the path still run (each chains to the next)."""
-    monkeypatch.setattr(interpreted, "triton_cpu_installed", lambda: False)
     theirs = tmp_path / "theirs"
     theirs.mkdir()
     (theirs / "sitecustomize.py").write_text("import os\nos.environ['THEIRS_RAN'] = '1'\n")

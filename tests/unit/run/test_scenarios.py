@@ -1,5 +1,6 @@
 """The requests scenario's samples at T > 0 (specgate.run.scenarios.ScenarioRuns._samples), on a scripted
-engine: in one go, or, where vllm#55005's probe fails, in two looks that stop when the first already fails."""
+engine: in one go, or, where vllm#55005's probe fails, in two looks that stop when the first already fails. The
+preemption engine's KV cache, sized in the blocks of the run's own engines (their block size, not a table's)."""
 
 import contextlib
 from dataclasses import dataclass, replace
@@ -164,3 +165,63 @@ def test_seeded_requests_of_one_sample_are_not_held_to_the_limit_of_those_of_thr
     sent = [(n, limit) for what, n, limit in engine.batches if what == "its seeded requests"]
     # 2048 tokens a step over (100 prompt + 4 window + 1) tokens a sample: 18 in flight of one sample, 5 of three
     assert sent == [([1], 2048 // 105 - 1), ([3], 2048 // (105 * 3) - 1)]
+
+
+class KvEngine:
+    """An engine that says its block size; the preemption scenario's boots it as `blocks` blocks."""
+
+    def __init__(self, block_size, blocks=None):
+        self.block_size, self.blocks, self.down = block_size, blocks, False
+
+    def kv_block_size(self):
+        return self.block_size
+
+    def kv_stats(self):
+        from specgate.figures.kvstats import KvStats
+
+        return KvStats()
+
+    def run_batch(self, prompts, max_tokens):
+        return "batch"
+
+    def shutdown(self):
+        self.down = True
+
+
+class KvHost:
+    def __init__(self, up: dict, booted_block_size: int):
+        self.up, self.booted_block_size, self.boots = up, booted_block_size, []
+
+    def live(self, name):
+        return self.up.get(name)
+
+    def scenario_engine(self, name, scenario, num_gpu_blocks_override):
+        self.boots.append(KvEngine(self.booted_block_size, num_gpu_blocks_override))
+        return self.boots[-1]
+
+
+def preemption_runs(host):
+    store = Store()
+    store.host = host
+    return ScenarioRuns(store)
+
+
+def test_the_preemption_cache_is_sized_in_the_block_size_an_engine_of_the_run_says():
+    """Blocks of 64 (CUDA vLLM 0.34's default) where the table guesses 16: the method's engine, up, says 64."""
+    runs = preemption_runs(KvHost({"ngram": KvEngine(64)}, booted_block_size=64))
+    run = runs.preemption("ngram")
+    assert run.kv_blocks == runs.kv_blocks(64)[0] and len(runs.store.host.boots) == 1
+    assert runs.kv_blocks(64) != runs.kv_blocks(16)
+    runs = preemption_runs(KvHost({BASELINE: KvEngine(32)}, booted_block_size=32))  # else the baseline engine's
+    assert runs.preemption("ngram").kv_blocks == runs.kv_blocks(32)[0]
+
+
+def test_an_engine_booted_on_a_wrong_guess_is_booted_again_with_its_own_block_size():
+    runs = preemption_runs(KvHost({}, booted_block_size=64))  # nothing up: the table's 128 (cpu) is guessed
+    run = runs.preemption("ngram")
+    first, second = runs.store.host.boots
+    assert first.down and first.blocks == runs.kv_blocks(128)[0]
+    assert second.blocks == run.kv_blocks == runs.kv_blocks(64)[0] and run.blocks_needed == runs.kv_blocks(64)[1]
+    runs = preemption_runs(KvHost({}, booted_block_size=128))  # a right guess boots once
+    runs.preemption("ngram")
+    assert len(runs.store.host.boots) == 1

@@ -446,3 +446,30 @@ def test_the_summary_says_where_the_time_went(profile, tmp_path):
     assert set(s.spent) == {"boots", "acceptance", "canaries", "models"}  # models: resolving and hashing them
     assert re.search(r"models \d+ ms", line)
     s.release_all()
+
+
+def test_speed_in_tritons_interpreter_is_measured_and_shown_never_judged_nor_stored(profile, tmp_path, monkeypatch):
+    """[engine] model_runner = "v2" on a CPU without triton-cpu (Triton's interpreter stands in): a drafter three
+    times slower, which fails 'good''s stored speedup on a profile judged as usual, is a skip saying why, with its
+    figures shown; an update stores no speed figure; the load gate still judges the same trials."""
+    import dataclasses
+
+    from specgate.vllm_compat import interpreted
+
+    monkeypatch.setattr(interpreted, "triton_cpu_installed", lambda: False)
+    stored(profile, tmp_path, "good")
+    slow = {"good": {"step_cost": 3.6}}
+    assert session(profile, tmp_path, "good", **slow).judge("speedup", "good", 4).verdict is Verdict.FAIL
+    v2 = dataclasses.replace(profile, model_runner="v2")
+    run = session(v2, tmp_path, "good", **slow)
+    for method, level in (("baseline", 4), ("good", 1), ("good", 4), ("good", None)):
+        j = run.judge("speedup", method, level)
+        assert j.verdict is Verdict.SKIP and j.record is None, (method, level, j.message)
+        assert "speed not judged" in j.message and "Triton's interpreter standing in for triton-cpu" in j.message
+        assert "(measured: " in j.message and j.rows and not any(r.headline for r in j.rows), j.message
+    assert "(measured: speedup 0." in run.judgements[("good", "speedup", "C=4")].message
+    load = run.judge("load", "good", 4)  # its outputs judged; its acceptance has no stored figure here
+    assert "speed not judged" not in load.message and any(r.metric == "identical" for r in load.rows), load.message
+    update = session(v2, tmp_path, "good", update=True)
+    update.judge("speedup", "good", 4)
+    assert "speedup" not in update.measured.get("good", {})

