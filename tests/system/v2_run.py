@@ -22,9 +22,19 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.system.nested import ROOT, NestedRun, outcomes
+import pytest
+
+from tests.system.nested import ROOT, NestedRun, outcomes, skip_without_vllm_cpu
 
 PROFILE = ROOT / "fixtures" / "profiles" / "cpu-tiny-v2.toml"
+# The marks of every test module that reads this run: one xdist group, so one worker runs it once; one wall figure.
+MARKS = [
+    pytest.mark.system,
+    pytest.mark.needs_vllm,
+    pytest.mark.slow(wall_s=450),
+    skip_without_vllm_cpu(),
+    pytest.mark.xdist_group("v2"),
+]
 RUNS = ("ngram", "draft_model", "eagle")  # the profile's methods vllm-cpu 0.32's V2 runs
 REFUSED = ("suffix", "medusa")  # refused by vllm-cpu 0.32's V2 at config: no engine
 PREEMPTED = "ngram"  # the one method whose preemption scenario runs (an engine booted once more)
